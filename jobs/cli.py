@@ -1,0 +1,132 @@
+"""The ``leash`` command. Every option can also be set by the environment variable shown
+in ``--help``; ``REDIS_URL`` selects Redis for all commands."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import click
+import redis
+
+from . import states
+from .connection import connect
+from .enqueue import enqueue
+from .errors import InvalidJob, NoSuchJob
+from .watch import watch_job
+
+
+def _connection():
+    conn = connect()
+    try:
+        conn.ping()
+    except redis.exceptions.RedisError as exc:
+        raise click.ClickException(f"cannot reach Redis ({exc}); set REDIS_URL") from None
+    return conn
+
+
+class NotFound(click.ClickException):
+    exit_code = 2
+
+
+@click.group(context_settings={"auto_envvar_prefix": "LEASH", "help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """leash: a queue for long-running AI jobs whose states are never wrong."""
+
+
+@main.command()
+@click.option("--queue", "queues", multiple=True, envvar="LEASH_QUEUE", show_envvar=True,
+              help="Queue(s) to work on (default: leash).")
+@click.option("--burst", is_flag=True, envvar="LEASH_BURST", show_envvar=True,
+              help="Quit when the queues are empty.")
+@click.option("--name", envvar="LEASH_WORKER_NAME", show_envvar=True, help="Worker name (default: random).")
+@click.option("--scheduler/--no-scheduler", default=True, envvar="LEASH_WITH_SCHEDULER", show_envvar=True,
+              help="Run RQ's scheduler (retry backoff) in this worker.")
+@click.option("--log-level", default="INFO", envvar="LEASH_LOG_LEVEL", show_envvar=True)
+def worker(queues, burst, name, scheduler, log_level):
+    """Run a worker (RQ Worker with leases, reaping and deploy hand-off)."""
+    from .config import settings
+    from .worker import LeashWorker
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    conn = _connection()
+    names = [q for spec in (queues or (settings().queue,)) for q in spec.split(",") if q]
+    from .enqueue import rq_queue
+
+    w = LeashWorker([rq_queue(conn, q) for q in names], connection=conn, name=name)
+    w.work(burst=burst, with_scheduler=scheduler, logging_level=log_level.upper())
+
+
+@main.command()
+@click.option("--kind", default="classify", show_default=True)
+@click.option("--labels", help="Comma-separated labels (classify).")
+@click.option("--owner", default="default", envvar="LEASH_OWNER", show_envvar=True, show_default=True)
+@click.option("--idempotency-key", help="Submitting again with the same key returns the first job.")
+@click.option("--max-attempts", type=int, help="Attempts before the job fails (default LEASH_MAX_ATTEMPTS).")
+@click.option("--json", "as_json", is_flag=True, help='Print {"job_id": ...}.')
+@click.argument("source", type=click.File("r"), default="-")
+def submit(kind, labels, owner, idempotency_key, max_attempts, as_json, source):
+    """Enqueue one job; items are read one per line from SOURCE (a file, or - for stdin)."""
+    items = [line.rstrip("\n") for line in source if line.strip()]
+    payload: dict = {"items": items}
+    if labels is not None:
+        payload["labels"] = [x.strip() for x in labels.split(",") if x.strip()]
+    conn = _connection()
+    try:
+        job_id, created = enqueue(conn, kind, payload, owner=owner, max_attempts=max_attempts,
+                                  idempotency_key=idempotency_key)
+    except InvalidJob as exc:
+        raise click.UsageError(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps({"job_id": job_id, "created": created}))
+    else:
+        click.echo(job_id if created else f"{job_id} (existing job for this idempotency key)")
+
+
+def _status_or_exit(conn, job_id):
+    try:
+        return states.status(conn, job_id)
+    except NoSuchJob:
+        raise NotFound(f"no such job: {job_id}") from None
+
+
+@main.command()
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object with the status fields.")
+def status(job_id, as_json):
+    """Print a job's status."""
+    fields = _status_or_exit(_connection(), job_id)
+    if as_json:
+        click.echo(json.dumps(fields))
+        return
+    for name in states.FIELDS:
+        value = fields[name]
+        click.echo(f"{name:>17}: {json.dumps(value) if isinstance(value, dict) else value}")
+
+
+@main.command()
+@click.argument("job_id")
+def watch(job_id):
+    """Follow a job with a progress bar until it ends (polls 1 s for 10 s, then every 5 s)."""
+    conn = _connection()
+    fields = _status_or_exit(conn, job_id)
+    final = watch_job(lambda: states.status(conn, job_id), first=fields, out=sys.stdout)
+    if final["state"] == "failed":
+        click.echo(f"error: {final['error']}", err=True)
+        sys.exit(1)
+
+
+@main.command()
+@click.option("--port", default=5000, envvar="PORT", show_envvar=True, show_default=True)
+@click.option("--workers", "n_workers", default=1, envvar="LEASH_DEV_WORKERS", show_envvar=True, show_default=True)
+def dev(port, n_workers):
+    """Run Redis (REDIS_URL, a redis-server on PATH, or the bundled one), the web app and
+    workers on this machine; Ctrl-C stops all of it."""
+    from .devserver import run_dev
+
+    sys.exit(run_dev(port=port, n_workers=n_workers))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""Settings, read from the environment each time they are asked for (tests and workers
+can change them per process). Every setting has a default that suits minutes-long AI jobs."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+def _int(name: str, default: int, minimum: int = 0) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _float(name: str, default: float, minimum: float = 0.0) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {raw!r}") from None
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _int_list(name: str, default: list[int]) -> list[int]:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        return [int(part) for part in raw.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"{name} must be comma-separated integers, got {raw!r}") from None
+
+
+WEEK = 7 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class Settings:
+    queue: str
+    lease_seconds: float
+    max_attempts: int
+    owner_concurrency: int
+    result_ttl: int
+    job_timeout: int
+    retry_backoff: list[int]
+    handoff_grace: float
+    cancel_grace: float
+    local_delay_ms: int
+    error_max_chars: int
+
+
+def settings() -> Settings:
+    return Settings(
+        queue=os.environ.get("LEASH_QUEUE", "leash"),
+        lease_seconds=_float("LEASH_LEASE_SECONDS", 120.0, minimum=0.5),
+        max_attempts=_int("LEASH_MAX_ATTEMPTS", 3, minimum=1),
+        owner_concurrency=_int("LEASH_OWNER_CONCURRENCY", 2, minimum=1),
+        result_ttl=_int("LEASH_RESULT_TTL", 6 * WEEK, minimum=60),
+        # RQ's hard cap on one attempt. Hangs are caught by the lease long before this.
+        job_timeout=_int("LEASH_JOB_TIMEOUT", 6 * 3600, minimum=1),
+        retry_backoff=_int_list("LEASH_RETRY_BACKOFF", [10, 60, 300]),
+        handoff_grace=_float("LEASH_HANDOFF_GRACE", 20.0, minimum=0.0),
+        cancel_grace=_float("LEASH_CANCEL_GRACE", 10.0, minimum=0.0),
+        local_delay_ms=_int("LEASH_LOCAL_DELAY_MS", 0),
+        error_max_chars=_int("LEASH_ERROR_MAX_CHARS", 4000, minimum=200),
+    )

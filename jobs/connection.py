@@ -1,0 +1,23 @@
+"""How leash reaches Redis: ``REDIS_URL`` (Heroku's ``rediss://`` needs ``ssl_cert_reqs=none``)."""
+
+from __future__ import annotations
+
+import os
+
+from redis import Redis
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+
+
+def redis_url() -> str:
+    return os.environ.get("REDIS_URL") or DEFAULT_URL
+
+
+def connect(url: str | None = None, **kwargs) -> Redis:
+    url = url or redis_url()
+    if url.startswith("rediss://"):
+        # Heroku Redis presents a self-signed certificate.
+        kwargs.setdefault("ssl_cert_reqs", None)
+    kwargs.setdefault("health_check_interval", 30)
+    kwargs.setdefault("socket_connect_timeout", 5)
+    return Redis.from_url(url, **kwargs)

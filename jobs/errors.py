@@ -1,0 +1,36 @@
+"""The few exceptions leash raises. The docstring is the default message."""
+
+
+class LeashError(Exception):
+    """A leash error."""
+
+    def __init__(self, message: str | None = None):
+        super().__init__(message or self.__doc__)
+
+
+class InvalidJob(LeashError, ValueError):
+    """The job cannot be enqueued as given."""
+
+
+class NoSuchJob(LeashError, LookupError):
+    """No such job."""
+
+
+class PermanentError(LeashError):
+    """The job cannot succeed however often it is retried."""
+
+
+class LeaseLost(LeashError):
+    """This attempt no longer holds the job's lease; another attempt owns it now."""
+
+
+class Canceled(LeashError):
+    """canceled"""
+
+
+class HandOff(LeashError):
+    """The worker is shutting down; the job goes back to the queue without counting an attempt."""
+
+
+class NotReplayable(LeashError):
+    """The job is not in a state that can be replayed."""

@@ -1,0 +1,79 @@
+"""Every Redis key leash reads or writes, in one place.
+
+leash's own keys live under ``leash:``; RQ's keys are taken from RQ's own objects
+(``Job.key_for``, registry ``.key``) so a change in RQ's naming cannot split the two.
+Lua scripts never build key names: callers pass them in KEYS.
+"""
+
+from __future__ import annotations
+
+from rq.executions import ExecutionRegistry
+from rq.job import Job
+from rq.queue import Queue
+from rq.registry import FailedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
+
+PREFIX = "leash:"
+
+#: Sorted set of running job ids scored by lease expiry (unix seconds); the reaper's index.
+LEASES = PREFIX + "leases"
+#: Sorted set of job ids whose cancel was requested, scored by when the hard stop is due.
+CANCELS = PREFIX + "cancels"
+#: Counter of writes refused because they came from a superseded attempt (zombies).
+REJECTED_WRITES = PREFIX + "stats:rejected_writes"
+#: Counter of leases reclaimed after they expired.
+RECLAIMS = PREFIX + "stats:reclaims"
+#: Throttle key so that, of many workers, one reaps per interval.
+REAPER_THROTTLE = PREFIX + "reaper:throttle"
+
+
+def job(job_id: str) -> str:
+    """The small job hash: state, attempts, progress, lease, error, result summary."""
+    return f"{PREFIX}job:{job_id}"
+
+
+def items(job_id: str) -> str:
+    """Hash of per-item results (index -> JSON), the checkpoint; never read by a status poll."""
+    return f"{PREFIX}items:{job_id}"
+
+
+def errors(job_id: str) -> str:
+    """List of this job's error history, one JSON entry per failed or lost attempt."""
+    return f"{PREFIX}errors:{job_id}"
+
+
+def idempotency(owner: str, key: str) -> str:
+    return f"{PREFIX}idem:{owner}:{key}"
+
+
+def effect(job_id: str, name: str) -> str:
+    """Marker that a side effect ran for this job (see jobs.effects.once)."""
+    return f"{PREFIX}effect:{job_id}:{name}"
+
+
+def owner_jobs(owner: str) -> str:
+    """Sorted set of an owner's job ids by creation time (for listings)."""
+    return f"{PREFIX}owner:{owner}:jobs"
+
+
+def rq_job(job_id: str) -> str:
+    return Job.key_for(job_id)
+
+
+def rq_queue(queue_name: str) -> str:
+    return Queue.redis_queue_namespace_prefix + queue_name
+
+
+def rq_started(queue_name: str, connection) -> str:
+    return StartedJobRegistry(queue_name, connection=connection).key
+
+
+def rq_failed(queue_name: str, connection) -> str:
+    return FailedJobRegistry(queue_name, connection=connection).key
+
+
+def rq_scheduled(queue_name: str, connection) -> str:
+    return ScheduledJobRegistry(queue_name, connection=connection).key
+
+
+def rq_executions(job_id: str, connection) -> str:
+    return ExecutionRegistry(job_id, connection=connection).key

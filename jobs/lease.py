@@ -1,0 +1,184 @@
+"""The lease: each claim of a job is an attempt with a fencing token.
+
+Every write an attempt makes — heartbeat, checkpoint, success, failure, hand-off — is a Lua
+script that first checks the job is still ``running`` under that attempt's token. A worker
+that lost its lease (a zombie: stopped, partitioned, orphaned) can keep computing, but
+nothing it writes lands; it learns so from ``LeaseLost`` at its next heartbeat.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from dataclasses import dataclass, field
+
+from redis import Redis
+from rq.utils import now as rq_now
+from rq.utils import utcformat
+
+from . import clock, keys, scripts
+from .config import settings
+from .errors import LeaseLost
+
+
+def error_entry(attempt: int, message: str, now: float) -> str:
+    return json.dumps({"attempt": attempt, "at": now, "error": message})
+
+
+def truncate(text: str, limit: int | None = None) -> str:
+    limit = limit or settings().error_max_chars
+    if len(text) <= limit:
+        return text
+    # Keep the head (what failed) and the tail (where): the middle of a traceback is noise.
+    head = limit // 3
+    return text[:head] + "\n... [truncated] ...\n" + text[-(limit - head - 22) :]
+
+
+def describe(exc: BaseException) -> str:
+    """The stored error text: the exception line first, then the truncated traceback."""
+    summary = f"{type(exc).__name__}: {exc}".strip()
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return truncate(summary + "\n" + tb)
+
+
+@dataclass
+class Attempt:
+    """One claim of a job. Lives in the worker process that claimed it and its work-horse."""
+
+    connection: Redis
+    job_id: str
+    token: str
+    number: int
+    queue: str
+    lease_seconds: float
+    rq_started_member: str = ""
+    handoff_requested: bool = False
+    outcome: str | None = None  # succeeded | retry | failed | superseded | handed_off
+    done: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def _common_keys(self) -> list[str]:
+        return [keys.job(self.job_id), keys.LEASES]
+
+    def heartbeat(self, done: int | None = None, total: int | None = None,
+                  item: tuple[int, str] | None = None, now: float | None = None) -> bool:
+        """Renew the lease and record progress (and an item's result) atomically.
+
+        Returns whether a cancel was requested. Raises LeaseLost for a superseded attempt.
+        """
+        now = clock.wall() if now is None else now
+        reply = scripts.run(
+            self.connection,
+            "heartbeat_v1",
+            keys=self._common_keys() + [
+                keys.items(self.job_id),
+                keys.rq_job(self.job_id),
+                keys.rq_started(self.queue, self.connection),
+                keys.REJECTED_WRITES,
+            ],
+            args=[
+                self.job_id, self.token, now, self.lease_seconds,
+                "" if done is None else int(done),
+                "" if total is None else int(total),
+                "" if item is None else int(item[0]),
+                "" if item is None else item[1],
+                self.rq_started_member,
+            ],
+        )
+        if int(reply[0]) != 1:
+            self.outcome = "superseded"
+            raise LeaseLost()
+        self.done = int(reply[2])
+        return reply[1] in (b"1", "1")
+
+    def finish(self, result: dict, now: float | None = None) -> None:
+        now = clock.wall() if now is None else now
+        ok = scripts.run(
+            self.connection,
+            "finish_v1",
+            keys=self._common_keys() + [keys.items(self.job_id), keys.errors(self.job_id), keys.REJECTED_WRITES],
+            args=[self.job_id, self.token, now, json.dumps(result), settings().result_ttl],
+        )
+        if int(ok) != 1:
+            self.outcome = "superseded"
+            raise LeaseLost()
+        self.outcome = "succeeded"
+
+    def fail(self, message: str, permanent: bool, now: float | None = None) -> str:
+        """Record this attempt's error; returns the new state (queued or failed)."""
+        now = clock.wall() if now is None else now
+        reply = scripts.run(
+            self.connection,
+            "fail_v1",
+            keys=self._common_keys() + [keys.items(self.job_id), keys.errors(self.job_id), keys.REJECTED_WRITES],
+            args=[self.job_id, self.token, now, message, 1 if permanent else 0,
+                  settings().result_ttl, error_entry(self.number, message, now)],
+        )
+        if int(reply[0]) != 1:
+            self.outcome = "superseded"
+            return "superseded"
+        new_state = reply[1].decode() if isinstance(reply[1], bytes) else reply[1]
+        self.extra["attempts_left"] = int(reply[3]) - int(reply[2])
+        self.outcome = "retry" if new_state == "queued" else "failed"
+        return new_state
+
+    def release(self, now: float | None = None) -> bool:
+        """Deploy hand-off: give the job back to the front of the queue, attempt not counted."""
+        now = clock.wall() if now is None else now
+        ok = scripts.run(
+            self.connection,
+            "release_v1",
+            keys=self._common_keys() + [
+                keys.rq_job(self.job_id),
+                keys.rq_queue(self.queue),
+                keys.rq_started(self.queue, self.connection),
+                keys.rq_executions(self.job_id, self.connection),
+                keys.REJECTED_WRITES,
+            ],
+            args=[self.job_id, self.token, now, utcformat(rq_now())],
+        )
+        self.outcome = "handed_off" if int(ok) == 1 else "superseded"
+        return int(ok) == 1
+
+    def abandon(self, message: str, now: float | None = None) -> str | None:
+        """The work-horse running this attempt died: reclaim at once instead of waiting for
+        the lease to run out. Returns the new state, or None if the attempt was superseded."""
+        return reclaim(self.connection, self.job_id, self.queue, message, now=now, token=self.token)
+
+
+def claim(connection: Redis, job_id: str, queue: str, worker: str,
+          now: float | None = None) -> Attempt | None:
+    """Start an attempt on a queued job; None when the job is not claimable."""
+    now = clock.wall() if now is None else now
+    lease_seconds = settings().lease_seconds
+    reply = scripts.run(
+        connection, "claim_v1", keys=[keys.job(job_id), keys.LEASES],
+        args=[job_id, now, lease_seconds, worker],
+    )
+    if int(reply[0]) != 1:
+        return None
+    return Attempt(connection, job_id, token=str(int(reply[1])), number=int(reply[2]),
+                   queue=queue, lease_seconds=lease_seconds)
+
+
+def reclaim(connection: Redis, job_id: str, queue: str, message: str,
+            now: float | None = None, token: str | None = None) -> str | None:
+    """Take back a running job whose lease expired (or, with ``token``, whose attempt is
+    known dead). Returns the new state (queued or failed) or None if nothing was done."""
+    now = clock.wall() if now is None else now
+    number = connection.hget(keys.job(job_id), "attempts")
+    reply = scripts.run(
+        connection,
+        "reclaim_v1",
+        keys=[
+            keys.job(job_id), keys.LEASES, keys.errors(job_id), keys.rq_job(job_id),
+            keys.rq_queue(queue), keys.rq_started(queue, connection),
+            keys.rq_executions(job_id, connection), keys.rq_failed(queue, connection),
+            keys.RECLAIMS, keys.items(job_id),
+        ],
+        args=[job_id, now, message, error_entry(int(number or 0), message, now),
+              settings().result_ttl, utcformat(rq_now()), token or ""],
+    )
+    if int(reply[0]) != 1:
+        return None
+    return reply[1].decode() if isinstance(reply[1], bytes) else reply[1]

@@ -1,0 +1,21 @@
+-- cancel_v1: ask a job to stop. A queued job fails at once with "canceled"; a running job
+-- gets a flag its next heartbeat sees (cooperative), and a hard-stop deadline for the reaper.
+-- KEYS[1] job hash  KEYS[2] cancels zset  KEYS[3] items hash  KEYS[4] errors list
+-- ARGV[1] job_id  ARGV[2] now  ARGV[3] hard-stop deadline  ARGV[4] ttl seconds
+-- ARGV[5] error-history entry JSON
+-- Returns the state the job was in ('missing' when unknown).
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return 'missing' end
+if state == 'queued' then
+  redis.call('HSET', KEYS[1], 'state', 'failed', 'error', 'canceled', 'updated_at', ARGV[2],
+    'ended_at', ARGV[2], 'cancel_requested', '1')
+  redis.call('RPUSH', KEYS[4], ARGV[5])
+  local ttl = tonumber(ARGV[4])
+  redis.call('EXPIRE', KEYS[1], ttl)
+  redis.call('EXPIRE', KEYS[3], ttl)
+  redis.call('EXPIRE', KEYS[4], ttl)
+elseif state == 'running' then
+  redis.call('HSET', KEYS[1], 'cancel_requested', '1')
+  redis.call('ZADD', KEYS[2], tonumber(ARGV[3]), ARGV[1])
+end
+return state

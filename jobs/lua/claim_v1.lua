@@ -1,0 +1,17 @@
+-- claim_v1: start a new attempt on a queued job; hands out the attempt's fencing token.
+-- KEYS[1] job hash   KEYS[2] leases zset
+-- ARGV[1] job_id  ARGV[2] now  ARGV[3] lease_seconds  ARGV[4] worker name
+-- Returns {1, token, attempts} or {0, current_state} when the job is not claimable
+-- (already running under another attempt, terminal, or unknown).
+local state = redis.call('HGET', KEYS[1], 'state')
+if state ~= 'queued' then
+  return {0, state or 'missing'}
+end
+local now = tonumber(ARGV[2])
+local expires = now + tonumber(ARGV[3])
+local token = redis.call('HINCRBY', KEYS[1], 'token', 1)
+local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+redis.call('HSET', KEYS[1], 'state', 'running', 'worker', ARGV[4],
+  'lease_expires_at', tostring(expires), 'updated_at', ARGV[2], 'started_at', ARGV[2])
+redis.call('ZADD', KEYS[2], expires, ARGV[1])
+return {1, token, attempts}

@@ -1,0 +1,32 @@
+-- fail_v1: the attempt holding the token ended in an error. It goes back to queued while
+-- attempts remain (the caller then lets RQ's Retry schedule it), else to failed. The error
+-- text is always stored: failed is never reached without it.
+-- KEYS[1] job hash  KEYS[2] leases zset  KEYS[3] items hash  KEYS[4] errors list
+-- KEYS[5] rejected-writes counter
+-- ARGV[1] job_id  ARGV[2] token  ARGV[3] now  ARGV[4] error text  ARGV[5] permanent (1/0)
+-- ARGV[6] ttl seconds  ARGV[7] error-history entry JSON
+-- Returns {1, new_state, attempts, max_attempts} or {0} when the token is superseded.
+local state = redis.call('HGET', KEYS[1], 'state')
+local token = redis.call('HGET', KEYS[1], 'token')
+if state ~= 'running' or token ~= ARGV[2] then
+  redis.call('INCR', KEYS[5])
+  return {0}
+end
+local attempts = tonumber(redis.call('HGET', KEYS[1], 'attempts') or '0')
+local max_attempts = tonumber(redis.call('HGET', KEYS[1], 'max_attempts') or '1')
+local new_state = 'queued'
+if ARGV[5] == '1' or attempts >= max_attempts then
+  new_state = 'failed'
+end
+redis.call('HSET', KEYS[1], 'state', new_state, 'error', ARGV[4], 'updated_at', ARGV[3],
+  'lease_expires_at', '', 'cancel_requested', '0')
+redis.call('RPUSH', KEYS[4], ARGV[7])
+redis.call('ZREM', KEYS[2], ARGV[1])
+if new_state == 'failed' then
+  redis.call('HSET', KEYS[1], 'ended_at', ARGV[3])
+  local ttl = tonumber(ARGV[6])
+  redis.call('EXPIRE', KEYS[1], ttl)
+  redis.call('EXPIRE', KEYS[3], ttl)
+  redis.call('EXPIRE', KEYS[4], ttl)
+end
+return {1, new_state, attempts, max_attempts}

@@ -1,0 +1,21 @@
+-- finish_v1: the attempt holding the token succeeded; record the small result summary.
+-- KEYS[1] job hash  KEYS[2] leases zset  KEYS[3] items hash  KEYS[4] errors list
+-- KEYS[5] rejected-writes counter
+-- ARGV[1] job_id  ARGV[2] token  ARGV[3] now  ARGV[4] result JSON  ARGV[5] ttl seconds
+-- Returns 1, or 0 when the token is superseded (the write is refused).
+local state = redis.call('HGET', KEYS[1], 'state')
+local token = redis.call('HGET', KEYS[1], 'token')
+if state ~= 'running' or token ~= ARGV[2] then
+  redis.call('INCR', KEYS[5])
+  return 0
+end
+local done = redis.call('HLEN', KEYS[3])
+if done == 0 then done = redis.call('HGET', KEYS[1], 'total') or '0' end
+redis.call('HSET', KEYS[1], 'state', 'succeeded', 'result', ARGV[4], 'done', tostring(done),
+  'updated_at', ARGV[3], 'ended_at', ARGV[3], 'lease_expires_at', '')
+redis.call('ZREM', KEYS[2], ARGV[1])
+local ttl = tonumber(ARGV[5])
+redis.call('EXPIRE', KEYS[1], ttl)
+redis.call('EXPIRE', KEYS[3], ttl)
+redis.call('EXPIRE', KEYS[4], ttl)
+return 1

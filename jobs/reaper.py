@@ -1,0 +1,117 @@
+"""Taking back jobs whose lease ran out, and hard-stopping cancels that were not heeded.
+
+Every worker calls ``tick()`` — while busy (from its horse-monitoring loop) and while idle
+(its dequeue wakes every few seconds) — so no separate process is needed. A shared throttle
+key lets one worker per interval do the work; each queue is reaped under RQ's own
+maintenance lock so RQ's registry cleanup and leash never act on a queue at once. The
+reclaim itself is one Lua script that re-checks the lease, so a job is never requeued twice.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from redis import Redis
+from rq import Queue
+from rq.command import send_stop_job_command
+from rq.exceptions import InvalidJobOperation, NoSuchJobError
+from rq.job import Job
+from rq.rate_limit import RateLimitRegistry
+
+from . import clock, keys, lease
+
+log = logging.getLogger("leash.reaper")
+
+BATCH = 200
+
+
+def lease_expired_message(job_id: str, worker: str | None, expired_at: float | None, now: float) -> str:
+    late = f" {now - expired_at:.1f}s ago" if expired_at else ""
+    who = f" on worker {worker}" if worker else ""
+    return f"lease expired{late}{who}: the worker stopped renewing it (killed, hung or partitioned)"
+
+
+class Reaper:
+    def __init__(self, connection: Redis, name: str, interval: float):
+        self.connection = connection
+        self.name = name
+        self.interval = interval
+        self._next_at = 0.0
+
+    def tick(self, now: float | None = None) -> int:
+        """Reap if this process's interval has passed and no other worker reaped just now."""
+        if clock.monotonic() < self._next_at:
+            return 0
+        self._next_at = clock.monotonic() + self.interval
+        if not self.connection.set(keys.REAPER_THROTTLE, self.name, nx=True, px=int(self.interval * 1000)):
+            return 0
+        return self.reap(now) + self.stop_unheeded_cancels(now)
+
+    def reap(self, now: float | None = None) -> int:
+        now = clock.wall() if now is None else now
+        due = self.connection.zrangebyscore(keys.LEASES, "-inf", now, start=0, num=BATCH)
+        if not due:
+            return 0
+        by_queue: dict[str, list[str]] = {}
+        with self.connection.pipeline(transaction=False) as pipe:
+            for raw in due:
+                pipe.hmget(keys.job(raw.decode()), "queue", "worker", "lease_expires_at")
+            rows = pipe.execute()
+        meta = {}
+        for raw, (queue, worker, expires) in zip(due, rows):
+            job_id = raw.decode()
+            if queue is None:  # the job hash is gone: nothing to reclaim
+                self.connection.zrem(keys.LEASES, job_id)
+                continue
+            by_queue.setdefault(queue.decode(), []).append(job_id)
+            meta[job_id] = (worker.decode() if worker else None, float(expires) if expires else None)
+        reclaimed = 0
+        for queue_name, job_ids in by_queue.items():
+            queue = Queue(queue_name, connection=self.connection)
+            lock_key = queue.registry_cleaning_key
+            # RQ's maintenance lock, held briefly (RQ's own holder sets 899 s and deletes it).
+            if not self.connection.set(lock_key, self.name, nx=True, ex=30):
+                continue
+            try:
+                for job_id in job_ids:
+                    worker, expired_at = meta[job_id]
+                    message = lease_expired_message(job_id, worker, expired_at, now)
+                    new_state = lease.reclaim(self.connection, job_id, queue_name, message, now=now)
+                    if new_state is None:
+                        continue
+                    reclaimed += 1
+                    log.warning("reclaimed job %s (%s): %s", job_id, new_state, message)
+                    if new_state == "failed":
+                        release_rate_limit_slot(self.connection, job_id)
+            finally:
+                if self.connection.get(lock_key) == self.name.encode():
+                    self.connection.delete(lock_key)
+        return reclaimed
+
+    def stop_unheeded_cancels(self, now: float | None = None) -> int:
+        """A cancel is cooperative; if the job did not heartbeat within the grace period,
+        fall back to RQ's stop command (SIGKILL of the work-horse)."""
+        now = clock.wall() if now is None else now
+        due = self.connection.zrangebyscore(keys.CANCELS, "-inf", now, start=0, num=BATCH)
+        stopped = 0
+        for raw in due:
+            job_id = raw.decode()
+            self.connection.zrem(keys.CANCELS, job_id)
+            if self.connection.hget(keys.job(job_id), "state") != b"running":
+                continue
+            try:
+                send_stop_job_command(self.connection, job_id)
+                stopped += 1
+                log.warning("job %s ignored its cancel; sent RQ's stop command", job_id)
+            except (InvalidJobOperation, NoSuchJobError):
+                pass
+        return stopped
+
+
+def release_rate_limit_slot(connection: Redis, job_id: str) -> None:
+    try:
+        job = Job.fetch(job_id, connection=connection)
+    except NoSuchJobError:
+        return
+    if job.has_rate_limit:
+        RateLimitRegistry.from_job(job).release_and_enqueue(job_id)

@@ -1,0 +1,41 @@
+"""Loads the Lua scripts in ``jobs/lua/`` (one file per script, KEYS/ARGV in its header).
+
+Scripts are registered per Redis client and called through redis-py's ``Script`` objects
+(EVALSHA, falling back to EVAL after a Redis restart flushed the script cache).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from redis import Redis
+from redis.commands.core import Script
+
+LUA_DIR = Path(__file__).with_name("lua")
+
+
+@lru_cache(maxsize=None)
+def source(name: str) -> str:
+    return (LUA_DIR / f"{name}.lua").read_text()
+
+
+def names() -> list[str]:
+    return sorted(p.stem for p in LUA_DIR.glob("*.lua"))
+
+
+_registered: dict[tuple[int, str], Script] = {}
+
+
+def script(connection: Redis, name: str) -> Script:
+    key = (id(connection), name)
+    registered = _registered.get(key)
+    if registered is None or registered.registered_client is not connection:
+        registered = connection.register_script(source(name))
+        _registered[key] = registered
+    return registered
+
+
+def run(connection: Redis, name: str, keys: list[str], args: list[Any], pipeline=None) -> Any:
+    return script(connection, name)(keys=keys, args=args, client=pipeline)

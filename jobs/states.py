@@ -1,0 +1,109 @@
+"""The one function that says what state a job is in.
+
+    queued ──claim──▶ running ──success──────────────▶ succeeded  (terminal)
+      ▲                 │
+      │                 ├─ retryable failure, attempts < max ─┐
+      │                 ├─ permanent failure ─▶ failed (terminal, error stored)
+      │                 ├─ retryable failure, attempts = max ─▶ failed
+      │                 └─ lease expired (worker died/hung) ──┤
+      └───────────────────────────────────────────────────────┘
+
+Two sources are combined. leash's job hash is written only by fenced Lua transitions and is
+the authority for running and for the terminal states. RQ's status says where a job that
+leash calls queued is waiting (queue, scheduled retry, rate limit) and whether RQ itself
+ended it (canceled or stopped from rq-dashboard); those RQ endings count as failed.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from typing import Any
+
+from redis import Redis
+
+from . import clock, keys
+from .errors import NoSuchJob
+
+
+class State(str, Enum):
+    QUEUED = "queued"  #: waiting: in a queue, scheduled for a retry, or held by the owner's limit
+    RUNNING = "running"  #: an attempt holds a lease (``stale`` when that lease has expired)
+    SUCCEEDED = "succeeded"  #: terminal; the result has its own address
+    FAILED = "failed"  #: terminal; ``error`` always holds the reason as text
+
+
+TERMINAL = frozenset({State.SUCCEEDED, State.FAILED})
+
+# RQ statuses for a job that leash has not ended, and what they mean to a user.
+_RQ_WAITING = {"queued", "scheduled", "deferred", "rate_limited", "created", "started", None}
+_RQ_ENDED = {"failed": "failed in RQ", "stopped": "stopped", "canceled": "canceled"}
+
+FIELDS = ("job_id", "kind", "state", "done", "total", "result", "error", "stale", "attempts",
+          "max_attempts", "created_at", "updated_at", "lease_expires_at")
+
+
+def _text(value: bytes | str | None) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _float(value: str | None) -> float | None:
+    return float(value) if value not in (None, "") else None
+
+
+def decide(leash_state: str, rq_status: str | None, lease_expires_at: float | None,
+           now: float) -> tuple[State, bool, str | None]:
+    """(state, stale, error override) from leash's state and RQ's status."""
+    if leash_state in (State.SUCCEEDED, State.FAILED):
+        return State(leash_state), False, None
+    if leash_state == State.RUNNING:
+        stale = lease_expires_at is not None and lease_expires_at <= now
+        return State.RUNNING, stale, None
+    if rq_status in _RQ_ENDED:
+        return State.FAILED, False, _RQ_ENDED[rq_status]
+    return State.QUEUED, False, None
+
+
+def status(connection: Redis, job_id: str, now: float | None = None) -> dict[str, Any]:
+    """The status fields of one job, in one round trip. Never reads the item results."""
+    with connection.pipeline(transaction=False) as pipe:
+        pipe.hgetall(keys.job(job_id))
+        pipe.hget(keys.rq_job(job_id), "status")
+        raw, rq_status = pipe.execute()
+    if not raw:
+        raise NoSuchJob(f"no such job: {job_id}")
+    return from_raw(job_id, raw, _text(rq_status), now=now)
+
+
+def from_raw(job_id: str, raw: dict, rq_status: str | None, now: float | None = None) -> dict[str, Any]:
+    now = clock.wall() if now is None else now
+    h = {_text(k): _text(v) for k, v in raw.items()}
+    lease_expires_at = _float(h.get("lease_expires_at"))
+    state, stale, error_override = decide(h.get("state") or "queued", rq_status, lease_expires_at, now)
+    result = None
+    if state == State.SUCCEEDED and h.get("result"):
+        result = {"summary": json.loads(h["result"]), "url": f"/jobs/{job_id}/result"}
+    error = h.get("error") or None
+    if state == State.FAILED and not error:
+        error = error_override or "failed"
+    return {
+        "job_id": job_id,
+        "kind": h.get("kind"),
+        "state": state.value,
+        "done": int(h.get("done") or 0),
+        "total": int(h.get("total") or 0),
+        "result": result,
+        "error": error,
+        "stale": stale,
+        "attempts": int(h.get("attempts") or 0),
+        "max_attempts": int(h.get("max_attempts") or 0),
+        "created_at": clock.iso(_float(h.get("created_at"))),
+        "updated_at": clock.iso(_float(h.get("updated_at"))),
+        "lease_expires_at": clock.iso(lease_expires_at) if state == State.RUNNING else None,
+    }
+
+
+def owner_of(connection: Redis, job_id: str) -> str | None:
+    return _text(connection.hget(keys.job(job_id), "owner"))

@@ -1,0 +1,192 @@
+"""``LeashWorker``: RQ's forking Worker, with leases.
+
+Lifecycle of one job on this worker (main process = M, work-horse = H):
+
+    M  dequeue (RQ) -> claim (Lua: queued -> running, new fencing token) -> fork
+    H  runs jobs.runner.execute; every checkpoint renews the lease; the runner records how
+       the attempt ended (finish / fail / release) with fenced writes, then RQ's
+       success/failure bookkeeping runs only when leash's write landed
+    M  while H runs: every few seconds, heartbeat RQ, reap expired leases (any job), and
+       check that this attempt still holds its lease — if not (reclaimed after a hang),
+       kill H; its writes would be refused anyway
+    M  H died unexpectedly (OOM, SIGKILL): reclaim now (attempt counts) instead of waiting
+       for the lease to run out
+    SIGTERM (deploy): stop claiming; H checkpoints and releases the job to the front of
+       the queue at its next heartbeat (attempt not counted); if H has not done so within
+       LEASH_HANDOFF_GRACE seconds, M kills H and releases the job itself. A second SIGTERM
+       does the same at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+import redis
+from rq.job import Job
+from rq.queue import Queue
+from rq.serializers import JSONSerializer
+from rq.worker import Worker
+
+from . import clock, keys, lease, runner
+from .config import settings
+from .enqueue import EXECUTE
+from .reaper import Reaper, release_rate_limit_slot
+
+log = logging.getLogger("leash.worker")
+
+
+class LeashWorker(Worker):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("serializer", JSONSerializer)
+        # Wake often enough to notice an expired lease well inside its length.
+        self.tick_seconds = max(0.25, min(5.0, settings().lease_seconds / 4))
+        super().__init__(*args, **kwargs)
+        self.job_monitoring_interval = max(1, int(self.tick_seconds))
+        self.reaper = Reaper(self.connection, self.name, self.tick_seconds)
+        self._attempt: lease.Attempt | None = None
+        self._handoff_deadline: float | None = None
+
+    @property
+    def dequeue_timeout(self) -> int:
+        # RQ blocks for worker_ttl - 15 = 405 s; an idle worker must keep reaping.
+        return max(1, int(self.tick_seconds))
+
+    # --- periodic work in the main process -------------------------------------------
+
+    def heartbeat(self, timeout=None, pipeline=None):
+        super().heartbeat(timeout, pipeline)
+        if pipeline is None and not self.is_horse:
+            self._tick()
+
+    def maintain_heartbeats(self, job: Job, execution):
+        super().maintain_heartbeats(job, execution)
+        self._tick()
+        self._check_current_attempt()
+
+    def _tick(self) -> None:
+        try:
+            self.reaper.tick()
+        except redis.exceptions.RedisError as exc:
+            log.warning("reaper skipped a round: %s", exc)
+
+    def _check_current_attempt(self) -> None:
+        attempt = self._attempt
+        if attempt is None or not self.horse_pid:
+            return
+        if self._handoff_deadline is not None and clock.monotonic() > self._handoff_deadline:
+            log.warning("job %s did not hand off within the grace period; stopping it", attempt.job_id)
+            self.kill_horse()
+            return
+        try:
+            state, token = self.connection.hmget(keys.job(attempt.job_id), "state", "token")
+        except redis.exceptions.RedisError:
+            return
+        if state != b"running" or (token or b"").decode() != attempt.token:
+            log.warning("job %s was reclaimed from this worker; stopping its work-horse", attempt.job_id)
+            attempt.outcome = "superseded"
+            self.kill_horse()
+
+    # --- claiming ----------------------------------------------------------------------
+
+    def execute_job(self, job: Job, queue: Queue):
+        if job.func_name != EXECUTE:
+            return super().execute_job(job, queue)  # a plain RQ job on this queue
+        attempt = lease.claim(self.connection, job.id, queue.name, self.name)
+        if attempt is None:
+            # A duplicate entry for a job that is running elsewhere or already ended.
+            log.info("job %s is not claimable (%s); dropped this queue entry", job.id,
+                     (self.connection.hget(keys.job(job.id), "state") or b"missing").decode())
+            self.connection.lrem(queue.intermediate_queue_key, 1, job.id)
+            return
+        self._attempt = attempt
+        runner.set_current(attempt)
+        try:
+            super().execute_job(job, queue)
+        finally:
+            self._attempt = None
+            runner.set_current(None)
+
+    def perform_job(self, job: Job, queue: Queue, execution) -> bool:
+        attempt = runner.current()
+        if attempt is not None and execution is not None:
+            attempt.rq_started_member = execution.composite_key
+        return super().perform_job(job, queue, execution)
+
+    # --- how an attempt ends, in RQ's terms -------------------------------------------
+
+    def handle_job_success(self, job, queue, started_job_registry, execution):
+        attempt = runner.current()
+        if attempt is not None and attempt.outcome != "succeeded":
+            return self._forget_execution(job, execution)
+        return super().handle_job_success(job, queue, started_job_registry, execution)
+
+    def handle_job_failure(self, job, queue, started_job_registry=None, exc_string="", execution=None):
+        attempt = runner.current() if self.is_horse else self._attempt
+        if attempt is None:
+            return super().handle_job_failure(job, queue, started_job_registry, exc_string, execution)
+        if self.is_horse:
+            if attempt.outcome is None:  # something escaped the runner (BaseException)
+                attempt.fail(lease.truncate(exc_string or "work-horse failed"), permanent=False)
+        elif attempt.outcome is None:
+            self._settle_dead_horse(attempt, job, exc_string)
+
+        if attempt.outcome == "retry":
+            job.retries_left = max(1, attempt.extra.get("attempts_left", 1))
+            return super().handle_job_failure(job, queue, started_job_registry, exc_string, execution)
+        if attempt.outcome == "failed":
+            job.retries_left = 0
+            return super().handle_job_failure(job, queue, started_job_registry, exc_string, execution)
+        # superseded, handed off or reclaimed: leash's Lua already put RQ's side right.
+        self._stopped_job_id = None
+        return self._forget_execution(job, execution)
+
+    def _settle_dead_horse(self, attempt: lease.Attempt, job: Job, exc_string: str) -> None:
+        """The work-horse ended without recording how (killed). Decide in the main process."""
+        if self._stopped_job_id == job.id:
+            attempt.fail("canceled", permanent=True)
+        elif self._handoff_deadline is not None:
+            attempt.release()
+        else:
+            message = f"worker process died: {exc_string.strip() or 'no exit status'}"
+            new_state = attempt.abandon(message)
+            attempt.outcome = "reclaimed" if new_state else "superseded"
+            if new_state == "failed":
+                release_rate_limit_slot(self.connection, job.id)
+
+    def _forget_execution(self, job: Job, execution) -> None:
+        with self.connection.pipeline() as pipe:
+            self.cleanup_execution(job, pipeline=pipe, execution=execution)
+            pipe.execute()
+
+    # --- shutdown: hand the job off ---------------------------------------------------
+
+    def setup_work_horse_signals(self):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, _horse_sigterm)
+
+    def handle_warm_shutdown_request(self):
+        super().handle_warm_shutdown_request()
+        if self.horse_pid and self._attempt is not None:
+            self._handoff_deadline = clock.monotonic() + settings().handoff_grace
+            try:
+                os.kill(self.horse_pid, signal.SIGTERM)  # the horse hands off at its next heartbeat
+            except ProcessLookupError:
+                pass
+
+    def request_force_stop(self, signum, frame):
+        # A second signal: do not leave the job "started" as RQ would; release it now.
+        attempt = self._attempt
+        if attempt is not None and self.horse_pid:
+            self.kill_horse()
+            self.wait_for_horse()
+            attempt.release()
+            log.warning("cold shutdown: released job %s back to its queue", attempt.job_id)
+        raise SystemExit()
+
+
+def _horse_sigterm(signum, frame):
+    attempt = runner.current()
+    if attempt is not None:
+        attempt.handoff_requested = True

@@ -1,0 +1,1 @@
+"""leash's Flask front end (``create_app`` in ``web.app``)."""
