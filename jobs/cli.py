@@ -44,10 +44,18 @@ def main() -> None:
 @click.option("--scheduler/--no-scheduler", default=True, envvar="LEASH_WITH_SCHEDULER", show_envvar=True,
               help="Run RQ's scheduler (retry backoff) in this worker.")
 @click.option("--log-level", default="INFO", envvar="LEASH_LOG_LEVEL", show_envvar=True)
-def worker(queues, burst, name, scheduler, log_level):
+@click.option("--import", "imports", multiple=True, envvar="LEASH_IMPORTS", show_envvar=True,
+              help="Module(s) that register your job kinds (comma-separated in the env var).")
+def worker(queues, burst, name, scheduler, log_level, imports):
     """Run a worker (RQ Worker with leases, reaping and deploy hand-off)."""
     from .config import settings
+    from .kinds import import_kinds
     from .worker import LeashWorker
+
+    try:
+        import_kinds(imports)
+    except ImportError as exc:
+        raise click.UsageError(f"cannot import job kinds: {exc}") from None
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     conn = _connection()

@@ -59,6 +59,7 @@ class Settings:
     cancel_grace: float
     local_delay_ms: int
     error_max_chars: int
+    max_defers: int
 
 
 def settings() -> Settings:
@@ -75,4 +76,5 @@ def settings() -> Settings:
         cancel_grace=_float("LEASH_CANCEL_GRACE", 10.0, minimum=0.0),
         local_delay_ms=_int("LEASH_LOCAL_DELAY_MS", 0),
         error_max_chars=_int("LEASH_ERROR_MAX_CHARS", 4000, minimum=200),
+        max_defers=_int("LEASH_MAX_DEFERS", 10, minimum=0),
     )

@@ -20,12 +20,14 @@ def cancel(connection: Redis, job_id: str, now: float | None = None) -> str:
     Returns the state the job was in."""
     now = clock.wall() if now is None else now
     s = settings()
-    attempts = connection.hget(keys.job(job_id), "attempts")
+    attempts, kind = connection.hmget(keys.job(job_id), "attempts", "kind")
+    kind = (kind or b"").decode()
     state = scripts.run(
         connection, "cancel_v1",
-        keys=[keys.job(job_id), keys.CANCELS, keys.items(job_id), keys.errors(job_id)],
+        keys=[keys.job(job_id), keys.CANCELS, keys.items(job_id), keys.errors(job_id)]
+        + keys.outcome_keys("failed", kind, now) + [keys.FAILED_INDEX],
         args=[job_id, now, now + s.cancel_grace, s.result_ttl,
-              error_entry(int(attempts or 0), "canceled", now)],
+              error_entry(int(attempts or 0), "canceled", now), f"failed:{kind}", keys.STATS_MINUTE_TTL],
     )
     state = state.decode() if isinstance(state, bytes) else state
     if state == "missing":

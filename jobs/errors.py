@@ -32,5 +32,13 @@ class HandOff(LeashError):
     """The worker is shutting down; the job goes back to the queue without counting an attempt."""
 
 
+class RetryLater(LeashError):
+    """Try this job again later without counting an attempt (e.g. the model answered 429)."""
+
+    def __init__(self, seconds: float, message: str | None = None):
+        super().__init__(message or f"retry after {seconds:g}s")
+        self.seconds = seconds
+
+
 class NotReplayable(LeashError):
     """The job is not in a state that can be replayed."""

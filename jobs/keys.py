@@ -22,6 +22,12 @@ CANCELS = PREFIX + "cancels"
 REJECTED_WRITES = PREFIX + "stats:rejected_writes"
 #: Counter of leases reclaimed after they expired.
 RECLAIMS = PREFIX + "stats:reclaims"
+#: Sorted set of failed job ids scored by when they failed: the dead-letter index.
+FAILED_INDEX = PREFIX + "failed"
+#: Hash of all-time outcome counts, field "<outcome>:<kind>".
+STATS_TOTALS = PREFIX + "stats:totals"
+#: How long per-minute outcome counters live.
+STATS_MINUTE_TTL = 2 * 24 * 3600
 #: Throttle key so that, of many workers, one reaps per interval.
 REAPER_THROTTLE = PREFIX + "reaper:throttle"
 
@@ -39,6 +45,18 @@ def items(job_id: str) -> str:
 def errors(job_id: str) -> str:
     """List of this job's error history, one JSON entry per failed or lost attempt."""
     return f"{PREFIX}errors:{job_id}"
+
+
+def stats_minute(outcome: str, kind: str, minute: int) -> str:
+    """Count of jobs that ended in ``outcome`` (succeeded|failed) during one minute
+    (unix time // 60); ``kind`` "_all" counts every kind."""
+    return f"{PREFIX}stats:{outcome}:{kind}:{minute}"
+
+
+def outcome_keys(outcome: str, kind: str, now: float) -> list[str]:
+    """KEYS a terminal transition passes to Lua: this minute's counters (kind, all), totals."""
+    minute = int(now // 60)
+    return [stats_minute(outcome, kind, minute), stats_minute(outcome, "_all", minute), STATS_TOTALS]
 
 
 def idempotency(owner: str, key: str) -> str:

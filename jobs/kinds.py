@@ -12,6 +12,8 @@ To add a kind::
 
 from __future__ import annotations
 
+import importlib
+import os
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,7 +49,28 @@ def kind(name: str) -> Callable[[Callable], Kind]:
     return register
 
 
+_env_imported = False
+
+
+def _import_from_env() -> None:
+    global _env_imported
+    _env_imported = True
+    import_kinds()
+
+
+def import_kinds(modules: list[str] | tuple[str, ...] | None = None) -> None:
+    """Import the modules that register job kinds (``--import`` / ``LEASH_IMPORTS``)."""
+    if modules is None:
+        modules = [os.environ.get("LEASH_IMPORTS", "")]
+    for spec in modules:
+        for name in spec.split(","):
+            if name.strip():
+                importlib.import_module(name.strip())
+
+
 def get(name: str) -> Kind:
+    if name not in KINDS and not _env_imported:
+        _import_from_env()
     try:
         return KINDS[name]
     except KeyError:

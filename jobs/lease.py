@@ -9,6 +9,7 @@ nothing it writes lands; it learns so from ``LeaseLost`` at its next heartbeat.
 from __future__ import annotations
 
 import json
+import os
 import traceback
 from dataclasses import dataclass, field
 
@@ -52,6 +53,8 @@ class Attempt:
     queue: str
     lease_seconds: float
     rq_started_member: str = ""
+    kind: str = ""
+    worker_pid: int = 0  # the worker process that claimed; its death orphans the work-horse
     handoff_requested: bool = False
     outcome: str | None = None  # succeeded | retry | failed | superseded | handed_off
     done: int = 0
@@ -83,6 +86,7 @@ class Attempt:
                 "" if item is None else int(item[0]),
                 "" if item is None else item[1],
                 self.rq_started_member,
+                "0" if self.orphaned() else "1",
             ],
         )
         if int(reply[0]) != 1:
@@ -91,13 +95,21 @@ class Attempt:
         self.done = int(reply[2])
         return reply[1] in (b"1", "1")
 
+    def orphaned(self) -> bool:
+        """True in a work-horse whose worker process died (it was re-parented). Such a
+        horse may finish its current item, but no longer renews the lease: its worker is not
+        there to finish the job's bookkeeping, so the job must be reclaimed."""
+        return bool(self.worker_pid) and os.getppid() != self.worker_pid and os.getpid() != self.worker_pid
+
     def finish(self, result: dict, now: float | None = None) -> None:
         now = clock.wall() if now is None else now
         ok = scripts.run(
             self.connection,
             "finish_v1",
-            keys=self._common_keys() + [keys.items(self.job_id), keys.errors(self.job_id), keys.REJECTED_WRITES],
-            args=[self.job_id, self.token, now, json.dumps(result), settings().result_ttl],
+            keys=self._common_keys() + [keys.items(self.job_id), keys.errors(self.job_id), keys.REJECTED_WRITES]
+            + keys.outcome_keys("succeeded", self.kind, now),
+            args=[self.job_id, self.token, now, json.dumps(result), settings().result_ttl,
+                  f"succeeded:{self.kind}", keys.STATS_MINUTE_TTL],
         )
         if int(ok) != 1:
             self.outcome = "superseded"
@@ -110,9 +122,11 @@ class Attempt:
         reply = scripts.run(
             self.connection,
             "fail_v1",
-            keys=self._common_keys() + [keys.items(self.job_id), keys.errors(self.job_id), keys.REJECTED_WRITES],
+            keys=self._common_keys() + [keys.items(self.job_id), keys.errors(self.job_id), keys.REJECTED_WRITES]
+            + keys.outcome_keys("failed", self.kind, now) + [keys.FAILED_INDEX],
             args=[self.job_id, self.token, now, message, 1 if permanent else 0,
-                  settings().result_ttl, error_entry(self.number, message, now)],
+                  settings().result_ttl, error_entry(self.number, message, now),
+                  f"failed:{self.kind}", keys.STATS_MINUTE_TTL],
         )
         if int(reply[0]) != 1:
             self.outcome = "superseded"
@@ -122,8 +136,10 @@ class Attempt:
         self.outcome = "retry" if new_state == "queued" else "failed"
         return new_state
 
-    def release(self, now: float | None = None) -> bool:
-        """Deploy hand-off: give the job back to the front of the queue, attempt not counted."""
+    def release(self, now: float | None = None, requeue: bool = True) -> int:
+        """Give the job back without counting the attempt: to the front of the queue
+        (deploy hand-off), or, with ``requeue=False``, for RQ's scheduler to bring back
+        later (deferral). Returns 0 if superseded, else 1 / the job's deferral count."""
         now = clock.wall() if now is None else now
         ok = scripts.run(
             self.connection,
@@ -135,10 +151,13 @@ class Attempt:
                 keys.rq_executions(self.job_id, self.connection),
                 keys.REJECTED_WRITES,
             ],
-            args=[self.job_id, self.token, now, utcformat(rq_now())],
+            args=[self.job_id, self.token, now, utcformat(rq_now()), "1" if requeue else "0"],
         )
-        self.outcome = "handed_off" if int(ok) == 1 else "superseded"
-        return int(ok) == 1
+        if int(ok) == 0:
+            self.outcome = "superseded"
+        else:
+            self.outcome = "handed_off" if requeue else "deferred"
+        return int(ok)
 
     def abandon(self, message: str, now: float | None = None) -> str | None:
         """The work-horse running this attempt died: reclaim at once instead of waiting for
@@ -157,8 +176,9 @@ def claim(connection: Redis, job_id: str, queue: str, worker: str,
     )
     if int(reply[0]) != 1:
         return None
+    kind = reply[3].decode() if isinstance(reply[3], bytes) else reply[3]
     return Attempt(connection, job_id, token=str(int(reply[1])), number=int(reply[2]),
-                   queue=queue, lease_seconds=lease_seconds)
+                   queue=queue, lease_seconds=lease_seconds, kind=kind, worker_pid=os.getpid())
 
 
 def reclaim(connection: Redis, job_id: str, queue: str, message: str,
@@ -166,7 +186,8 @@ def reclaim(connection: Redis, job_id: str, queue: str, message: str,
     """Take back a running job whose lease expired (or, with ``token``, whose attempt is
     known dead). Returns the new state (queued or failed) or None if nothing was done."""
     now = clock.wall() if now is None else now
-    number = connection.hget(keys.job(job_id), "attempts")
+    number, kind = connection.hmget(keys.job(job_id), "attempts", "kind")
+    kind = (kind or b"").decode()
     reply = scripts.run(
         connection,
         "reclaim_v1",
@@ -175,9 +196,10 @@ def reclaim(connection: Redis, job_id: str, queue: str, message: str,
             keys.rq_queue(queue), keys.rq_started(queue, connection),
             keys.rq_executions(job_id, connection), keys.rq_failed(queue, connection),
             keys.RECLAIMS, keys.items(job_id),
-        ],
+        ] + keys.outcome_keys("failed", kind, now) + [keys.FAILED_INDEX],
         args=[job_id, now, message, error_entry(int(number or 0), message, now),
-              settings().result_ttl, utcformat(rq_now()), token or ""],
+              settings().result_ttl, utcformat(rq_now()), token or "",
+              f"failed:{kind}", keys.STATS_MINUTE_TTL],
     )
     if int(reply[0]) != 1:
         return None

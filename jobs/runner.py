@@ -8,6 +8,8 @@ how the kind's function ended onto a fenced transition, then lets RQ do its book
     Canceled         -> fail     (failed, error "canceled")
     other exception  -> fail     (queued again while attempts remain, else failed)
     HandOff          -> release  (front of the queue, attempt not counted)
+    RetryLater(s)    -> release  (RQ's scheduler brings it back after s seconds, attempt not
+                                  counted; after LEASH_MAX_DEFERS deferrals it counts as a failure)
     LeaseLost        -> nothing  (another attempt owns the job; this one writes nothing)
 """
 
@@ -15,9 +17,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import kinds
+from . import keys, kinds
 from .context import JobContext
-from .errors import Canceled, HandOff, LeaseLost, PermanentError
+import math
+
+from rq import Retry
+
+from .config import settings
+from .errors import Canceled, HandOff, LeaseLost, PermanentError, RetryLater
 from .lease import Attempt, describe
 
 _current: Attempt | None = None
@@ -48,6 +55,8 @@ def execute(kind_name: str, payload: dict) -> dict[str, Any]:
     except HandOff:
         attempt.release()
         raise
+    except RetryLater as exc:
+        return _defer(attempt, exc)
     except Canceled:
         attempt.fail("canceled", permanent=True)
         raise
@@ -57,3 +66,18 @@ def execute(kind_name: str, payload: dict) -> dict[str, Any]:
     except Exception as exc:
         attempt.fail(describe(exc), permanent=False)
         raise
+
+
+def _defer(attempt: Attempt, exc: RetryLater) -> Retry:
+    """Give the job back for later. Returning RQ's ``Retry`` makes RQ schedule it (its
+    scheduler runs in every ``leash worker``) and free its rate-limit slot meanwhile."""
+    limit = settings().max_defers
+    defers_so_far = int(attempt.connection.hget(keys.job(attempt.job_id), "defers") or 0)
+    if defers_so_far >= limit:
+        # Bounded: a job deferred too often burns attempts like any other failure.
+        error = RuntimeError(f"deferred {defers_so_far} times, the limit (LEASH_MAX_DEFERS={limit}); last: {exc}")
+        attempt.fail(describe(error), permanent=False)
+        raise error
+    if attempt.release(requeue=False) == 0:
+        raise LeaseLost()
+    return Retry(max=limit + 1, interval=max(1, math.ceil(exc.seconds)))

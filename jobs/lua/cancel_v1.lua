@@ -3,6 +3,9 @@
 -- KEYS[1] job hash  KEYS[2] cancels zset  KEYS[3] items hash  KEYS[4] errors list
 -- ARGV[1] job_id  ARGV[2] now  ARGV[3] hard-stop deadline  ARGV[4] ttl seconds
 -- ARGV[5] error-history entry JSON
+-- KEYS[5] failed-this-minute counter for the kind  KEYS[6] same for all kinds
+-- KEYS[7] all-time totals hash  KEYS[8] failed index zset
+-- ARGV[6] totals field ("failed:<kind>")  ARGV[7] per-minute counter ttl
 -- Returns the state the job was in ('missing' when unknown).
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return 'missing' end
@@ -14,6 +17,12 @@ if state == 'queued' then
   redis.call('EXPIRE', KEYS[1], ttl)
   redis.call('EXPIRE', KEYS[3], ttl)
   redis.call('EXPIRE', KEYS[4], ttl)
+  redis.call('INCR', KEYS[5])
+  redis.call('EXPIRE', KEYS[5], tonumber(ARGV[7]))
+  redis.call('INCR', KEYS[6])
+  redis.call('EXPIRE', KEYS[6], tonumber(ARGV[7]))
+  redis.call('HINCRBY', KEYS[7], ARGV[6], 1)
+  redis.call('ZADD', KEYS[8], tonumber(ARGV[2]), ARGV[1])
 elseif state == 'running' then
   redis.call('HSET', KEYS[1], 'cancel_requested', '1')
   redis.call('ZADD', KEYS[2], tonumber(ARGV[3]), ARGV[1])

@@ -1,7 +1,7 @@
 -- claim_v1: start a new attempt on a queued job; hands out the attempt's fencing token.
 -- KEYS[1] job hash   KEYS[2] leases zset
 -- ARGV[1] job_id  ARGV[2] now  ARGV[3] lease_seconds  ARGV[4] worker name
--- Returns {1, token, attempts} or {0, current_state} when the job is not claimable
+-- Returns {1, token, attempts, kind} or {0, current_state} when the job is not claimable
 -- (already running under another attempt, terminal, or unknown).
 local state = redis.call('HGET', KEYS[1], 'state')
 if state ~= 'queued' then
@@ -14,4 +14,4 @@ local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 redis.call('HSET', KEYS[1], 'state', 'running', 'worker', ARGV[4],
   'lease_expires_at', tostring(expires), 'updated_at', ARGV[2], 'started_at', ARGV[2])
 redis.call('ZADD', KEYS[2], expires, ARGV[1])
-return {1, token, attempts}
+return {1, token, attempts, redis.call('HGET', KEYS[1], 'kind') or ''}

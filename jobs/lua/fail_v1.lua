@@ -2,9 +2,11 @@
 -- attempts remain (the caller then lets RQ's Retry schedule it), else to failed. The error
 -- text is always stored: failed is never reached without it.
 -- KEYS[1] job hash  KEYS[2] leases zset  KEYS[3] items hash  KEYS[4] errors list
--- KEYS[5] rejected-writes counter
+-- KEYS[5] rejected-writes counter  KEYS[6] failed-this-minute counter for the kind
+-- KEYS[7] same for all kinds  KEYS[8] all-time totals hash  KEYS[9] failed index zset
 -- ARGV[1] job_id  ARGV[2] token  ARGV[3] now  ARGV[4] error text  ARGV[5] permanent (1/0)
--- ARGV[6] ttl seconds  ARGV[7] error-history entry JSON
+-- ARGV[6] ttl seconds  ARGV[7] error-history entry JSON  ARGV[8] totals field ("failed:<kind>")
+-- ARGV[9] per-minute counter ttl
 -- Returns {1, new_state, attempts, max_attempts} or {0} when the token is superseded.
 local state = redis.call('HGET', KEYS[1], 'state')
 local token = redis.call('HGET', KEYS[1], 'token')
@@ -28,5 +30,11 @@ if new_state == 'failed' then
   redis.call('EXPIRE', KEYS[1], ttl)
   redis.call('EXPIRE', KEYS[3], ttl)
   redis.call('EXPIRE', KEYS[4], ttl)
+  redis.call('INCR', KEYS[6])
+  redis.call('EXPIRE', KEYS[6], tonumber(ARGV[9]))
+  redis.call('INCR', KEYS[7])
+  redis.call('EXPIRE', KEYS[7], tonumber(ARGV[9]))
+  redis.call('HINCRBY', KEYS[8], ARGV[8], 1)
+  redis.call('ZADD', KEYS[9], tonumber(ARGV[3]), ARGV[1])
 end
 return {1, new_state, attempts, max_attempts}

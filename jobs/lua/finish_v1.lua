@@ -1,7 +1,10 @@
 -- finish_v1: the attempt holding the token succeeded; record the small result summary.
 -- KEYS[1] job hash  KEYS[2] leases zset  KEYS[3] items hash  KEYS[4] errors list
 -- KEYS[5] rejected-writes counter
+-- KEYS[6] succeeded-this-minute counter for the kind  KEYS[7] same for all kinds
+-- KEYS[8] all-time totals hash
 -- ARGV[1] job_id  ARGV[2] token  ARGV[3] now  ARGV[4] result JSON  ARGV[5] ttl seconds
+-- ARGV[6] totals field ("succeeded:<kind>")  ARGV[7] per-minute counter ttl
 -- Returns 1, or 0 when the token is superseded (the write is refused).
 local state = redis.call('HGET', KEYS[1], 'state')
 local token = redis.call('HGET', KEYS[1], 'token')
@@ -18,4 +21,9 @@ local ttl = tonumber(ARGV[5])
 redis.call('EXPIRE', KEYS[1], ttl)
 redis.call('EXPIRE', KEYS[3], ttl)
 redis.call('EXPIRE', KEYS[4], ttl)
+redis.call('INCR', KEYS[6])
+redis.call('EXPIRE', KEYS[6], tonumber(ARGV[7]))
+redis.call('INCR', KEYS[7])
+redis.call('EXPIRE', KEYS[7], tonumber(ARGV[7]))
+redis.call('HINCRBY', KEYS[8], ARGV[6], 1)
 return 1

@@ -5,6 +5,7 @@
 -- ARGV[1] job_id  ARGV[2] token  ARGV[3] now  ARGV[4] lease_seconds
 -- ARGV[5] done ('' = count of stored items)  ARGV[6] total ('' = unchanged)
 -- ARGV[7] item index ('' = none)  ARGV[8] item JSON  ARGV[9] rq started member ('' = none)
+-- ARGV[10] renew ('1' extends the lease; '0' records progress only: an orphaned work-horse)
 -- Returns {1, cancel_requested, done} or {0} when the token is superseded (zombie write).
 local state = redis.call('HGET', KEYS[1], 'state')
 local token = redis.call('HGET', KEYS[1], 'token')
@@ -14,6 +15,9 @@ if state ~= 'running' or token ~= ARGV[2] then
 end
 local now = tonumber(ARGV[3])
 local expires = now + tonumber(ARGV[4])
+if ARGV[10] == '0' then
+  expires = tonumber(redis.call('HGET', KEYS[1], 'lease_expires_at') or ARGV[3])
+end
 if ARGV[7] ~= '' then
   redis.call('HSET', KEYS[3], ARGV[7], ARGV[8])
 end

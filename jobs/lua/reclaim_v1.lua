@@ -5,9 +5,12 @@
 -- KEYS[1] job hash  KEYS[2] leases zset  KEYS[3] errors list  KEYS[4] rq job hash
 -- KEYS[5] rq queue list  KEYS[6] rq started registry  KEYS[7] rq executions zset
 -- KEYS[8] rq failed registry  KEYS[9] reclaims counter  KEYS[10] items hash
+-- KEYS[11] failed-this-minute counter for the kind  KEYS[12] same for all kinds
+-- KEYS[13] all-time totals hash  KEYS[14] failed index zset
 -- ARGV[1] job_id  ARGV[2] now  ARGV[3] error text  ARGV[4] error-history entry JSON
 -- ARGV[5] ttl seconds  ARGV[6] enqueued_at (RQ's format)
 -- ARGV[7] expected token ('' = any token whose lease has expired)
+-- ARGV[8] totals field ("failed:<kind>")  ARGV[9] per-minute counter ttl
 -- Returns {1, new_state, attempts} or {0, reason}.
 local fields = redis.call('HMGET', KEYS[1], 'state', 'lease_expires_at', 'attempts', 'max_attempts', 'token')
 local state, expires = fields[1], tonumber(fields[2] or '')
@@ -46,5 +49,11 @@ else
   redis.call('EXPIRE', KEYS[3], ttl)
   redis.call('EXPIRE', KEYS[10], ttl)
   redis.call('EXPIRE', KEYS[4], ttl)
+  redis.call('INCR', KEYS[11])
+  redis.call('EXPIRE', KEYS[11], tonumber(ARGV[9]))
+  redis.call('INCR', KEYS[12])
+  redis.call('EXPIRE', KEYS[12], tonumber(ARGV[9]))
+  redis.call('HINCRBY', KEYS[13], ARGV[8], 1)
+  redis.call('ZADD', KEYS[14], tonumber(ARGV[2]), ARGV[1])
 end
 return {1, new_state, attempts}

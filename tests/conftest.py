@@ -1,0 +1,114 @@
+"""Fixtures: a real Redis in a dedicated database, flushed before and after each test, and
+real worker processes that are always cleaned up by pid."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+# Each test run uses its own database so parallel runs on one Redis do not collide.
+TEST_DB = int(os.environ.get("LEASH_TEST_DB", "15"))
+BASE_URL = os.environ.get("LEASH_TEST_REDIS", "redis://127.0.0.1:6379")
+REDIS_URL = f"{BASE_URL}/{TEST_DB}"
+
+
+def wait_for(condition: Callable[[], object], timeout: float, interval: float = 0.05, message: str = ""):
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message or condition}")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def env(monkeypatch):
+    """Settings for tests: short leases, quick retries; REDIS_URL pointing at the test db."""
+    monkeypatch.setenv("REDIS_URL", REDIS_URL)
+    monkeypatch.setenv("LEASH_LEASE_SECONDS", "2")
+    monkeypatch.setenv("LEASH_RETRY_BACKOFF", "0")
+    monkeypatch.setenv("LEASH_IMPORTS", "tests.kinds_for_tests")
+    monkeypatch.setenv("LEASH_HANDOFF_GRACE", "10")
+    return monkeypatch
+
+
+@pytest.fixture
+def conn(env):
+    client = redis.Redis.from_url(REDIS_URL)
+    client.flushdb()
+    yield client
+    client.flushdb()
+    client.close()
+
+
+class Workers:
+    """Starts ``leash worker`` processes and kills every one of them (and their work-horses
+    and scheduler children) by pid at the end of the test."""
+
+    def __init__(self):
+        self.procs: list[subprocess.Popen] = []
+        self.known_pids: set[int] = set()
+
+    def start(self, *args: str, extra_env: dict | None = None) -> subprocess.Popen:
+        env = dict(os.environ)
+        env.update(extra_env or {})
+        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jobs.cli", "worker", "--log-level", "WARNING", *args],
+            env=env, cwd=ROOT, start_new_session=True,
+        )
+        self.procs.append(proc)
+        self.known_pids.add(proc.pid)
+        return proc
+
+    def children(self, proc: subprocess.Popen) -> list[int]:
+        try:
+            pids = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+        self.known_pids.update(pids)
+        return pids
+
+    def horse(self, proc: subprocess.Popen, timeout: float = 10) -> int:
+        """The pid of the work-horse of a worker started with --no-scheduler (its only child)."""
+
+        def find():
+            kids = self.children(proc)
+            return kids[0] if len(kids) == 1 else None
+
+        return wait_for(find, timeout, message=f"the work-horse of worker {proc.pid}")
+
+    def cleanup(self):
+        for proc in self.procs:
+            self.children(proc)
+        for pid in self.known_pids:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+@pytest.fixture
+def workers(conn):
+    pool = Workers()
+    yield pool
+    pool.cleanup()

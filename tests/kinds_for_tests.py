@@ -1,0 +1,70 @@
+"""Job kinds used by the tests. Workers import this module through LEASH_IMPORTS.
+
+Each records in Redis how often each item was computed, so tests can tell "resumed from the
+checkpoint" from "started over"."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from jobs.connection import connect
+from jobs.errors import PermanentError
+from jobs.kinds import kind, validate_items
+
+
+def _calls_key(job_id: str) -> str:
+    return f"test:calls:{job_id}"
+
+
+def item_calls(connection, job_id: str) -> dict[int, int]:
+    return {int(k): int(v) for k, v in connection.hgetall(_calls_key(job_id)).items()}
+
+
+@kind("count")
+def count(ctx, payload):
+    """Items take ``delay`` seconds each; every computation is counted per item."""
+    conn = connect()
+    delay = float(payload.get("delay", 0.1))
+
+    def work(item):
+        conn.hincrby(_calls_key(ctx.job_id), str(payload["items"].index(item)), 1)
+        time.sleep(delay)
+        return item.upper()
+
+    results = ctx.for_each(payload["items"], work)
+    if payload.get("effect"):
+        ctx.once("notify", lambda: conn.incr(f"test:effect:{ctx.job_id}"))
+    if payload.get("record_pid"):
+        conn.rpush(f"test:finished_by:{ctx.job_id}", os.getpid())
+    return {"items": len(results)}
+
+
+@count.validator
+def _(payload):
+    return len(validate_items(payload))
+
+
+@kind("boom")
+def boom(ctx, payload):
+    ctx.progress(0, total=1)
+    raise ValueError(f"boom on attempt {ctx.attempt.number}")
+
+
+@kind("permanent")
+def permanent(ctx, payload):
+    ctx.progress(0, total=1)
+    raise PermanentError("the model rejected the prompt: context length exceeded")
+
+
+@kind("hang")
+def hang(ctx, payload):
+    """Heartbeats once, then stops reporting (a hung model call)."""
+    ctx.progress(0, total=1)
+    time.sleep(float(payload.get("seconds", 30)))
+    return {}
+
+
+@kind("noop")
+def noop(ctx, payload):
+    return {}
