@@ -76,3 +76,58 @@ def _alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_sigstopped_zombie_is_superseded_and_its_writes_rejected_after_sigcont(conn, workers):
+    job_id, _ = enqueue(conn, "count", {"items": ITEMS[:10], "delay": 0.3, "effect": True, "record_pid": True})
+    first = workers.start("--no-scheduler")
+    wait_for(lambda: state(conn, job_id)["done"] >= 2, 20)
+    zombie_horse = workers.horse(first)
+    for pid in (first.pid, zombie_horse):
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        workers.start("--no-scheduler")
+        final = wait_for(lambda: (s := state(conn, job_id))["state"] == "succeeded" and s, 30,
+                         message="the live attempt finishing while the zombie is stopped")
+    finally:
+        for pid in (first.pid, zombie_horse):
+            os.kill(pid, signal.SIGCONT)
+    rejected_before = int(conn.get(keys.REJECTED_WRITES) or 0)
+    wait_for(lambda: int(conn.get(keys.REJECTED_WRITES) or 0) > rejected_before or not _alive(zombie_horse), 15,
+             message="the zombie's next write to be refused (or the zombie stopped by its worker)")
+    wait_for(lambda: not _alive(zombie_horse), 15, message="the zombie work-horse to stop")
+    after = state(conn, job_id)
+    assert after["state"] == "succeeded" and after["attempts"] == final["attempts"] == 2
+    assert after["result"] == final["result"]
+    assert int(conn.get(f"test:effect:{job_id}")) == 1, "the side effect ran exactly once"
+    assert [int(p) for p in conn.lrange(f"test:finished_by:{job_id}", 0, -1)] != [zombie_horse]
+    assert first.poll() is None, "the woken worker carries on serving"
+
+
+def test_sigterm_hands_the_job_to_another_worker_without_counting_an_attempt(conn, workers):
+    job_id, _ = enqueue(conn, "count", {"items": ITEMS, "delay": 0.2})
+    first = workers.start("--no-scheduler")
+    wait_for(lambda: state(conn, job_id)["done"] >= 4, 20)
+    workers.start("--no-scheduler")
+    first.send_signal(signal.SIGTERM)  # like honcho or a deploy: only the main process
+    sent = time.monotonic()
+    wait_for(lambda: conn.hget(keys.job(job_id), "handoffs") == b"1" and state(conn, job_id)["state"] == "running",
+             3, message="another worker resuming the job within 3 s")
+    resumed_after = time.monotonic() - sent
+    assert first.wait(timeout=25) == 0, "the worker exits cleanly well inside Heroku's 30 s"
+    final = wait_for(lambda: (s := state(conn, job_id))["state"] == "succeeded" and s, 30)
+    assert final["attempts"] == 1, "a deploy is not a failure"
+    assert resumed_after < 3
+    assert item_calls(conn, job_id) == {i: 1 for i in range(20)}, "nothing was redone"
+
+
+def test_hung_job_is_reclaimed_and_its_work_horse_stopped(conn, workers):
+    job_id, _ = enqueue(conn, "hang", {"seconds": 60}, max_attempts=1)
+    first = workers.start("--no-scheduler")
+    wait_for(lambda: state(conn, job_id)["state"] == "running", 10)
+    horse = workers.horse(first)
+    final = wait_for(lambda: (s := state(conn, job_id))["state"] == "failed" and s, 10,
+                     message="the hung job to be reclaimed and failed at max attempts")
+    assert final["error"].startswith("lease expired")
+    wait_for(lambda: not _alive(horse), 10, message="the hung work-horse to be killed by its worker")
+    assert first.poll() is None

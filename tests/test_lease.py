@@ -1,0 +1,173 @@
+"""The lease and its fencing, against a real Redis, with death simulated by writing state:
+an expired lease is just a clock moved forward (``now=``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jobs import keys, lease, states
+from jobs.enqueue import enqueue
+from jobs.errors import LeaseLost
+from jobs.reaper import Reaper
+
+ITEMS = {"items": ["a", "b", "c"], "labels": ["x", "y"]}
+
+
+def claimed(conn, now=1000.0, **kw):
+    job_id, _ = enqueue(conn, "classify", ITEMS, now=now - 1, **kw)
+    attempt = lease.claim(conn, job_id, "leash", "w1", now=now)
+    assert attempt is not None
+    return job_id, attempt
+
+
+def test_claim_hands_out_increasing_tokens_and_counts_attempts(conn):
+    job_id, first = claimed(conn)
+    assert (first.token, first.number, first.kind) == ("1", 1, "classify")
+    assert lease.claim(conn, job_id, "leash", "w2", now=1000.5) is None, "a running job must not be claimed twice"
+    lease.reclaim(conn, job_id, "leash", "lease expired", now=2000.0)
+    second = lease.claim(conn, job_id, "leash", "w2", now=2000.0)
+    assert (second.token, second.number) == ("2", 2)
+
+
+def test_heartbeat_renews_lease_records_progress_and_mirrors_into_rq_meta(conn):
+    job_id, attempt = claimed(conn)
+    conn.hset(keys.rq_job(job_id), "meta", json.dumps({"leash_owner": "default", "note": "kept"}))
+    attempt.heartbeat(item=(0, json.dumps("x")), now=1001.0)
+    fields = states.status(conn, job_id, now=1001.0)
+    assert fields["done"] == 1
+    assert conn.zscore(keys.LEASES, job_id) == pytest.approx(1001.0 + attempt.lease_seconds)
+    meta = json.loads(conn.hget(keys.rq_job(job_id), "meta"))
+    assert meta["leash_done"] == 1 and meta["leash_total"] == 3
+    assert meta["note"] == "kept", "other meta keys must survive the progress mirror"
+
+
+def test_a_superseded_attempt_cannot_heartbeat_checkpoint_finish_or_fail(conn):
+    job_id, zombie = claimed(conn)
+    lease.reclaim(conn, job_id, "leash", "lease expired", now=2000.0)
+    live = lease.claim(conn, job_id, "leash", "w2", now=2000.0)
+    with pytest.raises(LeaseLost):
+        zombie.heartbeat(item=(0, json.dumps("zombie")), now=2001.0)
+    with pytest.raises(LeaseLost):
+        zombie.finish({"by": "zombie"}, now=2001.0)
+    assert zombie.fail("late error", permanent=True, now=2001.0) == "superseded"
+    assert not zombie.release(now=2001.0)
+    assert conn.hget(keys.items(job_id), "0") is None
+    assert int(conn.get(keys.REJECTED_WRITES)) == 4
+    live.finish({"by": "live"}, now=2002.0)
+    fields = states.status(conn, job_id)
+    assert fields["state"] == "succeeded" and fields["result"]["summary"] == {"by": "live"}
+
+
+def test_expired_lease_is_reported_stale_then_reclaimed_to_queued_with_the_error(conn):
+    job_id, attempt = claimed(conn, now=1000.0)
+    expiry = 1000.0 + attempt.lease_seconds
+    assert states.status(conn, job_id, now=expiry - 0.1)["stale"] is False
+    stale = states.status(conn, job_id, now=expiry + 0.1)
+    assert stale["state"] == "running" and stale["stale"] is True
+
+    reaper = Reaper(conn, "test-reaper", interval=1)
+    assert reaper.reap(now=expiry - 0.1) == 0, "a live lease must not be reclaimed"
+    assert reaper.reap(now=expiry + 0.1) == 1
+    fields = states.status(conn, job_id, now=expiry + 0.2)
+    assert fields["state"] == "queued" and fields["attempts"] == 1
+    assert fields["error"].startswith("lease expired")
+    assert conn.lindex(keys.rq_queue("leash"), 0) == job_id.encode(), "reclaimed jobs go to the queue front"
+    assert conn.hget(keys.rq_job(job_id), "status") == b"queued"
+    history = [json.loads(e) for e in conn.lrange(keys.errors(job_id), 0, -1)]
+    assert history[0]["attempt"] == 1 and history[0]["error"].startswith("lease expired")
+    assert reaper.reap(now=expiry + 0.3) == 0, "a job is reclaimed once"
+
+
+def test_reclaim_at_max_attempts_fails_the_job_with_lease_expired(conn):
+    job_id, _ = claimed(conn, now=1000.0, max_attempts=1)
+    assert lease.reclaim(conn, job_id, "leash", "lease expired 1.0s ago", now=5000.0) == "failed"
+    fields = states.status(conn, job_id, now=5000.0)
+    assert fields["state"] == "failed" and fields["error"] == "lease expired 1.0s ago"
+    assert conn.zscore(keys.FAILED_INDEX, job_id) == 5000.0
+    assert conn.zscore(keys.rq_failed("leash", conn), job_id) is not None
+    assert conn.ttl(keys.job(job_id)) > 0, "ended jobs keep their record for LEASH_RESULT_TTL"
+
+
+def test_failure_requeues_while_attempts_remain_and_always_stores_text(conn):
+    job_id, attempt = claimed(conn, max_attempts=2)
+    assert attempt.fail("ValueError: first", permanent=False, now=1001.0) == "queued"
+    second = lease.claim(conn, job_id, "leash", "w1", now=1002.0)
+    assert second.fail("ValueError: second", permanent=False, now=1003.0) == "failed"
+    fields = states.status(conn, job_id)
+    assert (fields["state"], fields["attempts"], fields["error"]) == ("failed", 2, "ValueError: second")
+    assert conn.llen(keys.errors(job_id)) == 2
+
+
+def test_hand_off_gives_back_the_attempt_and_goes_to_the_queue_front(conn):
+    job_id, attempt = claimed(conn)
+    assert attempt.release(now=1001.0) == 1
+    fields = states.status(conn, job_id)
+    assert (fields["state"], fields["attempts"]) == ("queued", 0)
+    assert conn.lindex(keys.rq_queue("leash"), 0) == job_id.encode()
+    assert conn.zscore(keys.LEASES, job_id) is None
+
+
+def test_orphaned_horse_stops_renewing_but_keeps_its_checkpoints(conn, monkeypatch):
+    job_id, attempt = claimed(conn, now=1000.0)
+    attempt.worker_pid = -1  # as if the worker that claimed had died
+    attempt.heartbeat(item=(0, json.dumps("x")), now=1001.0)
+    assert conn.zscore(keys.LEASES, job_id) == 1000.0 + attempt.lease_seconds, "lease not extended"
+    assert conn.hget(keys.items(job_id), "0") == b'"x"'
+
+
+def test_status_is_one_round_trip_and_never_reads_items(conn):
+    job_id, attempt = claimed(conn)
+    for i in range(3):
+        attempt.heartbeat(item=(i, json.dumps("y" * 50_000)), now=1001.0)
+    attempt.finish({"items": 3}, now=1002.0)
+    round_trips, commands = [], []
+    original_execute = conn.execute_command
+    conn.execute_command = lambda *a, **kw: (round_trips.append(a[0]), original_execute(*a, **kw))[1]
+    original_pipeline = conn.pipeline
+
+    def recording_pipeline(*args, **kwargs):
+        pipe = original_pipeline(*args, **kwargs)
+        execute = pipe.execute
+
+        def recorded_execute(*a, **kw):
+            round_trips.append("pipeline")
+            commands.extend((c[0][0], c[0][1]) for c in pipe.command_stack)
+            return execute(*a, **kw)
+
+        pipe.execute = recorded_execute
+        return pipe
+
+    conn.pipeline = recording_pipeline
+    fields = states.status(conn, job_id)
+    assert round_trips == ["pipeline"], "one status read is one round trip"
+    assert commands == [("HGETALL", keys.job(job_id)), ("HGET", keys.rq_job(job_id))]
+    assert fields["result"] == {"summary": {"items": 3}, "url": f"/jobs/{job_id}/result"}
+    assert conn.memory_usage(keys.job(job_id)) < 2048, "the job hash stays small however large the results"
+    assert conn.memory_usage(keys.items(job_id)) > 150_000
+
+
+@pytest.mark.parametrize("leash_state, rq_status, expected", [
+    ("queued", "queued", "queued"),
+    ("queued", "scheduled", "queued"),
+    ("queued", "deferred", "queued"),
+    ("queued", "rate_limited", "queued"),
+    ("queued", "created", "queued"),
+    ("queued", "canceled", "failed"),
+    ("queued", "stopped", "failed"),
+    ("running", "started", "running"),
+    ("running", "queued", "running"),
+    ("succeeded", "started", "succeeded"),
+    ("succeeded", "finished", "succeeded"),
+    ("failed", "failed", "failed"),
+    ("failed", "stopped", "failed"),
+])
+def test_state_adapter_maps_rq_statuses_and_leash_state(leash_state, rq_status, expected):
+    state, stale, _ = states.decide(leash_state, rq_status, lease_expires_at=100.0, now=50.0)
+    assert state.value == expected and stale is False
+
+
+def test_stale_is_running_with_an_expired_lease():
+    assert states.decide("running", "started", lease_expires_at=100.0, now=100.5)[1] is True
+    assert states.decide("queued", "queued", lease_expires_at=100.0, now=100.5)[1] is False

@@ -1,0 +1,125 @@
+"""How attempts end on real workers: retries, permanent errors, cancel, owner limits."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from jobs import cancel, keys, states
+from jobs.enqueue import enqueue
+from jobs.errors import InvalidJob
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def final_state(conn, job_id, timeout=30):
+    return wait_for(lambda: (s := states.status(conn, job_id))["state"] in ("succeeded", "failed") and s,
+                    timeout, message=f"job {job_id} to end")
+
+
+def test_a_job_that_always_raises_fails_after_exactly_max_attempts_with_its_traceback(conn, workers, env):
+    env.setenv("LEASH_RETRY_BACKOFF", "1")  # exercised through RQ's Retry and scheduler
+    job_id, _ = enqueue(conn, "boom", {}, max_attempts=3)
+    workers.start()
+    final = final_state(conn, job_id, timeout=45)
+    assert (final["state"], final["attempts"]) == ("failed", 3)
+    assert final["error"].startswith("ValueError: boom on attempt 3")
+    assert "Traceback (most recent call last)" in final["error"]
+    history = [json.loads(e) for e in conn.lrange(keys.errors(job_id), 0, -1)]
+    assert [h["attempt"] for h in history] == [1, 2, 3]
+    assert conn.hget(keys.rq_job(job_id), "status") == b"failed"
+
+
+def test_permanent_error_fails_after_one_attempt(conn, workers):
+    job_id, _ = enqueue(conn, "permanent", {}, max_attempts=5)
+    workers.start("--no-scheduler")
+    final = final_state(conn, job_id)
+    assert (final["state"], final["attempts"]) == ("failed", 1)
+    assert "context length exceeded" in final["error"]
+
+
+def test_cancel_stops_a_running_job_cooperatively_and_frees_the_worker(conn, workers):
+    job_id, _ = enqueue(conn, "count", {"items": [f"i{n}" for n in range(50)], "delay": 0.2})
+    workers.start("--no-scheduler")
+    wait_for(lambda: states.status(conn, job_id)["done"] >= 2, 20)
+    assert cancel(conn, job_id) == "running"
+    final = final_state(conn, job_id, timeout=10)
+    assert (final["state"], final["error"]) == ("failed", "canceled")
+    assert final["done"] < 50
+    follow_up, _ = enqueue(conn, "noop", {})
+    assert final_state(conn, follow_up)["state"] == "succeeded", "the worker is free again"
+
+
+def test_cancel_of_a_job_that_ignores_it_falls_back_to_rqs_stop_command(conn, workers, env):
+    env.setenv("LEASH_CANCEL_GRACE", "0.5")
+    env.setenv("LEASH_LEASE_SECONDS", "30")  # the lease stays alive: only the stop command ends it
+    job_id, _ = enqueue(conn, "hang", {"seconds": 60})
+    workers.start("--no-scheduler")
+    wait_for(lambda: states.status(conn, job_id)["state"] == "running", 10)
+    cancel(conn, job_id)
+    final = final_state(conn, job_id, timeout=15)
+    assert (final["state"], final["error"]) == ("failed", "canceled")
+    assert conn.hget(keys.rq_job(job_id), "status") == b"stopped"
+
+
+def test_cancel_of_a_queued_job_fails_it_at_once(conn):
+    job_id, _ = enqueue(conn, "noop", {})
+    assert cancel(conn, job_id) == "queued"
+    fields = states.status(conn, job_id)
+    assert (fields["state"], fields["error"], fields["attempts"]) == ("failed", "canceled", 0)
+    assert conn.llen(keys.rq_queue("leash")) == 0
+
+
+def test_owner_limit_holds_across_workers_and_a_killed_jobs_slot_is_freed(conn, workers, env):
+    env.setenv("LEASH_OWNER_CONCURRENCY", "1")
+    ids = [enqueue(conn, "count", {"items": ["a", "b", "c", "d", "e", "f"], "delay": 0.4}, owner="alice",
+                   max_attempts=1)[0] for _ in range(3)]
+    procs = [workers.start("--no-scheduler") for _ in range(3)]
+    first = wait_for(lambda: next((i for i in ids if states.status(conn, i)["state"] == "running"), None), 10)
+    owner = next(p for p in procs if workers.children(p))
+    horse = workers.horse(owner)
+    os.kill(owner.pid, signal.SIGKILL)
+    os.kill(horse, signal.SIGKILL)
+    max_running = 0
+
+    def all_ended():
+        nonlocal max_running
+        fields = [states.status(conn, i) for i in ids]
+        max_running = max(max_running, sum(f["state"] == "running" for f in fields))
+        return all(f["state"] in ("succeeded", "failed") for f in fields) and fields
+
+    fields = wait_for(all_ended, 40, interval=0.05, message="all of alice's jobs to end")
+    assert max_running == 1, "never two of one owner's jobs running at once"
+    by_id = dict(zip(ids, fields))
+    assert by_id[first]["state"] == "failed" and by_id[first]["error"].startswith("lease expired")
+    assert [by_id[i]["state"] for i in ids if i != first] == ["succeeded", "succeeded"], \
+        "the killed job's slot was freed by reclaim"
+
+
+def test_idempotency_key_returns_the_first_job_and_creates_nothing(conn):
+    first, created = enqueue(conn, "noop", {}, owner="bob", idempotency_key="order-17")
+    again, created_again = enqueue(conn, "noop", {}, owner="bob", idempotency_key="order-17")
+    other_owner, _ = enqueue(conn, "noop", {}, owner="carol", idempotency_key="order-17")
+    assert (again, created, created_again) == (first, True, False)
+    assert other_owner != first
+    assert conn.llen(keys.rq_queue("leash")) == 2
+    assert len(conn.keys("leash:job:*")) == 2
+
+
+@pytest.mark.parametrize("kind, payload, message", [
+    ("nope", {"items": ["a"]}, "unknown kind"),
+    ("classify", {"items": [], "labels": ["x"]}, "empty"),
+    ("classify", {"items": "abc", "labels": ["x"]}, "list of strings"),
+    ("classify", {"items": [1], "labels": ["x"]}, "must be a string"),
+    ("classify", {"items": ["a"]}, "'labels'"),
+    ("classify", {"items": ["a"], "labels": ["x"], "bad": {1, 2}}, "JSON"),
+    ("classify", ["not", "an", "object"], "JSON object"),
+])
+def test_bad_input_raises_a_clear_error_before_anything_is_written(conn, kind, payload, message):
+    with pytest.raises(InvalidJob, match=message):
+        enqueue(conn, kind, payload)
+    assert conn.dbsize() == 0
