@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import traceback
 from dataclasses import dataclass, field
 
+import redis
 from redis import Redis
 from rq.utils import now as rq_now
 from rq.utils import utcformat
@@ -63,6 +65,30 @@ class Attempt:
     def _common_keys(self) -> list[str]:
         return [keys.job(self.job_id), keys.LEASES]
 
+    def _run(self, name: str, keys_: list[str], args: list) -> tuple[object, bool]:
+        """Run a fenced script, riding out a Redis blip (failover, restart) for as long as the
+        lease lasts — after that the lease is gone anyway. Returns (reply, retried): a retried
+        call may have landed the first time with its reply lost, which callers resolve."""
+        deadline = clock.monotonic() + self.lease_seconds
+        delay, retried = 0.1, False
+        while True:
+            try:
+                return scripts.run(self.connection, name, keys=keys_, args=args), retried
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+                if clock.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay, retried = min(delay * 2, 2.0), True
+
+    def _landed(self, *states_: str) -> list | None:
+        """After a retried call was refused: did the first try land? (Same token, and the job
+        in a state that call leads to.) Returns the job's attempts/max_attempts/state if so."""
+        state, token, attempts, max_attempts = self.connection.hmget(
+            keys.job(self.job_id), "state", "token", "attempts", "max_attempts")
+        if token is not None and token.decode() == self.token and state is not None and state.decode() in states_:
+            return [state.decode(), int(attempts or 0), int(max_attempts or 0)]
+        return None
+
     def heartbeat(self, done: int | None = None, total: int | None = None,
                   item: tuple[int, str] | None = None, now: float | None = None) -> bool:
         """Renew the lease and record progress (and an item's result) atomically.
@@ -70,16 +96,15 @@ class Attempt:
         Returns whether a cancel was requested. Raises LeaseLost for a superseded attempt.
         """
         now = clock.wall() if now is None else now
-        reply = scripts.run(
-            self.connection,
+        reply, _ = self._run(
             "heartbeat_v1",
-            keys=self._common_keys() + [
+            self._common_keys() + [
                 keys.items(self.job_id),
                 keys.rq_job(self.job_id),
                 keys.rq_started(self.queue, self.connection),
                 keys.REJECTED_WRITES,
             ],
-            args=[
+            [
                 self.job_id, self.token, now, self.lease_seconds,
                 "" if done is None else int(done),
                 "" if total is None else int(total),
@@ -103,15 +128,14 @@ class Attempt:
 
     def finish(self, result: dict, now: float | None = None) -> None:
         now = clock.wall() if now is None else now
-        ok = scripts.run(
-            self.connection,
+        ok, retried = self._run(
             "finish_v1",
-            keys=self._common_keys() + [keys.items(self.job_id), keys.errors(self.job_id), keys.REJECTED_WRITES]
+            self._common_keys() + [keys.items(self.job_id), keys.errors(self.job_id), keys.REJECTED_WRITES]
             + keys.outcome_keys("succeeded", self.kind, now),
-            args=[self.job_id, self.token, now, json.dumps(result), settings().result_ttl,
-                  f"succeeded:{self.kind}", keys.STATS_MINUTE_TTL],
+            [self.job_id, self.token, now, json.dumps(result), settings().result_ttl,
+             f"succeeded:{self.kind}", keys.STATS_MINUTE_TTL],
         )
-        if int(ok) != 1:
+        if int(ok) != 1 and not (retried and self._landed("succeeded")):
             self.outcome = "superseded"
             raise LeaseLost()
         self.outcome = "succeeded"
@@ -119,15 +143,18 @@ class Attempt:
     def fail(self, message: str, permanent: bool, now: float | None = None) -> str:
         """Record this attempt's error; returns the new state (queued or failed)."""
         now = clock.wall() if now is None else now
-        reply = scripts.run(
-            self.connection,
+        reply, retried = self._run(
             "fail_v1",
-            keys=self._common_keys() + [keys.items(self.job_id), keys.errors(self.job_id), keys.REJECTED_WRITES]
+            self._common_keys() + [keys.items(self.job_id), keys.errors(self.job_id), keys.REJECTED_WRITES]
             + keys.outcome_keys("failed", self.kind, now) + [keys.FAILED_INDEX],
-            args=[self.job_id, self.token, now, message, 1 if permanent else 0,
-                  settings().result_ttl, error_entry(self.number, message, now),
-                  f"failed:{self.kind}", keys.STATS_MINUTE_TTL],
+            [self.job_id, self.token, now, message, 1 if permanent else 0,
+             settings().result_ttl, error_entry(self.number, message, now),
+             f"failed:{self.kind}", keys.STATS_MINUTE_TTL],
         )
+        if int(reply[0]) != 1 and retried:
+            landed = self._landed("queued", "failed")
+            if landed:
+                reply = [1, landed[0], landed[1], landed[2]]
         if int(reply[0]) != 1:
             self.outcome = "superseded"
             return "superseded"
@@ -141,18 +168,19 @@ class Attempt:
         (deploy hand-off), or, with ``requeue=False``, for RQ's scheduler to bring back
         later (deferral). Returns 0 if superseded, else 1 / the job's deferral count."""
         now = clock.wall() if now is None else now
-        ok = scripts.run(
-            self.connection,
+        ok, retried = self._run(
             "release_v1",
-            keys=self._common_keys() + [
+            self._common_keys() + [
                 keys.rq_job(self.job_id),
                 keys.rq_queue(self.queue),
                 keys.rq_started(self.queue, self.connection),
                 keys.rq_executions(self.job_id, self.connection),
                 keys.REJECTED_WRITES,
             ],
-            args=[self.job_id, self.token, now, utcformat(rq_now()), "1" if requeue else "0"],
+            [self.job_id, self.token, now, utcformat(rq_now()), "1" if requeue else "0"],
         )
+        if int(ok) == 0 and retried and self._landed("queued"):
+            ok = 1
         if int(ok) == 0:
             self.outcome = "superseded"
         else:

@@ -171,3 +171,25 @@ def test_state_adapter_maps_rq_statuses_and_leash_state(leash_state, rq_status, 
 def test_stale_is_running_with_an_expired_lease():
     assert states.decide("running", "started", lease_expires_at=100.0, now=100.5)[1] is True
     assert states.decide("queued", "queued", lease_expires_at=100.0, now=100.5)[1] is False
+
+
+def test_a_write_whose_reply_was_lost_in_a_redis_blip_is_not_mistaken_for_a_zombie(conn, monkeypatch):
+    import redis
+
+    from jobs import scripts
+
+    job_id, attempt = claimed(conn)
+    real_run, calls = scripts.run, []
+
+    def lossy_run(connection, name, keys, args, pipeline=None):
+        reply = real_run(connection, name, keys, args, pipeline)
+        calls.append(name)
+        if len(calls) == 1:
+            raise redis.exceptions.ConnectionError("connection reset after the script ran")
+        return reply
+
+    monkeypatch.setattr(scripts, "run", lossy_run)
+    attempt.finish({"items": 3}, now=1001.0)  # must not raise LeaseLost
+    assert calls == ["finish_v1", "finish_v1"]
+    assert attempt.outcome == "succeeded"
+    assert states.status(conn, job_id)["state"] == "succeeded"
