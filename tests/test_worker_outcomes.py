@@ -123,3 +123,31 @@ def test_bad_input_raises_a_clear_error_before_anything_is_written(conn, kind, p
     with pytest.raises(InvalidJob, match=message):
         enqueue(conn, kind, payload)
     assert conn.dbsize() == 0
+
+
+def test_rqs_abandoned_job_sweep_never_fights_the_lease(conn, workers):
+    from rq.registry import StartedJobRegistry
+
+    job_id, _ = enqueue(conn, "count", {"items": [f"i{n}" for n in range(15)], "delay": 0.2})
+    first = workers.start("--no-scheduler")
+    wait_for(lambda: states.status(conn, job_id)["done"] >= 3, 20)
+    registry = StartedJobRegistry("leash", connection=conn)
+    member, score = conn.zrange(registry.key, 0, -1, withscores=True)[0]
+    lease_expires = float(conn.hget(keys.job(job_id), "lease_expires_at"))
+    assert member.decode().startswith(job_id + ":")
+    assert score >= lease_expires + 59, "RQ's liveness score follows the lease"
+    registry.cleanup()  # RQ's sweep while the lease is alive: nothing to do
+    assert states.status(conn, job_id)["state"] == "running"
+    assert conn.hget(keys.rq_job(job_id), "status") == b"started"
+
+    horse = workers.horse(first)
+    os.kill(first.pid, signal.SIGKILL)
+    os.kill(horse, signal.SIGKILL)
+    workers.start("--no-scheduler")
+    wait_for(lambda: states.status(conn, job_id)["attempts"] == 2, 10, message="leash's reclaim")
+    assert not any(m.decode().endswith(member.decode().split(":", 1)[1]) for m in conn.zrange(registry.key, 0, -1)), \
+        "the dead attempt's RQ entry went with the reclaim"
+    registry.cleanup(timestamp=score + 1)  # RQ's sweep after the dead entry would have expired
+    final = final_state(conn, job_id)
+    assert (final["state"], final["attempts"]) == ("succeeded", 2)
+    assert conn.hget(keys.rq_job(job_id), "status") == b"finished"
