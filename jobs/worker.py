@@ -24,7 +24,7 @@ import os
 import signal
 
 import redis
-from rq.job import Job
+from rq.job import Job, JobStatus
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 from rq.worker import Worker
@@ -154,6 +154,13 @@ class LeashWorker(Worker):
             attempt.outcome = "reclaimed" if new_state else "superseded"
             if new_state == "failed":
                 release_rate_limit_slot(self.connection, job.id)
+            elif new_state is None:
+                # The horse may have recorded its failure and died before RQ's bookkeeping:
+                # finish that bookkeeping here so the job does not wait for RQ's sweep.
+                landed = attempt._landed("queued", "failed")
+                if landed and job.get_status(refresh=True) == JobStatus.STARTED:
+                    attempt.outcome = "retry" if landed[0] == "queued" else "failed"
+                    attempt.extra["attempts_left"] = landed[2] - landed[1]
 
     def _forget_execution(self, job: Job, execution) -> None:
         with self.connection.pipeline() as pipe:

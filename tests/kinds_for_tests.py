@@ -68,3 +68,12 @@ def hang(ctx, payload):
 @kind("noop")
 def noop(ctx, payload):
     return {}
+
+
+@kind("dies_after_recording_failure")
+def dies_after_recording_failure(ctx, payload):
+    """Attempt 1 records its failure, then its work-horse is killed before RQ's bookkeeping."""
+    if ctx.attempt.number == 1:
+        ctx.attempt.fail("RuntimeError: recorded, then the process died", permanent=False)
+        os.kill(os.getpid(), 9)
+    return {"attempt": ctx.attempt.number}

@@ -151,3 +151,11 @@ def test_rqs_abandoned_job_sweep_never_fights_the_lease(conn, workers):
     final = final_state(conn, job_id)
     assert (final["state"], final["attempts"]) == ("succeeded", 2)
     assert conn.hget(keys.rq_job(job_id), "status") == b"finished"
+
+
+def test_a_horse_dying_between_its_recorded_failure_and_rqs_bookkeeping_is_retried_at_once(conn, workers):
+    job_id, _ = enqueue(conn, "dies_after_recording_failure", {}, max_attempts=2)
+    workers.start("--no-scheduler")
+    final = final_state(conn, job_id, timeout=15)  # RQ's own sweep would take 60 s or more
+    assert (final["state"], final["attempts"]) == ("succeeded", 2)
+    assert final["result"]["summary"] == {"attempt": 2}
