@@ -1,4 +1,5 @@
-"""Loads the Lua scripts in ``jobs/lua/`` (one file per script, KEYS/ARGV in its header).
+"""Loads the Lua scripts in ``jobs/lua/`` (one file per script, KEYS/ARGV in its header;
+files starting with ``_`` hold shared helpers).
 
 Scripts are registered per Redis client and called through redis-py's ``Script`` objects
 (EVALSHA, falling back to EVAL after a Redis restart flushed the script cache).
@@ -18,11 +19,12 @@ LUA_DIR = Path(__file__).with_name("lua")
 
 @lru_cache(maxsize=None)
 def source(name: str) -> str:
-    return (LUA_DIR / f"{name}.lua").read_text()
+    """A script's text, after the shared helpers in ``_lib.lua`` (Redis scripts cannot import)."""
+    return (LUA_DIR / "_lib.lua").read_text() + "\n" + (LUA_DIR / f"{name}.lua").read_text()
 
 
 def names() -> list[str]:
-    return sorted(p.stem for p in LUA_DIR.glob("*.lua"))
+    return sorted(p.stem for p in LUA_DIR.glob("*.lua") if not p.stem.startswith("_"))
 
 
 _registered: dict[tuple[int, str], Script] = {}

@@ -13,15 +13,8 @@ if state == 'queued' then
   redis.call('HSET', KEYS[1], 'state', 'failed', 'error', 'canceled', 'updated_at', ARGV[2],
     'ended_at', ARGV[2], 'cancel_requested', '1')
   redis.call('RPUSH', KEYS[4], ARGV[5])
-  local ttl = tonumber(ARGV[4])
-  redis.call('EXPIRE', KEYS[1], ttl)
-  redis.call('EXPIRE', KEYS[3], ttl)
-  redis.call('EXPIRE', KEYS[4], ttl)
-  redis.call('INCR', KEYS[5])
-  redis.call('EXPIRE', KEYS[5], tonumber(ARGV[7]))
-  redis.call('INCR', KEYS[6])
-  redis.call('EXPIRE', KEYS[6], tonumber(ARGV[7]))
-  redis.call('HINCRBY', KEYS[7], ARGV[6], 1)
+  keep_for(ARGV[4], KEYS[1], KEYS[3], KEYS[4])
+  count_outcome(KEYS[5], KEYS[6], KEYS[7], ARGV[6], ARGV[7])
   redis.call('ZADD', KEYS[8], tonumber(ARGV[2]), ARGV[1])
 elseif state == 'running' then
   redis.call('HSET', KEYS[1], 'cancel_requested', '1')

@@ -8,12 +8,7 @@
 -- ARGV[6] ttl seconds  ARGV[7] error-history entry JSON  ARGV[8] totals field ("failed:<kind>")
 -- ARGV[9] per-minute counter ttl
 -- Returns {1, new_state, attempts, max_attempts} or {0} when the token is superseded.
-local state = redis.call('HGET', KEYS[1], 'state')
-local token = redis.call('HGET', KEYS[1], 'token')
-if state ~= 'running' or token ~= ARGV[2] then
-  redis.call('INCR', KEYS[5])
-  return {0}
-end
+if not holds_lease(KEYS[1], ARGV[2], KEYS[5]) then return {0} end
 local attempts = tonumber(redis.call('HGET', KEYS[1], 'attempts') or '0')
 local max_attempts = tonumber(redis.call('HGET', KEYS[1], 'max_attempts') or '1')
 local new_state = 'queued'
@@ -26,15 +21,8 @@ redis.call('RPUSH', KEYS[4], ARGV[7])
 redis.call('ZREM', KEYS[2], ARGV[1])
 if new_state == 'failed' then
   redis.call('HSET', KEYS[1], 'ended_at', ARGV[3])
-  local ttl = tonumber(ARGV[6])
-  redis.call('EXPIRE', KEYS[1], ttl)
-  redis.call('EXPIRE', KEYS[3], ttl)
-  redis.call('EXPIRE', KEYS[4], ttl)
-  redis.call('INCR', KEYS[6])
-  redis.call('EXPIRE', KEYS[6], tonumber(ARGV[9]))
-  redis.call('INCR', KEYS[7])
-  redis.call('EXPIRE', KEYS[7], tonumber(ARGV[9]))
-  redis.call('HINCRBY', KEYS[8], ARGV[8], 1)
+  keep_for(ARGV[6], KEYS[1], KEYS[3], KEYS[4])
+  count_outcome(KEYS[6], KEYS[7], KEYS[8], ARGV[8], ARGV[9])
   redis.call('ZADD', KEYS[9], tonumber(ARGV[3]), ARGV[1])
 end
 return {1, new_state, attempts, max_attempts}

@@ -6,24 +6,12 @@
 -- ARGV[1] job_id  ARGV[2] token  ARGV[3] now  ARGV[4] result JSON  ARGV[5] ttl seconds
 -- ARGV[6] totals field ("succeeded:<kind>")  ARGV[7] per-minute counter ttl
 -- Returns 1, or 0 when the token is superseded (the write is refused).
-local state = redis.call('HGET', KEYS[1], 'state')
-local token = redis.call('HGET', KEYS[1], 'token')
-if state ~= 'running' or token ~= ARGV[2] then
-  redis.call('INCR', KEYS[5])
-  return 0
-end
+if not holds_lease(KEYS[1], ARGV[2], KEYS[5]) then return 0 end
 local done = redis.call('HLEN', KEYS[3])
 if done == 0 then done = redis.call('HGET', KEYS[1], 'total') or '0' end
 redis.call('HSET', KEYS[1], 'state', 'succeeded', 'result', ARGV[4], 'done', tostring(done),
   'updated_at', ARGV[3], 'ended_at', ARGV[3], 'lease_expires_at', '')
 redis.call('ZREM', KEYS[2], ARGV[1])
-local ttl = tonumber(ARGV[5])
-redis.call('EXPIRE', KEYS[1], ttl)
-redis.call('EXPIRE', KEYS[3], ttl)
-redis.call('EXPIRE', KEYS[4], ttl)
-redis.call('INCR', KEYS[6])
-redis.call('EXPIRE', KEYS[6], tonumber(ARGV[7]))
-redis.call('INCR', KEYS[7])
-redis.call('EXPIRE', KEYS[7], tonumber(ARGV[7]))
-redis.call('HINCRBY', KEYS[8], ARGV[6], 1)
+keep_for(ARGV[5], KEYS[1], KEYS[3], KEYS[4])
+count_outcome(KEYS[6], KEYS[7], KEYS[8], ARGV[6], ARGV[7])
 return 1

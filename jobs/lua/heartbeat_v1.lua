@@ -7,12 +7,7 @@
 -- ARGV[7] item index ('' = none)  ARGV[8] item JSON  ARGV[9] rq started member ('' = none)
 -- ARGV[10] renew ('1' extends the lease; '0' records progress only: an orphaned work-horse)
 -- Returns {1, cancel_requested, done} or {0} when the token is superseded (zombie write).
-local state = redis.call('HGET', KEYS[1], 'state')
-local token = redis.call('HGET', KEYS[1], 'token')
-if state ~= 'running' or token ~= ARGV[2] then
-  redis.call('INCR', KEYS[6])
-  return {0}
-end
+if not holds_lease(KEYS[1], ARGV[2], KEYS[6]) then return {0} end
 local now = tonumber(ARGV[3])
 local expires = now + tonumber(ARGV[4])
 if ARGV[10] == '0' then

@@ -41,19 +41,11 @@ if new_state == 'queued' then
   redis.call('LREM', KEYS[5], 0, ARGV[1])
   redis.call('LPUSH', KEYS[5], ARGV[1])
 else
-  local ttl = tonumber(ARGV[5])
   redis.call('HSET', KEYS[1], 'ended_at', ARGV[2])
   redis.call('HSET', KEYS[4], 'status', 'failed', 'retries_left', '0')
-  redis.call('ZADD', KEYS[8], tonumber(ARGV[2]) + ttl, ARGV[1])
-  redis.call('EXPIRE', KEYS[1], ttl)
-  redis.call('EXPIRE', KEYS[3], ttl)
-  redis.call('EXPIRE', KEYS[10], ttl)
-  redis.call('EXPIRE', KEYS[4], ttl)
-  redis.call('INCR', KEYS[11])
-  redis.call('EXPIRE', KEYS[11], tonumber(ARGV[9]))
-  redis.call('INCR', KEYS[12])
-  redis.call('EXPIRE', KEYS[12], tonumber(ARGV[9]))
-  redis.call('HINCRBY', KEYS[13], ARGV[8], 1)
+  redis.call('ZADD', KEYS[8], tonumber(ARGV[2]) + tonumber(ARGV[5]), ARGV[1])
+  keep_for(ARGV[5], KEYS[1], KEYS[3], KEYS[10], KEYS[4])
+  count_outcome(KEYS[11], KEYS[12], KEYS[13], ARGV[8], ARGV[9])
   redis.call('ZADD', KEYS[14], tonumber(ARGV[2]), ARGV[1])
 end
 return {1, new_state, attempts}

@@ -6,12 +6,7 @@
 -- ARGV[1] job_id  ARGV[2] token  ARGV[3] now  ARGV[4] enqueued_at (RQ's format)
 -- ARGV[5] requeue ('1' hand-off to the queue front, '0' deferral)
 -- Returns 1 (hand-off) or the job's deferral count (deferral); 0 when the token is superseded.
-local state = redis.call('HGET', KEYS[1], 'state')
-local token = redis.call('HGET', KEYS[1], 'token')
-if state ~= 'running' or token ~= ARGV[2] then
-  redis.call('INCR', KEYS[7])
-  return 0
-end
+if not holds_lease(KEYS[1], ARGV[2], KEYS[7]) then return 0 end
 redis.call('HINCRBY', KEYS[1], 'attempts', -1)
 redis.call('HSET', KEYS[1], 'state', 'queued', 'updated_at', ARGV[3], 'lease_expires_at', '')
 redis.call('ZREM', KEYS[2], ARGV[1])
