@@ -7,30 +7,26 @@ import os
 from dataclasses import dataclass
 
 
-def _int(name: str, default: int, minimum: int = 0) -> int:
+def _number(name: str, default, minimum, cast):
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
     try:
-        value = int(raw)
+        value = cast(raw)
     except ValueError:
-        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+        kind = "an integer" if cast is int else "a number"
+        raise ValueError(f"{name} must be {kind}, got {raw!r}") from None
     if value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
     return value
+
+
+def _int(name: str, default: int, minimum: int = 0) -> int:
+    return _number(name, default, minimum, int)
 
 
 def _float(name: str, default: float, minimum: float = 0.0) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a number, got {raw!r}") from None
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}")
-    return value
+    return _number(name, default, minimum, float)
 
 
 def _int_list(name: str, default: list[int]) -> list[int]:
