@@ -26,7 +26,12 @@ _SAFE = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
 
 
 def new_job_id() -> str:
-    return secrets.token_urlsafe(18)  # 144 bits, [A-Za-z0-9_-] as RQ requires
+    """144 random bits in RQ's id alphabet [A-Za-z0-9_-], never starting with "-" or "_"
+    (a leading "-" would read as an option on the command line)."""
+    while True:
+        job_id = secrets.token_urlsafe(18)
+        if job_id[0].isalnum():
+            return job_id
 
 
 def rq_queue(connection: Redis, name: str | None = None) -> Queue:
