@@ -1,23 +1,37 @@
-"""Where a job kind's model calls go. A backend is a small object with ``classify``; the
-offline one below needs no network and is deterministic, so the product works out of the box.
+"""Where a job kind's model calls go. A backend is a small object with ``classify`` and
+``complete``; the offline one below needs no network and is deterministic, so the product
+works out of the box.
+
+Which backend runs is configuration: ``LEASH_MODEL_BACKEND`` names one (``local``,
+``openai``); unset, it is ``openai`` when ``LEASH_MODEL_URL`` is set and ``local`` otherwise.
+A backend is built per attempt with the job's context, so it can keep the lease alive while
+it waits for a rate limit or a slow call.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import re
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .config import settings
+from .errors import PermanentError
+
+if TYPE_CHECKING:
+    from .context import JobContext
 
 
 class Backend(Protocol):
     name: str
 
     def classify(self, text: str, labels: list[str]) -> str:
-        """Return exactly one of ``labels`` for ``text``."""
+        """Return exactly one of ``labels`` for ``text`` (or raise ItemError)."""
+
+    def complete(self, prompt: str) -> str:
+        """Return the model's answer to ``prompt``."""
 
 
 # Words that hint at common labels; anything else falls back to word overlap, then a hash.
@@ -36,7 +50,7 @@ class LocalBackend:
 
     name = "local"
 
-    def __init__(self, delay_ms: int | None = None):
+    def __init__(self, ctx: JobContext | None = None, delay_ms: int | None = None):
         self.delay_s = (settings().local_delay_ms if delay_ms is None else delay_ms) / 1000.0
 
     def classify(self, text: str, labels: list[str]) -> str:
@@ -54,17 +68,38 @@ class LocalBackend:
         digest = hashlib.sha256(text.encode()).digest()
         return labels[digest[0] % len(labels)]
 
+    def complete(self, prompt: str) -> str:
+        """An offline stand-in for a completion: the prompt's words, reversed and counted."""
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        words = prompt.split()
+        return f"[local] {len(words)} words: " + " ".join(reversed(words[-12:]))
+
 
 _BACKENDS = {"local": LocalBackend}
+# Built-in backends whose module registers them when first asked for (keeps imports light).
+_BUILT_IN = {"openai": "jobs.backend_openai"}
 
 
 def register(name: str, factory) -> None:
+    """``factory(ctx)`` builds the backend for one attempt (``ctx`` may be None outside a job)."""
     _BACKENDS[name] = factory
 
 
-def get_backend() -> Backend:
-    name = os.environ.get("LEASH_MODEL_BACKEND", "local")
+def backend_name() -> str:
+    name = os.environ.get("LEASH_MODEL_BACKEND", "").strip()
+    if name:
+        return name
+    return "openai" if os.environ.get("LEASH_MODEL_URL", "").strip() else "local"
+
+
+def get_backend(ctx: JobContext | None = None) -> Backend:
+    name = backend_name()
+    if name not in _BACKENDS and name in _BUILT_IN:
+        importlib.import_module(_BUILT_IN[name])
     try:
-        return _BACKENDS[name]()
+        factory = _BACKENDS[name]
     except KeyError:
-        raise ValueError(f"LEASH_MODEL_BACKEND={name!r} is unknown; choose one of {sorted(_BACKENDS)}") from None
+        known = sorted(set(_BACKENDS) | set(_BUILT_IN))
+        raise PermanentError(f"LEASH_MODEL_BACKEND={name!r} is unknown; choose one of {known}") from None
+    return factory(ctx)

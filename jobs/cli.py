@@ -69,17 +69,20 @@ def worker(queues, burst, name, scheduler, log_level, imports):
 @main.command()
 @click.option("--kind", default="classify", show_default=True)
 @click.option("--labels", help="Comma-separated labels (classify).")
+@click.option("--template", help="Prompt template containing {item} (kind prompt).")
 @click.option("--owner", default="default", envvar="LEASH_OWNER", show_envvar=True, show_default=True)
 @click.option("--idempotency-key", help="Submitting again with the same key returns the first job.")
 @click.option("--max-attempts", type=int, help="Attempts before the job fails (default LEASH_MAX_ATTEMPTS).")
 @click.option("--json", "as_json", is_flag=True, help='Print {"job_id": ...}.')
 @click.argument("source", type=click.File("r"), default="-")
-def submit(kind, labels, owner, idempotency_key, max_attempts, as_json, source):
+def submit(kind, labels, template, owner, idempotency_key, max_attempts, as_json, source):
     """Enqueue one job; items are read one per line from SOURCE (a file, or - for stdin)."""
     items = [line.rstrip("\n") for line in source if line.strip()]
     payload: dict = {"items": items}
     if labels is not None:
         payload["labels"] = [x.strip() for x in labels.split(",") if x.strip()]
+    if template is not None:
+        payload["template"] = template
     conn = _connection()
     try:
         job_id, created = enqueue(conn, kind, payload, owner=owner, max_attempts=max_attempts,
@@ -135,6 +138,11 @@ def dev(port, n_workers):
 
     sys.exit(run_dev(port=port, n_workers=n_workers))
 
+
+# Dead-letter commands (failures, alert, replay) live in their own module.
+from .cli_deadletter import register as _register_deadletter  # noqa: E402
+
+_register_deadletter(main)
 
 if __name__ == "__main__":
     main()

@@ -20,6 +20,10 @@ class PermanentError(LeashError):
     """The job cannot succeed however often it is retried."""
 
 
+class ItemError(LeashError):
+    """This item cannot be answered; it is stored as the item's error and the job goes on."""
+
+
 class LeaseLost(LeashError):
     """This attempt no longer holds the job's lease; another attempt owns it now."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from rq.executions import ExecutionRegistry
 from rq.job import Job
 from rq.queue import Queue
+from rq.rate_limit import RateLimitRegistry
 from rq.registry import FailedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
 
 PREFIX = "leash:"
@@ -30,6 +31,9 @@ STATS_TOTALS = PREFIX + "stats:totals"
 STATS_MINUTE_TTL = 2 * 24 * 3600
 #: Throttle key so that, of many workers, one reaps per interval.
 REAPER_THROTTLE = PREFIX + "reaper:throttle"
+#: Stream of replay audit entries (who, when, selector, ids), capped at REPLAY_AUDIT_MAXLEN.
+REPLAY_AUDIT = PREFIX + "audit:replays"
+REPLAY_AUDIT_MAXLEN = 1000
 
 
 def job(job_id: str) -> str:
@@ -68,6 +72,13 @@ def effect(job_id: str, name: str) -> str:
     return f"{PREFIX}effect:{job_id}:{name}"
 
 
+def model_rate(scope: str, bucket: str) -> str:
+    """The shared model rate limit of every worker calling one model (``scope``): bucket
+    "requests" and "tokens" hold the next free time (ms), "paused" when a 429 asked all
+    callers to wait until (see jobs/lua/model_rate_v1.lua)."""
+    return f"{PREFIX}model_rate:{scope}:{bucket}"
+
+
 def owner_jobs(owner: str) -> str:
     """Sorted set of an owner's job ids by creation time (for listings)."""
     return f"{PREFIX}owner:{owner}:jobs"
@@ -95,3 +106,14 @@ def rq_scheduled(queue_name: str, connection) -> str:
 
 def rq_executions(job_id: str, connection) -> str:
     return ExecutionRegistry(job_id, connection=connection).key
+
+
+def rq_queues_set() -> str:
+    """RQ's set of known queue keys (rq-dashboard and ``rq info`` list queues from it)."""
+    return Queue.redis_queues_keys
+
+
+def rq_rate_limit(rate_limit_key: str, connection) -> RateLimitRegistry:
+    """RQ's registry for one rate-limit key; its ``allowed_key`` holds the jobs using a slot,
+    its ``rate_limited_key`` the jobs waiting for one."""
+    return RateLimitRegistry(rate_limit_key, connection=connection)

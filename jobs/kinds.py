@@ -21,10 +21,11 @@ from typing import Any
 
 from .backends import get_backend
 from .context import JobContext
-from .errors import InvalidJob, PermanentError
+from .errors import InvalidJob, ItemError
 
 MAX_ITEMS = 1000
 MAX_ITEM_CHARS = 10_000
+MAX_TEMPLATE_CHARS = 20_000
 
 
 @dataclass
@@ -93,16 +94,31 @@ def validate_items(payload: dict, max_items: int = MAX_ITEMS, max_chars: int = M
     return items
 
 
+def _item_or_error(fn: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An item the model cannot answer is stored as {"error": ...}; the job goes on."""
+
+    def run(item: str) -> Any:
+        try:
+            return fn(item)
+        except ItemError as exc:
+            return {"error": str(exc)}
+
+    return run
+
+
+def _is_error(result: Any) -> bool:
+    return isinstance(result, dict) and "error" in result
+
+
 @kind("classify")
 def classify(ctx: JobContext, payload: dict) -> dict[str, Any]:
-    """One label per item, from the configured backend."""
-    backend = get_backend()
+    """One label per item, from the configured backend; an answer outside the labels (after
+    one correction) becomes that item's error."""
+    backend = get_backend(ctx)
     labels = payload["labels"]
-    results = ctx.for_each(payload["items"], lambda text: backend.classify(text, labels))
-    bad = [r for r in results if r not in labels]
-    if bad:
-        raise PermanentError(f"backend {backend.name} answered labels outside {labels}: {bad[:3]}")
-    return {"items": len(results), "labels": dict(Counter(results))}
+    results = ctx.for_each(payload["items"], _item_or_error(lambda text: backend.classify(text, labels)))
+    answered = [r for r in results if not _is_error(r)]
+    return {"items": len(results), "labels": dict(Counter(answered)), "errors": len(results) - len(answered)}
 
 
 @classify.validator
@@ -112,4 +128,30 @@ def _validate_classify(payload: dict) -> int:
         raise InvalidJob("'labels' must be a non-empty list of non-empty strings")
     if len(set(labels)) != len(labels):
         raise InvalidJob("'labels' contains duplicates")
+    return len(validate_items(payload))
+
+
+@kind("prompt")
+def prompt(ctx: JobContext, payload: dict) -> dict[str, Any]:
+    """The template, with ``{item}`` replaced by each item, sent to the configured backend;
+    each completion is stored as that item's result."""
+    backend = get_backend(ctx)
+    template = payload["template"]
+    # str.replace, not str.format: braces elsewhere in a template (JSON examples) are text.
+    complete = _item_or_error(lambda item: backend.complete(template.replace("{item}", item)))
+    results = ctx.for_each(payload["items"], complete)
+    answered = [r for r in results if not _is_error(r)]
+    return {"items": len(results), "errors": len(results) - len(answered),
+            "characters": sum(len(r) for r in answered)}
+
+
+@prompt.validator
+def _validate_prompt(payload: dict) -> int:
+    template = payload.get("template")
+    if not isinstance(template, str) or not template.strip():
+        raise InvalidJob("'template' must be a non-empty string containing {item}")
+    if "{item}" not in template:
+        raise InvalidJob("'template' must contain {item}, where each item goes")
+    if len(template) > MAX_TEMPLATE_CHARS:
+        raise InvalidJob(f"'template' is {len(template)} characters long (at most {MAX_TEMPLATE_CHARS})")
     return len(validate_items(payload))

@@ -85,7 +85,9 @@ def from_raw(job_id: str, raw: dict, rq_status: str | None, now: float | None = 
     result = None
     if state == State.SUCCEEDED and h.get("result"):
         result = {"summary": json.loads(h["result"]), "url": f"/jobs/{job_id}/result"}
-    error = h.get("error") or None
+    # While queued or running again, ``error`` says why the last attempt did not finish;
+    # once succeeded it is cleared (the history stays in the errors list).
+    error = None if state == State.SUCCEEDED else (h.get("error") or None)
     if state == State.FAILED and not error:
         error = error_override or "failed"
     return {

@@ -10,9 +10,16 @@ from typing import TextIO
 TERMINAL = ("succeeded", "failed")
 
 
+#: The backoff schedule, shared with the web page's poller (web/static/job.js reads it
+#: from the page): every FAST_POLL seconds during the first FAST_PERIOD, then every SLOW_POLL.
+FAST_POLL = 1.0
+FAST_PERIOD = 10.0
+SLOW_POLL = 5.0
+
+
 def poll_delay(elapsed: float) -> float:
     """Seconds to wait before the next poll, given seconds since watching began."""
-    return 1.0 if elapsed < 10.0 else 5.0
+    return FAST_POLL if elapsed < FAST_PERIOD else SLOW_POLL
 
 
 def render(fields: dict, width: int = 30) -> str:

@@ -15,6 +15,10 @@ Lifecycle of one job on this worker (main process = M, work-horse = H):
        the queue at its next heartbeat (attempt not counted); if H has not done so within
        LEASH_HANDOFF_GRACE seconds, M kills H and releases the job itself. A second SIGTERM
        does the same at once.
+    Redis unreachable: the worker stays up. RQ's dequeue loop backs off (1, 2, 4 s, capped
+       at a few seconds so reaping resumes soon after Redis returns); the other Redis calls of
+       the main loop are skipped until then. A job whose work-horse could not write meanwhile
+       keeps its lease state in Redis and is reclaimed once the lease has run out.
 """
 
 from __future__ import annotations
@@ -36,8 +40,15 @@ from .reaper import Reaper, release_rate_limit_slot
 
 log = logging.getLogger("leash.worker")
 
+REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
 
 class LeashWorker(Worker):
+    # RQ doubles its wait up to 60 s while Redis is down; this worker also reaps for everyone,
+    # so it must be back within seconds of Redis returning.
+    max_connection_wait_time = 5.0
+    scheduler_check_seconds = 5.0
+
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("serializer", JSONSerializer)
         # Wake often enough to notice an expired lease well inside its length.
@@ -47,6 +58,7 @@ class LeashWorker(Worker):
         self.reaper = Reaper(self.connection, self.name, self.tick_seconds)
         self._attempt: lease.Attempt | None = None
         self._handoff_deadline: float | None = None
+        self._scheduler_checked_at = 0.0
 
     @property
     def dequeue_timeout(self) -> int:
@@ -56,14 +68,58 @@ class LeashWorker(Worker):
     # --- periodic work in the main process -------------------------------------------
 
     def heartbeat(self, timeout=None, pipeline=None):
-        super().heartbeat(timeout, pipeline)
-        if pipeline is None and not self.is_horse:
-            self._tick()
+        if pipeline is not None or self.is_horse:
+            return super().heartbeat(timeout, pipeline)
+        try:
+            super().heartbeat(timeout, pipeline)
+        except REDIS_DOWN as exc:
+            # Not fatal: the dequeue that follows waits for Redis with backoff.
+            log.warning("Redis unreachable, heartbeat skipped: %s", exc)
+            return
+        self._tick()
+        self._restart_dead_scheduler()
 
     def maintain_heartbeats(self, job: Job, execution):
-        super().maintain_heartbeats(job, execution)
+        try:
+            super().maintain_heartbeats(job, execution)
+        except REDIS_DOWN as exc:
+            log.warning("Redis unreachable while job %s runs: %s", job.id, exc)
+            return
         self._tick()
         self._check_current_attempt()
+
+    def check_for_suspension(self, burst: bool):
+        try:
+            super().check_for_suspension(burst)
+        except REDIS_DOWN:
+            pass  # the dequeue that follows waits for Redis with backoff
+
+    def set_state(self, state, pipeline=None):
+        if pipeline is not None:
+            return super().set_state(state, pipeline)
+        try:
+            super().set_state(state)
+        except REDIS_DOWN:
+            self._state = state  # only what `rq info` shows: not worth stopping the worker for
+
+    def run_maintenance_tasks(self):
+        try:
+            super().run_maintenance_tasks()
+        except REDIS_DOWN as exc:
+            log.warning("Redis unreachable, maintenance postponed: %s", exc)
+
+    def _restart_dead_scheduler(self) -> None:
+        """RQ restarts a dead scheduler (retry backoff) only in maintenance, every 10 minutes;
+        after a Redis outage killed it, or the worker holding its lock died, check more often."""
+        if self.scheduler is None or clock.monotonic() - self._scheduler_checked_at < self.scheduler_check_seconds:
+            return
+        self._scheduler_checked_at = clock.monotonic()
+        process = self.scheduler._process
+        if process is None or not process.is_alive():
+            try:
+                self.scheduler.acquire_locks(auto_start=True)
+            except redis.exceptions.RedisError as exc:
+                log.warning("scheduler not restarted: %s", exc)
 
     def _tick(self) -> None:
         try:
@@ -91,6 +147,17 @@ class LeashWorker(Worker):
     # --- claiming ----------------------------------------------------------------------
 
     def execute_job(self, job: Job, queue: Queue):
+        try:
+            self._execute_job(job, queue)
+        except REDIS_DOWN as exc:
+            # The attempt's lease is in Redis: once Redis is back and the lease has run out,
+            # any worker reclaims the job. Never leave a work-horse running unsupervised.
+            log.error("lost Redis while handling job %s: %s; it will be reclaimed", job.id, exc)
+            if self.horse_pid and _still_running(self.horse_pid):
+                self.kill_horse()
+                self.wait_for_horse()
+
+    def _execute_job(self, job: Job, queue: Queue):
         if job.func_name != EXECUTE:
             return super().execute_job(job, queue)  # a plain RQ job on this queue
         attempt = lease.claim(self.connection, job.id, queue.name, self.name)
@@ -191,6 +258,14 @@ class LeashWorker(Worker):
             attempt.release()
             log.warning("cold shutdown: released job %s back to its queue", attempt.job_id)
         raise SystemExit()
+
+
+def _still_running(child_pid: int) -> bool:
+    """True if our child has not exited (and not been reaped, so its pid is still ours)."""
+    try:
+        return os.waitpid(child_pid, os.WNOHANG) == (0, 0)
+    except ChildProcessError:
+        return False
 
 
 def _horse_sigterm(signum, frame):

@@ -77,3 +77,26 @@ def dies_after_recording_failure(ctx, payload):
         ctx.attempt.fail("RuntimeError: recorded, then the process died", permanent=False)
         os.kill(os.getpid(), 9)
     return {"attempt": ctx.attempt.number}
+
+
+@kind("breaks_at")
+def breaks_at(ctx, payload):
+    """Like ``count``, but raises at item ``break_at`` while the Redis key ``test:broken:<flag>``
+    exists: a bug that a fix (deleting the key) then lets a replay get past."""
+    conn = connect()
+    broken = f"test:broken:{payload['flag']}"
+
+    def work(item):
+        index = payload["items"].index(item)
+        if index == payload["break_at"] and conn.exists(broken):
+            raise ConnectionError(f"model backend refused item {index} of job {ctx.job_id}")
+        conn.hincrby(_calls_key(ctx.job_id), str(index), 1)
+        return item.upper()
+
+    results = ctx.for_each(payload["items"], work)
+    return {"items": len(results)}
+
+
+@breaks_at.validator
+def _(payload):
+    return len(validate_items(payload))

@@ -1,25 +1,134 @@
-"""The Flask app factory. Served by gunicorn from the Procfile: ``web.app:create_app()``."""
+"""The Flask app factory. Served by gunicorn from the Procfile: ``web.app:create_app()``.
+
+Configuration comes from the environment (``test_config`` overrides it in tests):
+
+    REDIS_URL                       the job store
+    SECRET_KEY / LEASH_SECRET_KEY   signs the session cookie that carries a browser's owner id;
+                                    unset: a random key per process (development only: owners
+                                    are forgotten on restart)
+    LEASH_API_TOKENS                owner=token,... for the API; unset: open API, one shared owner
+    LEASH_MAX_BODY_BYTES            request body limit (default 1 MiB), checked before parsing
+    LEASH_DASHBOARD_USER/_PASSWORD  mount rq-dashboard at /rq behind basic auth
+    LEASH_DEV=1                     (set by ``leash dev``) mount rq-dashboard without a password
+    LEASH_SECURE_COOKIES=1          cookies only over HTTPS (set it in production)
+    LEASH_REDIS_TIMEOUT             seconds before an unanswered Redis call is a 503 (default 5)
+    LEASH_IMPORTS                   modules that register job kinds
+"""
 
 from __future__ import annotations
 
-from flask import Flask, jsonify
+import logging
+import os
+import secrets
+from datetime import timedelta
 
+from flask import Flask, jsonify, request
+from flask_wtf.csrf import CSRFProtect
+from werkzeug.exceptions import RequestEntityTooLarge
+
+from jobs import kinds
 from jobs.connection import connect
+
+from . import api, auth, dashboard, errors, metrics, pages
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY = 1024 * 1024
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def _config_from_env() -> dict:
+    raw_limit = os.environ.get("LEASH_MAX_BODY_BYTES") or str(DEFAULT_MAX_BODY)
+    try:
+        limit = int(raw_limit)
+    except ValueError:
+        raise ValueError(f"LEASH_MAX_BODY_BYTES must be a number of bytes, got {raw_limit!r}") from None
+    return {
+        "REDIS_URL": os.environ.get("REDIS_URL"),
+        "SECRET_KEY": os.environ.get("SECRET_KEY") or os.environ.get("LEASH_SECRET_KEY"),
+        "LEASH_API_TOKENS": os.environ.get("LEASH_API_TOKENS", ""),
+        "MAX_CONTENT_LENGTH": limit,
+        "LEASH_DASHBOARD_USER": os.environ.get("LEASH_DASHBOARD_USER"),
+        "LEASH_DASHBOARD_PASSWORD": os.environ.get("LEASH_DASHBOARD_PASSWORD"),
+        "LEASH_DEV": os.environ.get("LEASH_DEV") == "1",
+        "SESSION_COOKIE_SECURE": os.environ.get("LEASH_SECURE_COOKIES") == "1",
+        # A request must not hang on a Redis that accepts connections but does not answer.
+        "LEASH_REDIS_TIMEOUT": float(os.environ.get("LEASH_REDIS_TIMEOUT") or 5),
+    }
 
 
 def create_app(test_config: dict | None = None) -> Flask:
     app = Flask(__name__)
-    app.config.from_mapping(REDIS_URL=None)
+    app.config.from_mapping(
+        SESSION_COOKIE_NAME="leash_session",
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        # The cookie is the browser's identity: a bookmarked job page must still open weeks later.
+        PERMANENT_SESSION_LIFETIME=timedelta(days=365),
+        # CSRF is checked where a cookie authenticates (see _csrf_policy), not on token requests.
+        WTF_CSRF_CHECK_DEFAULT=False,
+        WTF_CSRF_TIME_LIMIT=None,
+        **_config_from_env(),
+    )
     if test_config:
         app.config.update(test_config)
-    app.extensions["leash_redis"] = connect(app.config["REDIS_URL"])
+    if not app.config["SECRET_KEY"] or os.environ.get("LEASH_SECRET_KEY_GENERATED") == "1":
+        log.warning("SECRET_KEY is not set: browser sessions (and so browser users' jobs) are forgotten "
+                    "when the web server restarts; set SECRET_KEY in production")
+        app.config["SECRET_KEY"] = app.config["SECRET_KEY"] or secrets.token_urlsafe(32)
+    # Werkzeug caps form fields separately (500 kB); one limit for every kind of body.
+    app.config["MAX_FORM_MEMORY_SIZE"] = app.config["MAX_CONTENT_LENGTH"]
+    app.config["LEASH_TOKENS"] = auth.parse_tokens(app.config["LEASH_API_TOKENS"])
+    if not app.config["LEASH_TOKENS"]:
+        log.warning("LEASH_API_TOKENS is not set: the API is open and its callers share one owner "
+                    "(development only)")
+    kinds.import_kinds()
+    app.extensions["leash_redis"] = connect(app.config["REDIS_URL"], socket_timeout=app.config["LEASH_REDIS_TIMEOUT"])
+
+    metrics.init_app(app)  # first, so its timer starts before any hook can answer early
+    app.before_request(_body_limit)
+    CSRFProtect(app)
+    errors.init_app(app)
+    dashboard.init_app(app)
+    app.before_request(_csrf_policy)
+    app.register_blueprint(api.bp)
+    app.register_blueprint(pages.bp)
+    app.after_request(_security_headers)
 
     @app.get("/healthz")
     def healthz():
-        try:
-            app.extensions["leash_redis"].ping()
-        except Exception as exc:  # any Redis failure means "not healthy", never a 500
-            return jsonify(ok=False, error=f"redis unreachable: {exc}"), 503
+        app.extensions["leash_redis"].ping()  # unreachable -> the 503 handler
         return jsonify(ok=True)
 
     return app
+
+
+# Our pages load nothing but their own script and stylesheet; rq-dashboard keeps its own
+# inline scripts, so it gets the other headers only.
+CONTENT_SECURITY_POLICY = ("default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; "
+                           "form-action 'self'; base-uri 'none'; object-src 'none'")
+
+
+def _security_headers(response):
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    response.headers.setdefault("X-Frame-Options", "DENY")  # no clickjacking of the cancel button
+    response.headers.setdefault("Referrer-Policy", "same-origin")
+    if response.mimetype == "text/html" and request.blueprint != dashboard.BLUEPRINT:
+        response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
+    return response
+
+
+def _body_limit():
+    """413 from the Content-Length header alone, before anything reads the body."""
+    from flask import current_app
+
+    length = request.content_length
+    if length is not None and length > current_app.config["MAX_CONTENT_LENGTH"]:
+        raise RequestEntityTooLarge()
+
+
+def _csrf_policy():
+    if request.method in UNSAFE_METHODS and request.blueprint != dashboard.BLUEPRINT and auth.csrf_required():
+        from flask import current_app
+
+        current_app.extensions["csrf"].protect()

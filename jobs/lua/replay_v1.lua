@@ -8,13 +8,15 @@
 --   rq failed registry zset, destination (mode 'limited': the rate limit's waiting zset;
 --   mode 'list': the rq queue list), and in mode 'limited' only: the rate limit's allowed zset
 -- ARGV[1] now (unix seconds)  ARGV[2] enqueued_at (RQ's format)
--- ARGV[3..] per job: job_id, mode ('limited' | 'list')
+-- ARGV[3] position of this batch's first job in the whole replay (keeps the waiting order)
+-- ARGV[4..] per job: job_id, mode ('limited' | 'list')
 -- Returns one entry per job: 'replayed', the state it was in ('running', 'succeeded', ...),
 -- 'missing' (no job hash) or 'rq-missing' (RQ's job hash expired: nothing to run).
 local now = ARGV[1]
 local out = {}
 local k = 2
-for a = 3, #ARGV, 2 do
+local position = tonumber(ARGV[3])
+for a = 4, #ARGV, 2 do
   local job_id, mode = ARGV[a], ARGV[a + 1]
   local job, items, errors, rq_job, rq_failed, dest = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5]
   local allowed = nil
@@ -51,12 +53,14 @@ for a = 3, #ARGV, 2 do
       -- A failed job holds no slot; drop a leaked one so it cannot count twice.
       redis.call('ZREM', allowed, job_id)
       redis.call('HSET', rq_job, 'status', 'rate_limited')
-      redis.call('ZADD', dest, tonumber(now), job_id)
+      -- RQ promotes waiting jobs oldest first: a microsecond apart keeps the selection order.
+      redis.call('ZADD', dest, tonumber(now) + position * 0.000001, job_id)
     else
       redis.call('HSET', rq_job, 'status', 'queued', 'enqueued_at', ARGV[2])
       redis.call('RPUSH', dest, job_id)
     end
     out[#out + 1] = 'replayed'
   end
+  position = position + 1
 end
 return out

@@ -1,0 +1,182 @@
+"""The dead-letter commands: ``leash failures``, ``leash alert``, ``leash replay``.
+
+Each reads ``REDIS_URL``, prints a table (or one line) by default and JSON with ``--json``.
+Bad input — an unknown id, a malformed duration, a threshold out of range — is one message
+and exit status 2, with nothing changed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+import redis
+
+from . import alerts, clock, deadletter, durations, failures
+from .connection import connect
+
+#: Above this many jobs, replay asks before acting (unless --yes).
+CONFIRM_ABOVE = 10
+
+
+class BadInput(click.ClickException):
+    exit_code = 2
+
+
+class Duration(click.ParamType):
+    name = "duration"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)):
+            return float(value)
+        if str(value).lower() == "all" and param is not None and param.name == "since":
+            return ALL
+        try:
+            return durations.parse(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = Duration()
+#: ``--since all``: every failed job still stored.
+ALL = float("inf")
+
+
+def _connection():
+    conn = connect()
+    try:
+        conn.ping()
+    except redis.exceptions.RedisError as exc:
+        raise click.ClickException(f"cannot reach Redis ({exc}); set REDIS_URL") from None
+    return conn
+
+
+def _short(ts: str | None) -> str:
+    return (ts or "-")[:19].replace("T", " ")
+
+
+@click.command("failures")
+@click.option("--since", default="24h", type=DURATION, show_default=True,
+              help="How far back to look: 90s, 15m, 24h, 7d, 2w, or 'all'.")
+@click.option("--kind", help="Only this job kind.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def failures_command(since, kind, as_json):
+    """Failed jobs grouped by kind and error (ids and numbers normalised), biggest first."""
+    conn = _connection()
+    result = failures.report(conn, since=since, kind=kind)
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    window = "all time" if since == ALL else f"the last {durations.render(since)}"
+    if not result["groups"]:
+        click.echo(f"no failed jobs in {window}")
+        return
+    click.echo(f"{result['total']} failed jobs in {len(result['groups'])} groups, {window}")
+    click.echo(f"{'COUNT':>7}  {'KIND':<14} {'FIRST SEEN':<19}  {'LAST SEEN':<19}  {'EXAMPLES':<49}  ERROR")
+    for g in result["groups"]:
+        click.echo(f"{g['count']:>7}  {g['kind'][:14]:<14} {_short(g['first_seen']):<19}  "
+                   f"{_short(g['last_seen']):<19}  {' '.join(g['examples']):<49}  {g['error']}")
+
+
+@click.command("alert")
+@click.option("--window", default="1h", type=DURATION, show_default=True, envvar="LEASH_ALERT_WINDOW",
+              show_envvar=True, help="Look back this far (at most 2d: the counters are kept two days).")
+@click.option("--max-failures", type=click.IntRange(min=0), envvar="LEASH_ALERT_MAX_FAILURES",
+              show_envvar=True, help="Alert when more jobs than this failed in the window.")
+@click.option("--max-ratio", type=click.FloatRange(0, 1), envvar="LEASH_ALERT_MAX_RATIO", show_envvar=True,
+              help="Alert when failed / (failed + succeeded) is above this (0 to 1).")
+@click.option("--kind", help="Only this job kind.")
+@click.option("--webhook", envvar="LEASH_ALERT_WEBHOOK", show_envvar=True,
+              help="POST the line as JSON here when alerting (5 s timeout, retried twice).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def alert_command(window, max_failures, max_ratio, kind, webhook, as_json):
+    """One line about the failure rate; exit status 1 when over a threshold (for a scheduler)."""
+    if webhook and not webhook.startswith(("http://", "https://")):
+        raise BadInput(f"--webhook must be an http(s) URL, got {webhook!r}")
+    if window > alerts.MAX_WINDOW:
+        raise BadInput(f"--window {durations.render(window)} is longer than 2d: outcome counters are kept two days")
+    result = alerts.check(_connection(), window, max_failures=max_failures, max_ratio=max_ratio, kind=kind)
+    click.echo(json.dumps(result.as_dict()) if as_json else result.line)
+    if webhook and result.alerting:
+        try:
+            alerts.post_webhook(webhook, result.as_dict())
+        except alerts.WebhookFailed as exc:
+            click.echo(str(exc), err=True)
+    sys.exit(1 if result.alerting else 0)
+
+
+@click.command("replay")
+@click.argument("job_ids", nargs=-1)
+@click.option("--kind", help="Failed jobs of this kind.")
+@click.option("--error-contains", help="Failed jobs whose stored error contains this text.")
+@click.option("--since", type=DURATION, help="Failed within this long: 90s, 15m, 24h, 7d, 2w, or 'all'.")
+@click.option("--dry-run", is_flag=True, help="List what would be replayed; change nothing.")
+@click.option("--yes", is_flag=True, help=f"Do not ask when more than {CONFIRM_ABOVE} jobs match.")
+@click.option("--actor", envvar="LEASH_ACTOR", show_envvar=True, help="Who is replaying (audit; default $USER).")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+def replay_command(job_ids, kind, error_contains, since, dry_run, yes, actor, as_json):
+    """Put failed jobs back to queued with attempts 0; their checkpoints and error history are
+    kept. Select by JOB_IDS and/or --kind, --error-contains, --since. Job ids can start
+    with "-": put them after "--" (leash replay --yes -- ID...)."""
+    if not (job_ids or kind or error_contains or since):
+        raise BadInput("say which jobs: give job ids, or --kind, --error-contains or --since")
+    conn = _connection()
+    try:
+        selection = deadletter.select(conn, job_ids, kind=kind, error_contains=error_contains, since=since)
+    except deadletter.UnknownJobs as exc:
+        raise BadInput(f"{exc}; nothing was replayed") from None
+    matched = selection.matched
+    if dry_run:
+        _print_replay(as_json, "would replay", matched, selection.skipped, dry_run=True)
+        return
+    if len(matched) > CONFIRM_ABOVE and not yes:
+        try:
+            agreed = click.confirm(f"Replay {len(matched)} failed jobs?", default=False, err=True)
+        except click.Abort:
+            click.echo(err=True)
+            raise BadInput(f"{len(matched)} jobs match and there is no answer on stdin; "
+                           "pass --yes to replay them, or --dry-run to list them") from None
+        if not agreed:
+            click.echo("nothing replayed", err=True)
+            sys.exit(1)
+    # The ids given are the replayed ones plus the skipped ones, both in the entry: count them here.
+    selector = {"ids_given": len(job_ids), "kind": kind, "error_contains": error_contains,
+                "since": "all" if since == ALL else since}
+    outcome = deadletter.replay(conn, matched, actor or deadletter.default_actor(), selector,
+                                skipped=selection.skipped)
+    _print_replay(as_json, "replayed", outcome.replayed, outcome.skipped, audit_id=outcome.audit_id)
+
+
+def _print_replay(as_json, verb, jobs, skipped, dry_run=False, audit_id=None):
+    if as_json:
+        click.echo(json.dumps({"dry_run": dry_run, "replayed" if not dry_run else "would_replay":
+                               [c.as_dict() for c in jobs],
+                               "skipped": [{"job_id": i, "reason": r} for i, r in skipped],
+                               "audit_id": audit_id}))
+        return
+    click.echo(f"{verb} {len(jobs)} job{'s' if len(jobs) != 1 else ''}")
+    for c in jobs:
+        click.echo(f"  {c.job_id}  {c.kind:<14} {_short(clock.iso(c.failed_at))}  {c.error[:100]}")
+    for job_id, reason in skipped:
+        click.echo(f"  skipped {job_id}: {reason}")
+
+
+@click.command("replay-log")
+@click.option("--count", default=20, show_default=True, type=click.IntRange(1, 1000), help="How many entries.")
+@click.option("--json", "as_json", is_flag=True, help="Print the entries as JSON.")
+def replay_log_command(count, as_json):
+    """The latest replays, newest first: who, when, which selector, how many jobs."""
+    entries = deadletter.audit_log(_connection(), count)
+    if as_json:
+        click.echo(json.dumps(entries))
+        return
+    for e in entries:
+        selector = " ".join(f"{k}={v}" for k, v in e["selector"].items() if v not in (None, 0, ""))
+        click.echo(f"{_short(e['at'])}  {e['actor']:<16} {e['count']:>6} replayed, {len(e['skipped'])} skipped  "
+                   f"{selector or '-'}")
+
+
+def register(group: click.Group) -> None:
+    for command in (failures_command, alert_command, replay_command, replay_log_command):
+        group.add_command(command)

@@ -1,0 +1,226 @@
+"""Replay: failed jobs back to ``queued`` with one command, written before the outage.
+
+    failed ──replay──▶ queued (attempts 0, checkpoints and error history kept)
+
+Selection reads the failed index (or takes ids), replay runs ``lua/replay_v1.lua`` once per
+batch: per job it checks the job is still failed, flips it to queued, removes the expiry the
+failure set, and puts RQ's side right (out of the failed registry, retries restored, waiting
+for a slot of the owner's ``RateLimit``). RQ's own acquire step then promotes waiting jobs
+onto the queue as slots allow, exactly as for a fresh rate-limited enqueue. Every replay
+leaves an audit entry (who, when, selector, ids) in a capped stream.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from redis import Redis
+from rq.utils import now as rq_now
+from rq.utils import utcformat
+
+from . import clock, keys, scripts
+from .errors import NoSuchJob
+from .failures import failed_ids, heads
+
+BATCH = 500
+
+
+class UnknownJobs(NoSuchJob):
+    """No such job."""
+
+    def __init__(self, job_ids: list[str]):
+        shown = ", ".join(job_ids[:5]) + (f" and {len(job_ids) - 5} more" if len(job_ids) > 5 else "")
+        super().__init__(f"no such job{'s' if len(job_ids) > 1 else ''}: {shown}")
+        self.job_ids = job_ids
+
+
+@dataclass
+class Candidate:
+    job_id: str
+    kind: str
+    failed_at: float | None
+    error: str  # first line
+
+    def as_dict(self) -> dict:
+        return {"job_id": self.job_id, "kind": self.kind, "failed_at": clock.iso(self.failed_at),
+                "error": self.error}
+
+
+@dataclass
+class Selection:
+    matched: list[Candidate] = field(default_factory=list)
+    #: (job id, reason) for ids given explicitly that cannot be replayed
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class ReplayOutcome:
+    replayed: list[Candidate]
+    skipped: list[tuple[str, str]]
+    audit_id: str | None
+
+
+def _text(value) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def select(connection: Redis, job_ids: Iterable[str] | None = None, kind: str | None = None,
+           error_contains: str | None = None, since: float | None = None,
+           now: float | None = None) -> Selection:
+    """The failed jobs a replay would take. Explicit ids that do not exist raise
+    ``UnknownJobs`` (nothing is replayed then); ids that exist but are not failed, or do not
+    match the other selectors, are returned as skipped with the reason."""
+    now = clock.wall() if now is None else now
+    selection = Selection()
+    if job_ids:
+        ids = _explicit(connection, list(dict.fromkeys(job_ids)), selection)
+    else:
+        ids = failed_ids(connection, since, now=now)
+    candidates = [Candidate(h.job_id, h.kind, h.failed_at, h.first_line)
+                  for h in heads(connection, ids) if h is not None]
+    if error_contains:
+        full = _errors(connection, [c.job_id for c in candidates])
+    for n, candidate in enumerate(candidates):
+        reason = None
+        if kind is not None and candidate.kind != kind:
+            reason = f"kind is {candidate.kind}, not {kind}"
+        elif error_contains and error_contains not in full[n]:
+            reason = "error does not contain the text"
+        elif since is not None and (candidate.failed_at or 0) < now - since:
+            reason = "failed before --since"
+        if reason is None:
+            selection.matched.append(candidate)
+        elif job_ids:
+            selection.skipped.append((candidate.job_id, reason))
+    return selection
+
+
+def _explicit(connection: Redis, job_ids: list[str], selection: Selection) -> list[str]:
+    with connection.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.hget(keys.job(job_id), "state")
+        states = [_text(s) for s in pipe.execute()]
+    unknown = [job_id for job_id, state in zip(job_ids, states) if state is None]
+    if unknown:
+        raise UnknownJobs(unknown)
+    failed = []
+    for job_id, state in zip(job_ids, states):
+        if state != "failed":
+            selection.skipped.append((job_id, f"{state}: only failed jobs can be replayed"))
+        else:
+            failed.append(job_id)
+    return failed
+
+
+def _errors(connection: Redis, job_ids: list[str]) -> list[str]:
+    out: list[str] = []
+    for start in range(0, len(job_ids), BATCH):
+        with connection.pipeline(transaction=False) as pipe:
+            for job_id in job_ids[start:start + BATCH]:
+                pipe.hget(keys.job(job_id), "error")
+            out.extend((_text(v) or "") for v in pipe.execute())
+    return out
+
+
+_REASONS = {
+    "missing": "the job no longer exists",
+    "rq-missing": "its RQ job has expired, there is nothing left to run",
+}
+
+
+def replay(connection: Redis, candidates: list[Candidate], actor: str, selector: dict,
+           skipped: list[tuple[str, str]] | None = None, now: float | None = None,
+           batch: int = BATCH) -> ReplayOutcome:
+    """Replay the selected jobs and record the audit entry. A job that stopped being failed
+    since it was selected is skipped with the state it is in now."""
+    now = clock.wall() if now is None else now
+    replayed: list[Candidate] = []
+    skipped = list(skipped or [])
+    for start in range(0, len(candidates), batch):
+        chunk = candidates[start:start + batch]
+        results = _replay_batch(connection, [c.job_id for c in chunk], now, position=start)
+        for candidate, result in zip(chunk, results):
+            if result == "replayed":
+                replayed.append(candidate)
+            else:
+                reason = _REASONS.get(result) or f"{result}: only failed jobs can be replayed"
+                skipped.append((candidate.job_id, reason))
+    audit_id = _audit(connection, actor, selector, [c.job_id for c in replayed], skipped, now)
+    return ReplayOutcome(replayed, skipped, audit_id)
+
+
+def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: int) -> list[str]:
+    with connection.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.hmget(keys.rq_job(job_id), "origin", "rate_limit_key", "rate_limit_concurrency")
+            pipe.hget(keys.job(job_id), "queue")
+        rows = pipe.execute()
+    script_keys = [keys.FAILED_INDEX]
+    args: list = [now, utcformat(rq_now()), position]
+    limits: dict[str, int] = {}
+    origins: set[str] = set()
+    for n, job_id in enumerate(job_ids):
+        origin, limit_key, concurrency = (_text(v) for v in rows[2 * n])
+        origin = origin or _text(rows[2 * n + 1]) or "leash"
+        origins.add(origin)
+        script_keys += [keys.job(job_id), keys.items(job_id), keys.errors(job_id), keys.rq_job(job_id),
+                        _failed_registry(connection, origin)]
+        if limit_key and concurrency:
+            registry = keys.rq_rate_limit(limit_key, connection)
+            script_keys += [registry.rate_limited_key, registry.allowed_key]
+            args += [job_id, "limited"]
+            limits[limit_key] = int(concurrency)
+        else:
+            script_keys.append(keys.rq_queue(origin))
+            args += [job_id, "list"]
+    results = [_text(r) for r in scripts.run(connection, "replay_v1", keys=script_keys, args=args)]
+    # What RQ's enqueue does for a rate-limited job after saving it as waiting: register the
+    # limit, then fill free slots (oldest waiting first) onto the queue.
+    with connection.pipeline(transaction=False) as pipe:
+        for origin in origins:
+            pipe.sadd(keys.rq_queues_set(), keys.rq_queue(origin))
+        for limit_key, concurrency in limits.items():
+            registry = keys.rq_rate_limit(limit_key, connection)
+            registry.register(concurrency, pipe)
+            registry.acquire_and_enqueue(concurrency, pipeline=pipe)
+        pipe.execute()
+    return results
+
+
+_failed_registries: dict[tuple[int, str], str] = {}
+
+
+def _failed_registry(connection: Redis, origin: str) -> str:
+    key = (id(connection), origin)
+    if key not in _failed_registries:
+        _failed_registries[key] = keys.rq_failed(origin, connection)
+    return _failed_registries[key]
+
+
+def default_actor() -> str:
+    return os.environ.get("LEASH_ACTOR") or os.environ.get("USER") or "unknown"
+
+
+def _audit(connection: Redis, actor: str, selector: dict, replayed: list[str],
+           skipped: list[tuple[str, str]], now: float) -> str:
+    entry = {
+        "actor": actor, "at": repr(now), "selector": json.dumps(selector, sort_keys=True),
+        "count": len(replayed), "ids": json.dumps(replayed),
+        "skipped": json.dumps([{"job_id": i, "reason": r} for i, r in skipped]),
+    }
+    entry_id = connection.xadd(keys.REPLAY_AUDIT, entry, maxlen=keys.REPLAY_AUDIT_MAXLEN, approximate=True)
+    return _text(entry_id)
+
+
+def audit_log(connection: Redis, count: int = 20) -> list[dict]:
+    """The latest replay audit entries, newest first."""
+    out = []
+    for entry_id, fields in connection.xrevrange(keys.REPLAY_AUDIT, count=count):
+        f = {_text(k): _text(v) for k, v in fields.items()}
+        out.append({"id": _text(entry_id), "actor": f["actor"], "at": clock.iso(float(f["at"])),
+                    "selector": json.loads(f["selector"]), "count": int(f["count"]),
+                    "ids": json.loads(f["ids"]), "skipped": json.loads(f["skipped"])})
+    return out

@@ -1,0 +1,78 @@
+"""A job's per-item results, read one page at a time.
+
+Results live in the hash ``leash:items:<id>`` (item index -> JSON), written by each
+checkpoint. A finished job can hold a thousand of them; a page needs twenty. So a page is an
+HMGET of exactly its index range, sent in the same round trip as the few job fields that say
+whose job it is and how many items it has — never an HGETALL of everything.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis import Redis
+from rq.exceptions import DeserializationError, NoSuchJobError
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from . import keys
+from .errors import NoSuchJob
+
+#: The largest page a caller may ask for.
+MAX_PAGE = 500
+
+
+@dataclass
+class Page:
+    job_id: str
+    owner: str
+    state: str
+    done: int
+    total: int
+    offset: int
+    limit: int
+    #: (index, result) for the items of the range that have a result, in index order.
+    items: list[tuple[int, Any]] = field(default_factory=list)
+
+    @property
+    def next_offset(self) -> int | None:
+        following = self.offset + self.limit
+        return following if following < self.total else None
+
+    @property
+    def previous_offset(self) -> int | None:
+        return max(0, self.offset - self.limit) if self.offset > 0 else None
+
+
+def _text(value: bytes | None) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def read_page(connection: Redis, job_id: str, offset: int = 0, limit: int = 50) -> Page:
+    """One page of results, in one round trip. Raises ``NoSuchJob`` for an unknown id."""
+    if offset < 0 or not 1 <= limit <= MAX_PAGE:
+        raise ValueError(f"need offset >= 0 and 1 <= limit <= {MAX_PAGE}")
+    indexes = list(range(offset, offset + limit))
+    with connection.pipeline(transaction=False) as pipe:
+        pipe.hmget(keys.job(job_id), "owner", "state", "done", "total")
+        pipe.hmget(keys.items(job_id), indexes)
+        (owner, state, done, total), values = pipe.execute()
+    if owner is None:
+        raise NoSuchJob(f"no such job: {job_id}")
+    items = [(index, json.loads(value)) for index, value in zip(indexes, values) if value is not None]
+    return Page(job_id=job_id, owner=_text(owner), state=_text(state) or "queued", done=int(done or 0),
+                total=int(total or 0), offset=offset, limit=limit, items=items)
+
+
+def item_inputs(connection: Redis, job_id: str, offset: int, limit: int) -> list[Any]:
+    """The submitted items ``[offset, offset + limit)``, from the RQ job's payload (for showing
+    inputs beside results). Empty when RQ no longer has the job or its payload has no items."""
+    try:
+        job = Job.fetch(job_id, connection=connection, serializer=JSONSerializer)
+        _, payload = job.args
+    except (NoSuchJobError, DeserializationError, ValueError, TypeError):
+        return []
+    items = payload.get("items") if isinstance(payload, dict) else None
+    return items[offset:offset + limit] if isinstance(items, list) else []

@@ -1,0 +1,185 @@
+"""A fake OpenAI-compatible server for the tests: a real HTTP server on loopback that answers
+POST /v1/chat/completions, records when each request arrived, and follows a script.
+
+A test says how the model behaves for an item (the first user message) with ``on``::
+
+    model_server.on("item-b", Error(429, "slow down", headers={"Retry-After": "2"}))
+    model_server.on("item-c", Slow(5))
+
+Items without a rule get ``Reply()``: the text after "->" in the item ("great -> positive"
+answers "positive"), else "echo: <item>".
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+MODEL = "fake-model"
+API_KEY = "test-key"
+
+
+@dataclass
+class Seen:
+    at: float  # wall clock, when the request arrived
+    item: str  # the first user message
+    last: str  # the last user message (the correction, on classify's second try)
+    body: dict
+    authorization: str
+
+
+def default_answer(item: str) -> str:
+    if "->" in item:
+        return item.rsplit("->", 1)[1].strip()
+    return f"echo: {item}"
+
+
+@dataclass
+class Reply:
+    text: str | None = None
+
+    def respond(self, server: FakeOpenAI, handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        text = self.text if self.text is not None else server.answer(seen.item)
+        prompt_tokens = sum(len(str(m.get("content", ""))) for m in seen.body.get("messages", [])) // 4 + 1
+        completion_tokens = len(text) // 4 + 1
+        _send_json(handler, 200, {
+            "id": f"chatcmpl-{len(server.requests)}", "object": "chat.completion", "created": int(time.time()),
+            "model": seen.body.get("model"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens},
+        })
+
+
+@dataclass
+class Error:
+    status: int
+    message: str
+    code: str | None = None
+    headers: dict = field(default_factory=dict)
+
+    def respond(self, server, handler, seen) -> None:
+        body = {"error": {"message": self.message, "type": "invalid_request_error", "param": None, "code": self.code}}
+        _send_json(handler, self.status, body, self.headers)
+
+
+@dataclass
+class Slow:
+    """Answer normally, after ``seconds``."""
+
+    seconds: float
+
+    def respond(self, server, handler, seen) -> None:
+        if not server.stopping.wait(self.seconds):
+            Reply().respond(server, handler, seen)
+
+
+class Trickle:
+    """Start a 200 answer and never finish it: a space every half second keeps the client's
+    read timeout from firing (a hung call that only the lease can catch)."""
+
+    def respond(self, server, handler, seen) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.end_headers()
+        try:
+            while not server.stopping.wait(0.5):
+                handler.wfile.write(b" ")
+                handler.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+
+def _send_json(handler, status: int, body: dict, headers: dict | None = None) -> None:
+    data = json.dumps(body).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    for name, value in (headers or {}).items():
+        handler.send_header(name, value)
+    handler.end_headers()
+    try:
+        handler.wfile.write(data)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+
+
+class FakeOpenAI:
+    def __init__(self):
+        self.requests: list[Seen] = []
+        self.rules: list[list] = []  # [item, behaviour, times left]
+        self.answer = default_answer
+        self.stopping = threading.Event()
+        self.lock = threading.Lock()
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="fake-openai", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def on(self, item: str, behaviour, times: int = 1) -> None:
+        with self.lock:
+            self.rules.append([item, behaviour, times])
+
+    def seen(self, item: str) -> list[Seen]:
+        with self.lock:
+            return [r for r in self.requests if r.item == item]
+
+    def _next(self, seen: Seen):
+        with self.lock:
+            self.requests.append(seen)
+            for rule in self.rules:
+                if rule[0] == seen.item and rule[2] > 0:
+                    rule[2] -= 1
+                    return rule[1]
+        return Reply()
+
+    def start(self) -> FakeOpenAI:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
+
+
+def _handler_for(server: FakeOpenAI):
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (http.server's naming)
+            at = time.time()
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            if self.path.rstrip("/") != "/v1/chat/completions":
+                return _send_json(self, 404, {"error": {"message": f"no route {self.path}"}})
+            users = [m.get("content", "") for m in body.get("messages", []) if m.get("role") == "user"]
+            seen = Seen(at=at, item=users[0] if users else "", last=users[-1] if users else "", body=body,
+                        authorization=self.headers.get("Authorization", ""))
+            server._next(seen).respond(server, self, seen)
+
+        def log_message(self, format, *args):  # keep test output quiet
+            pass
+
+    return Handler
+
+
+@pytest.fixture
+def model_server(env):
+    """A started fake server, with the LEASH_MODEL_* settings pointing workers at it."""
+    server = FakeOpenAI().start()
+    env.setenv("LEASH_MODEL_URL", server.url)
+    env.setenv("LEASH_MODEL_NAME", MODEL)
+    env.setenv("LEASH_MODEL_API_KEY", API_KEY)
+    env.setenv("LEASH_MODEL_TIMEOUT", "10")
+    env.delenv("LEASH_MODEL_BACKEND", raising=False)
+    env.delenv("LEASH_MODEL_RPM", raising=False)
+    env.delenv("LEASH_MODEL_TPM", raising=False)
+    yield server
+    server.stop()

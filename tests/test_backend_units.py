@@ -1,0 +1,194 @@
+"""The model backend's parts, in process against a real Redis and the fake HTTP server:
+Retry-After parsing, label matching, error messages, template validation, the shared rate
+limit's arithmetic, and ``ctx.keepalive`` / ``ctx.sleep`` on a real lease."""
+
+from __future__ import annotations
+
+import time
+from email.utils import formatdate
+
+import pytest
+
+from jobs import backends, control, keys, lease
+from jobs.backend_openai import ModelUnavailable, OpenAIBackend, match_label, retry_after_seconds
+from jobs.context import JobContext
+from jobs.enqueue import enqueue
+from jobs.errors import Canceled, InvalidJob, LeaseLost, PermanentError
+from jobs.model_rate import ACQUIRED, PAUSED, TOKENS_SPENT, ModelRateLimit
+from tests.conftest import wait_for
+from tests.fake_openai import Error, model_server  # noqa: F401 (fixture)
+
+
+def test_retry_after_is_read_as_seconds_milliseconds_or_an_http_date():
+    assert retry_after_seconds({"retry-after": "7"}) == 7.0
+    assert retry_after_seconds({"retry-after-ms": "1500", "retry-after": "7"}) == 1.5
+    now = 1_700_000_000.0
+    assert retry_after_seconds({"retry-after": formatdate(now + 20, usegmt=True)}, now=now) == pytest.approx(20)
+    assert retry_after_seconds({"retry-after": formatdate(now - 20, usegmt=True)}, now=now) == 0.0
+    assert retry_after_seconds({"retry-after": "soon"}) is None
+    assert retry_after_seconds({}) is None
+
+
+def test_an_answer_names_a_label_despite_case_quotes_periods_and_thinking():
+    labels = ["positive", "negative", "Needs Review"]
+    assert match_label("positive", labels) == "positive"
+    assert match_label(" 'Negative'.\n", labels) == "negative"
+    assert match_label("needs review", labels) == "Needs Review"
+    assert match_label("<think>hmm, maybe negative</think>positive", labels) == "positive"
+    assert match_label("I think it is positive", labels) is None
+    assert match_label("", labels) is None
+
+
+def test_the_backend_is_chosen_by_configuration(env):
+    env.delenv("LEASH_MODEL_BACKEND", raising=False)
+    env.delenv("LEASH_MODEL_URL", raising=False)
+    assert backends.backend_name() == "local"
+    env.setenv("LEASH_MODEL_URL", "http://127.0.0.1:9/v1")
+    assert backends.backend_name() == "openai"
+    env.setenv("LEASH_MODEL_BACKEND", "local")
+    assert backends.backend_name() == "local"
+    env.setenv("LEASH_MODEL_BACKEND", "nonsense")
+    with pytest.raises(PermanentError, match="choose one of"):
+        backends.get_backend()
+
+
+@pytest.mark.parametrize("status, message, says", [
+    (401, "Incorrect API key provided", "set LEASH_MODEL_API_KEY"),
+    (403, "not allowed", "may not use model 'fake-model'"),
+    (404, "The model `fake-model` does not exist", "set LEASH_MODEL_NAME"),
+    (400, "This model's maximum context length is 8192 tokens", "shorten the items"),
+    (422, "bad field", "rejected the request (422)"),
+])
+def test_client_errors_are_permanent_and_say_what_to_fix(conn, model_server, status, message, says):
+    model_server.on("x", Error(status, message))
+    with pytest.raises(PermanentError) as raised:
+        OpenAIBackend().complete("x")
+    assert says in str(raised.value)
+    assert message in str(raised.value)
+
+
+def test_server_errors_and_refused_connections_are_retryable(conn, model_server, env):
+    model_server.on("x", Error(503, "overloaded"))
+    with pytest.raises(ModelUnavailable, match="failed \\(503\\): overloaded"):
+        OpenAIBackend().complete("x")
+    env.setenv("LEASH_MODEL_URL", "http://127.0.0.1:9/v1")  # nothing listens on port 9
+    with pytest.raises(ModelUnavailable, match="cannot reach the model server"):
+        OpenAIBackend().complete("x")
+
+
+def test_missing_or_bad_model_settings_are_permanent_errors(conn, model_server, env):
+    env.delenv("LEASH_MODEL_NAME")
+    with pytest.raises(PermanentError, match="LEASH_MODEL_NAME is not set"):
+        OpenAIBackend()
+    env.setenv("LEASH_MODEL_NAME", "m")
+    env.setenv("LEASH_MODEL_RPM", "lots")
+    with pytest.raises(PermanentError, match="LEASH_MODEL_RPM must be a number"):
+        OpenAIBackend()
+
+
+@pytest.mark.parametrize("payload, complaint", [
+    ({"items": ["a"], "template": "no placeholder"}, "must contain {item}"),
+    ({"items": ["a"], "template": ""}, "non-empty string"),
+    ({"items": ["a"], "template": "{item}" + "x" * 20_000}, "at most 20000"),
+    ({"items": [], "template": "{item}"}, "'items' is empty"),
+    ({"items": [3], "template": "{item}"}, "must be a string"),
+])
+def test_prompt_jobs_are_validated_before_anything_is_written(conn, payload, complaint):
+    with pytest.raises(InvalidJob, match=complaint):
+        enqueue(conn, "prompt", payload)
+    assert conn.dbsize() == 0
+
+
+def test_the_rate_limit_spaces_requests_evenly_across_callers(conn):
+    a = ModelRateLimit(conn, "m", rpm=120)
+    b = ModelRateLimit(conn, "m", rpm=120)  # another worker, same model: same budget
+    t = 5_000_000
+    waits = [limit.acquire(max_pause=30, now_ms=t).wait_seconds for limit in (a, b, a, b)]
+    assert waits == [0.0, 0.5, 1.0, 1.5]
+    assert a.acquire(max_pause=30, now_ms=t + 10_000).wait_seconds == 0.0  # idle time is not banked
+
+
+def test_tokens_used_hold_back_the_next_call_until_paid_off(conn):
+    limit = ModelRateLimit(conn, "m", rpm=0, tpm=600)  # 10 tokens a second
+    t = 5_000_000
+    assert limit.acquire(30, now_ms=t).code == ACQUIRED
+    limit.spend(50, now_ms=t)
+    turn = limit.acquire(30, now_ms=t + 1000)
+    assert (turn.code, turn.wait_seconds) == (TOKENS_SPENT, 4.0)
+    assert limit.acquire(30, now_ms=t + 5000).code == ACQUIRED
+
+
+def test_a_429_pause_holds_every_caller_and_a_long_one_is_not_sat_out(conn):
+    limit = ModelRateLimit(conn, "m", rpm=60)
+    t = 5_000_000
+    limit.pause(3, now_ms=t)
+    turn = limit.acquire(max_pause=30, now_ms=t)
+    assert (turn.code, turn.wait_seconds) == (ACQUIRED, 3.0)
+    limit.pause(40, now_ms=t)
+    turn = limit.acquire(max_pause=30, now_ms=t)
+    assert (turn.code, turn.wait_seconds) == (PAUSED, 40.0)
+    assert conn.get(keys.model_rate("m", "requests")) == str(t + 4000).encode()  # nothing reserved
+
+
+def _running_attempt(conn) -> lease.Attempt:
+    job_id, _ = enqueue(conn, "noop", {})
+    attempt = lease.claim(conn, job_id, "leash", "test-worker")
+    assert attempt is not None
+    return attempt
+
+
+def _lease_expires_at(conn, job_id) -> float:
+    return float(conn.hget(keys.job(job_id), "lease_expires_at"))
+
+
+def test_keepalive_renews_the_lease_while_a_call_runs(conn):
+    attempt = _running_attempt(conn)  # lease: 2 s (the env fixture)
+    ctx = JobContext(attempt, {})
+    first = _lease_expires_at(conn, attempt.job_id)
+    with ctx.keepalive(timeout=30):
+        # Stands in for a slow call: the block lasts until the lease has outlived its first term.
+        wait_for(lambda: time.time() > first + 1, 10)
+        assert _lease_expires_at(conn, attempt.job_id) > time.time()
+    assert conn.hget(keys.job(attempt.job_id), "state") == b"running"
+
+
+def test_keepalive_stops_renewing_after_its_timeout_so_a_hung_call_loses_the_lease(conn):
+    attempt = _running_attempt(conn)
+    ctx = JobContext(attempt, {})
+    with ctx.keepalive(timeout=1):
+        wait_for(lambda: _lease_expires_at(conn, attempt.job_id) < time.time(), 6,
+                 message="the lease to run out once the keepalive gave up")
+    expired_at = _lease_expires_at(conn, attempt.job_id)
+    assert expired_at <= attempt_started(conn, attempt) + 1 + attempt.lease_seconds + 0.5
+
+
+def attempt_started(conn, attempt) -> float:
+    return float(conn.hget(keys.job(attempt.job_id), "started_at"))
+
+
+def test_keepalive_raises_lease_lost_when_the_block_ends(conn):
+    attempt = _running_attempt(conn)
+    ctx = JobContext(attempt, {})
+    with pytest.raises(LeaseLost):
+        with ctx.keepalive(timeout=30):
+            lease.reclaim(conn, attempt.job_id, "leash", "taken back by the test", token=attempt.token)
+            wait_for(lambda: attempt.outcome == "superseded", 5, message="the keepalive thread to notice")
+
+
+def test_keepalive_raises_canceled_when_the_block_ends(conn):
+    attempt = _running_attempt(conn)
+    ctx = JobContext(attempt, {})
+    with pytest.raises(Canceled):
+        with ctx.keepalive(timeout=30):
+            control.cancel(conn, attempt.job_id)
+            first = _lease_expires_at(conn, attempt.job_id)
+            wait_for(lambda: _lease_expires_at(conn, attempt.job_id) > first, 5, message="a heartbeat")
+
+
+def test_sleep_keeps_the_lease_alive(conn):
+    attempt = _running_attempt(conn)
+    ctx = JobContext(attempt, {})
+    started = time.time()
+    ctx.sleep(3)  # longer than the 2 s lease
+    assert _lease_expires_at(conn, attempt.job_id) > started + 3
+    assert conn.hget(keys.job(attempt.job_id), "state") == b"running"

@@ -1,0 +1,94 @@
+"""rq-dashboard at /rq: behind basic auth, CSRF on its actions, never mounted by accident."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.web_support import CLASSIFY, basic, make_app
+
+USER, PASSWORD = "operator", "correct horse battery staple"
+
+
+@pytest.fixture
+def dashboard_app(conn):
+    return make_app(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD)
+
+
+def test_without_credentials_configured_the_dashboard_is_not_mounted(conn):
+    client = make_app().test_client()
+    assert client.get("/rq/").status_code == 404
+    assert make_app(LEASH_DASHBOARD_USER=USER).test_client().get("/rq/").status_code == 404  # half-configured
+
+
+def test_under_leash_dev_it_is_mounted_without_a_password(conn):
+    assert make_app(LEASH_DEV=True).test_client().get("/rq/").status_code == 200
+
+
+@pytest.mark.parametrize("headers", [{}, basic(USER, "wrong"), basic("someone", PASSWORD),
+                                     {"Authorization": "Basic !!!notbase64"}, {"Authorization": "Bearer x"}])
+def test_without_the_right_credentials_it_is_401(dashboard_app, headers):
+    client = dashboard_app.test_client()
+    for path in ("/rq/", "/rq/0/data/queues.json", "/rq/static/js/dashboard.js"):
+        response = client.get(path, headers=headers)
+        assert response.status_code == 401, path
+        assert response.headers["WWW-Authenticate"].startswith('Basic realm="leash dashboard"')
+        assert "LEASH_DASHBOARD_USER" in response.get_json()["error"]
+
+
+def test_with_the_right_credentials_it_is_200_and_shows_leash_jobs(dashboard_app, conn):
+    client = dashboard_app.test_client()
+    job_id = client.post("/jobs", json=CLASSIFY).get_json()["job_id"]
+    auth = basic(USER, PASSWORD)
+    assert client.get("/rq/", headers=auth).status_code == 200
+    queues = client.get("/rq/0/data/queues.json", headers=auth).get_json()["queues"]
+    assert [(q["name"], q["count"]) for q in queues] == [("leash", 1)]
+    job = client.get(f"/rq/0/data/job/{job_id}.json", headers=auth).get_json()
+    assert json.loads(job["metadata"])["leash_kind"] == "classify"  # JSON serializer: meta is readable
+    assert client.get(f"/rq/0/view/job/{job_id}", headers=auth).status_code == 200
+
+
+def test_a_cross_site_post_without_the_csrf_token_is_refused(dashboard_app, conn):
+    client = dashboard_app.test_client()
+    auth = basic(USER, PASSWORD)
+    client.get("/rq/", headers=auth)  # a logged-in operator's browser
+    forged = client.post("/rq/queue/leash/compact", headers={**auth, "Origin": "https://evil.example"})
+    assert forged.status_code == 403 and "CSRF token is missing" in forged.get_json()["error"]
+    bad = client.post("/rq/queue/leash/compact", headers={**auth, "X-CSRFToken": "forged"})
+    assert bad.status_code == 403
+
+
+def test_its_own_javascript_gets_the_token_from_the_cookie_and_its_post_works(dashboard_app, conn):
+    client = dashboard_app.test_client()
+    auth = basic(USER, PASSWORD)
+    client.get("/rq/", headers=auth)
+    cookie = client.get_cookie("_csrf_token", path="/rq")
+    assert cookie is not None and cookie.same_site == "Strict"
+    response = client.post("/rq/requeue/leash", headers={**auth, "X-CSRFToken": cookie.value})
+    assert response.status_code == 200 and response.get_json() == {"status": "OK", "count": 0}
+
+
+def test_requeue_all_by_get_is_refused(dashboard_app, conn):
+    response = dashboard_app.test_client().get("/rq/requeue/leash", headers=basic(USER, PASSWORD))
+    assert response.status_code == 405 and response.headers["Allow"] == "POST"
+
+
+def test_a_second_app_in_the_same_process_still_works(conn):
+    first = make_app(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD)
+    second = make_app(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD)
+    for app in (first, second):
+        client = app.test_client()
+        assert client.get("/rq/").status_code == 401
+        assert client.get("/rq/", headers=basic(USER, PASSWORD)).status_code == 200
+    assert make_app().test_client().get("/rq/").status_code == 404  # nothing leaks into a later app
+
+
+def test_the_dashboard_reuses_one_redis_client_instead_of_one_per_request(dashboard_app, conn):
+    client = dashboard_app.test_client()
+    auth = basic(USER, PASSWORD)
+    clients = []  # kept alive, so a new client cannot reuse an old one's id
+    for _ in range(20):
+        assert client.get("/rq/0/data/queues.json", headers=auth).status_code == 200
+        clients.append(dashboard_app.redis_conn)
+    assert len({id(c) for c in clients}) == 1

@@ -1,0 +1,52 @@
+"""The web app under a real gunicorn with two worker processes, as the Procfile runs it:
+metrics add up across processes, and a browser's session is valid in every process."""
+
+from __future__ import annotations
+
+import http.client
+import re
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.web_support import web_server  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+
+def _get(server, path, headers=None):
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)  # a new connection each time
+    try:
+        connection.request("GET", path, headers=headers or {})
+        response = connection.getresponse()
+        return response.status, response.read(), response
+    finally:
+        connection.close()
+
+
+def test_request_counters_add_up_across_gunicorn_workers(web_server):
+    server = web_server(workers=2)
+    before = _healthz_count(server)
+    for _ in range(30):
+        assert _get(server, "/healthz")[0] == 200
+    assert _healthz_count(server) - before == 30
+
+
+def _healthz_count(server) -> float:
+    with urllib.request.urlopen(server.url + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+               if sample.name == "leash_http_requests_total" and sample.labels.get("route") == "/healthz")
+
+
+def test_a_browser_session_is_valid_in_every_worker_even_without_a_configured_secret(web_server):
+    # With API tokens configured, GET /jobs without a valid session is a 401: every 200 below
+    # is a worker that accepted the cookie another worker signed.
+    server = web_server(workers=2, secret_key=None, extra_env={"LEASH_API_TOKENS": "ci=ci-token-0123456789abcdef"})
+    status, body, response = _get(server, "/", headers={"Accept": "text/html"})
+    assert status == 200
+    cookie = re.search(r"leash_session=[^;]+", response.getheader("Set-Cookie")).group(0)
+    for _ in range(20):
+        status, body, _ = _get(server, "/jobs", headers={"Accept": "application/json", "Cookie": cookie})
+        assert status == 200

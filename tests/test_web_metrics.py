@@ -1,0 +1,59 @@
+"""GET /metrics: the queue's numbers read from Redis at scrape time, request counters, and an
+answer (leash_redis_up 0) even when Redis is down."""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from jobs import keys
+from tests.web_support import CLASSIFY, app, client, make_app  # noqa: F401
+
+
+def samples(response) -> dict[tuple[str, tuple], float]:
+    assert response.status_code == 200
+    assert response.mimetype == "text/plain"
+    found = {}
+    for family in text_string_to_metric_families(response.data.decode()):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def test_metrics_report_the_queue_from_redis(env, conn):
+    env.setenv("LEASH_OWNER_CONCURRENCY", "10")  # all three ready at once, none held by the owner's limit
+    client = make_app().test_client()
+    for _ in range(3):
+        assert client.post("/jobs", json=CLASSIFY).status_code == 202
+    now = time.time()
+    conn.zadd(keys.LEASES, {"fresh-job": now + 60, "stale-job-1": now - 5, "stale-job-2": now - 1})
+    conn.hset(keys.STATS_TOTALS, mapping={"succeeded:classify": 7, "failed:classify": 2, "failed:summarise": 1})
+    conn.set(keys.RECLAIMS, 4)
+    conn.zadd(keys.FAILED_INDEX, {"a": 1, "b": 2})
+    found = samples(client.get("/metrics"))
+    assert found[("leash_redis_up", ())] == 1
+    assert found[("leash_queue_depth", (("queue", "leash"),))] == 3
+    assert found[("leash_jobs_running", ())] == 3
+    assert found[("leash_jobs_stale", ())] == 2
+    assert found[("leash_jobs_succeeded_total", (("kind", "classify"),))] == 7
+    assert found[("leash_jobs_failed_total", (("kind", "classify"),))] == 2
+    assert found[("leash_jobs_failed_total", (("kind", "summarise"),))] == 1
+    assert found[("leash_lease_reclaims_total", ())] == 4
+    assert found[("leash_jobs_failed_index", ())] == 2
+    assert found[("leash_jobs_scheduled", (("queue", "leash"),))] == 0
+
+
+def test_metrics_count_requests_by_route_and_status(client, conn):
+    # The counters live for the whole process (as they do in a gunicorn worker): compare counts.
+    sample = ("leash_http_requests_total", (("method", "GET"), ("route", "/jobs/<job_id>"), ("status", "404")))
+    before = samples(client.get("/metrics")).get(sample, 0)
+    client.get("/jobs/unknown")
+    client.get("/jobs/unknown")
+    assert samples(client.get("/metrics"))[sample] - before == 2
+
+
+def test_metrics_still_answer_when_redis_is_down(conn):
+    found = samples(make_app(REDIS_URL="redis://127.0.0.1:1/0").test_client().get("/metrics"))
+    assert found[("leash_redis_up", ())] == 0
+    assert ("leash_queue_depth", (("queue", "leash"),)) not in found

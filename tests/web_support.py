@@ -1,0 +1,166 @@
+"""Fixtures and helpers for the web tests: the app on the test database, clients that act as
+an API caller or as a browser, and a counter of Redis round trips."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+import redis
+
+from jobs import keys
+from jobs.devserver import free_port
+from tests.conftest import REDIS_URL, ROOT, wait_for
+from web.app import create_app
+
+TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-0123456789ab"}
+HTML = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+CLASSIFY = {"kind": "classify", "items": ["good film", "bad film"], "labels": ["positive", "negative"]}
+
+
+def bearer(owner: str) -> dict:
+    return {"Authorization": f"Bearer {TOKENS[owner]}"}
+
+
+def basic(user: str, password: str) -> dict:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+def make_app(**config):
+    base = {"TESTING": True, "SECRET_KEY": "test-secret", "REDIS_URL": REDIS_URL,
+            "LEASH_DASHBOARD_USER": None, "LEASH_DASHBOARD_PASSWORD": None, "LEASH_DEV": False}
+    base.update(config)
+    return create_app(base)
+
+
+@pytest.fixture
+def app(conn):
+    return make_app()
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+@pytest.fixture
+def token_app(conn):
+    return make_app(LEASH_API_TOKENS=",".join(f"{o}={t}" for o, t in TOKENS.items()))
+
+
+def csrf_from(html: bytes) -> str:
+    match = re.search(rb'name="csrf_token" type="hidden" value="([^"]+)"', html) or \
+        re.search(rb'name="csrf_token" value="([^"]+)"', html)
+    assert match, "no CSRF token in the page"
+    return match.group(1).decode()
+
+
+def finish_job(connection: redis.Redis, job_id: str, results: list, summary: dict | None = None) -> None:
+    """Write a succeeded job's end state as the finish transition would (for page tests that
+    do not need a worker)."""
+    now = time.time()
+    connection.hset(keys.items(job_id), mapping={str(i): json.dumps(r) for i, r in enumerate(results)})
+    connection.hset(keys.job(job_id), mapping={
+        "state": "succeeded", "done": len(results), "total": len(results), "attempts": 1,
+        "updated_at": now, "ended_at": now, "result": json.dumps(summary or {"items": len(results)}),
+    })
+
+
+class RoundTrips:
+    """Counts network round trips on one Redis client: each direct command is one, each
+    pipeline execute is one (however many commands it carries)."""
+
+    def __init__(self, connection: redis.Redis, monkeypatch):
+        self.count = 0
+        self.commands: list[str] = []
+        original_command = connection.execute_command
+        original_pipeline = connection.pipeline
+
+        def execute_command(*args, **kwargs):
+            self.count += 1
+            self.commands.append(str(args[0]))
+            return original_command(*args, **kwargs)
+
+        def pipeline(*args, **kwargs):
+            pipe = original_pipeline(*args, **kwargs)
+            original_execute = pipe.execute
+
+            def execute(*a, **k):
+                self.count += 1
+                self.commands.append("PIPELINE[" + ",".join(str(c[0][0]) for c in pipe.command_stack) + "]")
+                return original_execute(*a, **k)
+
+            pipe.execute = execute
+            return pipe
+
+        monkeypatch.setattr(connection, "execute_command", execute_command)
+        monkeypatch.setattr(connection, "pipeline", pipeline)
+
+    def reset(self) -> None:
+        self.count = 0
+        self.commands.clear()
+
+
+class WebServer:
+    """A real gunicorn (gthread, like the Procfile) on a free loopback port, started from the
+    project root so it reads gunicorn.conf.py; stopped by pid."""
+
+    def __init__(self, extra_env: dict | None = None, workers: int = 2, secret_key: str | None = "test-secret"):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ, **(extra_env or {}))
+        env.pop("SECRET_KEY", None)
+        env.pop("LEASH_SECRET_KEY", None)
+        if secret_key:
+            env["SECRET_KEY"] = secret_key
+        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # gunicorn.conf.py makes a fresh one
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{self.port}", "--worker-class", "gthread",
+             "--threads", "8", "--workers", str(workers), "--log-level", "warning", "web.app:create_app()"],
+            cwd=ROOT, env=env, start_new_session=True,
+        )
+
+    def wait_ready(self, timeout: float = 20) -> None:
+        def healthy():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"gunicorn exited with {self.proc.returncode}")
+            try:
+                with urllib.request.urlopen(self.url + "/healthz", timeout=1) as response:
+                    return response.status == 200
+            except OSError:
+                return False
+
+        wait_for(healthy, timeout, interval=0.1, message="gunicorn to answer /healthz")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: the master and its workers
+                self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def web_server(conn):
+    servers: list[WebServer] = []
+
+    def start(**kwargs) -> WebServer:
+        server = WebServer(**kwargs)
+        servers.append(server)
+        server.wait_ready()
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()

@@ -1,0 +1,135 @@
+"""rq-dashboard at /rq, never public.
+
+rq-dashboard 0.9.0 has no authentication and no CSRF protection, accepts GET on its
+"requeue all" action, and needs ``setup_rq_connection(app)``. So:
+
+- it is mounted only when ``LEASH_DASHBOARD_USER`` and ``LEASH_DASHBOARD_PASSWORD`` are set
+  (or under ``leash dev``, ``LEASH_DEV=1``, where it is open); otherwise /rq is a 404;
+- HTTP basic auth, compared in constant time, is checked by an APP-level hook that acts when
+  ``request.blueprint == "rq_dashboard"``. Its blueprint object is a module global shared
+  by every app: a ``before_request`` added to it would run in every app ever created, and
+  adding one after a first registration raises (a second ``create_app()`` in tests breaks);
+- its POST actions need the CSRF token: its JavaScript sends the ``_csrf_token`` cookie's
+  value as ``X-CSRFToken``, so the cookie is set here and flask-wtf checks the header;
+- GET on requeue-all is refused (405).
+
+Two more adaptations: leash's RQ jobs use the JSON serializer (so job pages can show the
+progress leash mirrors into ``job.meta``), and its per-request Redis client is replaced by
+one client per URL (it would otherwise open a new connection, and on ``rediss://`` a new
+TLS handshake, for every poll of every dashboard tab).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import hmac
+import logging
+
+from flask import Flask, Response, current_app, request
+from flask_wtf.csrf import generate_csrf
+from rq.serializers import JSONSerializer
+
+from jobs.connection import redis_url
+
+from .errors import api_error
+
+log = logging.getLogger(__name__)
+
+PREFIX = "/rq"
+BLUEPRINT = "rq_dashboard"
+CSRF_COOKIE = "_csrf_token"  # the name rq-dashboard's dashboard.js reads
+
+
+def _cached_from_url(original):
+    @functools.lru_cache(maxsize=8)
+    def cached(url, sentinel_password, client_password):
+        return original(url, sentinel_options={"password": sentinel_password},
+                        client_options={"password": client_password})
+
+    def from_url(url, sentinel_options=None, client_options=None):
+        return cached(url, (sentinel_options or {}).get("password"), (client_options or {}).get("password"))
+
+    from_url.cached = cached
+    return from_url
+
+
+def _patch_rq_dashboard() -> None:
+    import rq_dashboard.web as web
+
+    web.config.serializer = JSONSerializer
+    if not hasattr(web.from_url, "cached"):
+        web.from_url = _cached_from_url(web.from_url)
+
+
+def _credentials_ok(user: str, password: str) -> bool:
+    header = request.headers.get("Authorization", "")
+    scheme, _, encoded = header.partition(" ")
+    if scheme.lower() != "basic":
+        return False
+    try:
+        given_user, _, given_password = base64.b64decode(encoded, validate=True).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return False
+    # Both comparisons always run: no early exit that would time the user name.
+    user_ok = hmac.compare_digest(given_user.encode(), user.encode())
+    password_ok = hmac.compare_digest(given_password.encode(), password.encode())
+    return user_ok and password_ok
+
+
+def _challenge() -> Response:
+    response = api_error(401, "the dashboard needs a user name and password (HTTP basic auth; "
+                              "LEASH_DASHBOARD_USER / LEASH_DASHBOARD_PASSWORD)")
+    response.headers["WWW-Authenticate"] = 'Basic realm="leash dashboard", charset="UTF-8"'
+    return response
+
+
+def _guard():
+    if request.blueprint != BLUEPRINT:
+        return None
+    user = current_app.config.get("LEASH_DASHBOARD_USER")
+    password = current_app.config.get("LEASH_DASHBOARD_PASSWORD")
+    if user and password and not _credentials_ok(user, password):
+        return _challenge()
+    if request.endpoint == f"{BLUEPRINT}.requeue_all" and request.method == "GET":
+        return api_error(405, "requeue-all changes data: use the dashboard's button (POST), not a link",
+                         {"Allow": "POST"})
+    if request.method not in ("GET", "HEAD", "OPTIONS"):
+        current_app.extensions["csrf"].protect()
+    return None
+
+
+def _set_csrf_cookie(response: Response) -> Response:
+    if request.blueprint == BLUEPRINT and response.status_code < 400:
+        response.set_cookie(CSRF_COOKIE, generate_csrf(), path=PREFIX, samesite="Strict",
+                            secure=current_app.config.get("SESSION_COOKIE_SECURE", False), httponly=False)
+    return response
+
+
+def init_app(app: Flask) -> None:
+    user = app.config.get("LEASH_DASHBOARD_USER")
+    password = app.config.get("LEASH_DASHBOARD_PASSWORD")
+    dev = app.config.get("LEASH_DEV")
+    app.config["LEASH_DASHBOARD_MOUNTED"] = False
+    if not (user and password) and not dev:
+        if user or password:
+            log.warning("rq-dashboard is not mounted: set both LEASH_DASHBOARD_USER and LEASH_DASHBOARD_PASSWORD")
+        return
+    import rq_dashboard
+    from rq_dashboard.web import setup_rq_connection
+
+    _patch_rq_dashboard()
+    url = app.config.get("REDIS_URL") or redis_url()
+    if url.startswith("rediss://") and "ssl_cert_reqs" not in url:
+        url += ("&" if "?" in url else "?") + "ssl_cert_reqs=none"  # Heroku's self-signed certificate
+    app.config["RQ_DASHBOARD_REDIS_URL"] = url
+    setup_rq_connection(app)
+    app.register_blueprint(rq_dashboard.blueprint, url_prefix=PREFIX)
+    # App-level hooks run before the blueprint's own, so the guard runs before rq-dashboard
+    # touches Redis.
+    app.before_request(_guard)
+    app.after_request(_set_csrf_cookie)
+    app.config["LEASH_DASHBOARD_MOUNTED"] = True
+    if not (user and password):
+        log.warning("rq-dashboard is mounted at %s WITHOUT a password (LEASH_DEV=1, development only)", PREFIX)

@@ -1,0 +1,70 @@
+"""The submission form: a kind, labels, and items typed one per line or uploaded as a
+.txt (one per line) or .csv (a "text" or "item" column if the header names one, else the
+first column). flask-wtf adds and checks the CSRF token."""
+
+from __future__ import annotations
+
+import csv
+import io
+import secrets
+
+from flask_wtf import FlaskForm
+from flask_wtf.file import FileAllowed, FileField
+from wtforms import HiddenField, SelectField, StringField, TextAreaField
+from wtforms.validators import Regexp
+
+from jobs import kinds
+
+CSV_TEXT_COLUMNS = ("text", "item", "items", "input", "prompt")
+
+
+class SubmitForm(FlaskForm):
+    kind = SelectField("Kind", choices=[])
+    labels = StringField("Labels", description="Comma-separated, e.g. positive, negative, neutral")
+    items = TextAreaField("Items", description="One per line")
+    items_file = FileField("…or upload a file", validators=[
+        FileAllowed(["txt", "csv"], "upload a .txt (one item per line) or .csv file")])
+    # A fresh random key per rendered form: submitting the same form twice (double click,
+    # back button) returns the first job instead of creating a second.
+    submission = HiddenField(validators=[Regexp(r"^[A-Za-z0-9_-]{8,64}$", message="reload the page and submit again")])
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.kind.choices = [(name, name) for name in sorted(kinds.KINDS)]
+        if not self.submission.data:
+            self.submission.data = secrets.token_urlsafe(16)
+
+    def label_list(self) -> list[str]:
+        return [part.strip() for part in (self.labels.data or "").split(",") if part.strip()]
+
+    def item_list(self) -> list[str] | None:
+        """The items from the upload if there is one, else from the text box; None (with an
+        error on the field) when the upload cannot be read."""
+        upload = self.items_file.data
+        if upload and getattr(upload, "filename", ""):
+            try:
+                text = upload.read().decode("utf-8-sig")
+            except UnicodeDecodeError:
+                self.items_file.errors.append("the file is not UTF-8 text; save it as UTF-8 and upload again")
+                return None
+            if upload.filename.lower().endswith(".csv"):
+                return _csv_items(text)
+            return _lines(text)
+        return _lines(self.items.data or "")
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _csv_items(text: str) -> list[str]:
+    rows = [row for row in csv.reader(io.StringIO(text)) if any(cell.strip() for cell in row)]
+    if not rows:
+        return []
+    header = [cell.strip().lower() for cell in rows[0]]
+    column = next((header.index(name) for name in CSV_TEXT_COLUMNS if name in header), None)
+    if column is not None:
+        rows = rows[1:]
+    else:
+        column = 0
+    return [row[column].strip() for row in rows if len(row) > column and row[column].strip()]

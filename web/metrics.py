@@ -1,0 +1,125 @@
+"""GET /metrics: Prometheus text, from prometheus-client.
+
+Two kinds of numbers:
+- per-process request counters and latencies, kept by prometheus-client. gunicorn runs
+  several worker processes; with ``PROMETHEUS_MULTIPROC_DIR`` set (gunicorn.conf.py sets it)
+  each process writes its own files and a scrape adds them up, whichever worker answers;
+- the queue's state, read from Redis at scrape time by ``RedisCollector`` in one round trip:
+  the same answer from every process, so it needs no multiprocess bookkeeping.
+
+If Redis cannot be reached the scrape still answers, with ``leash_redis_up 0``: a scrape that
+fails looks like a dead web process, not an unreachable store.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import redis
+from flask import Blueprint, Flask, Response, current_app, g, request
+from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, disable_created_metrics,
+                               generate_latest)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from jobs import clock, keys
+from jobs.config import settings
+
+bp = Blueprint("metrics", __name__)
+disable_created_metrics()  # the *_created series double the output and nothing here reads them
+
+REQUESTS = Counter("leash_http_requests", "HTTP requests answered.", ["method", "route", "status"], registry=None)
+LATENCY = Histogram("leash_http_request_duration_seconds", "Time to answer an HTTP request.", ["route"],
+                    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5), registry=None)
+
+
+class RedisCollector:
+    """Gauges and counters computed from Redis when scraped."""
+
+    def __init__(self, connection: redis.Redis, queue: str):
+        self.connection = connection
+        self.queue = queue
+
+    def describe(self):
+        return []  # names are known only after a read; do not touch Redis at registration
+
+    def collect(self):
+        now = clock.wall()
+        try:
+            with self.connection.pipeline(transaction=False) as pipe:
+                pipe.llen(keys.rq_queue(self.queue))
+                pipe.zcard(keys.rq_scheduled(self.queue, self.connection))
+                pipe.zcard(keys.LEASES)
+                pipe.zcount(keys.LEASES, "-inf", now)
+                pipe.zcard(keys.FAILED_INDEX)
+                pipe.hgetall(keys.STATS_TOTALS)
+                pipe.get(keys.RECLAIMS)
+                pipe.get(keys.REJECTED_WRITES)
+                depth, scheduled, running, stale, failed_index, totals, reclaims, rejected = pipe.execute()
+        except redis.exceptions.RedisError:
+            yield GaugeMetricFamily("leash_redis_up", "1 if Redis answered this scrape.", value=0)
+            return
+        yield GaugeMetricFamily("leash_redis_up", "1 if Redis answered this scrape.", value=1)
+        # Ready to run now; jobs held back by their owner's concurrency limit wait in per-owner
+        # sets and are not counted here.
+        gauge = GaugeMetricFamily("leash_queue_depth", "Jobs ready to run, waiting in the RQ queue.", labels=["queue"])
+        gauge.add_metric([self.queue], depth)
+        yield gauge
+        gauge = GaugeMetricFamily("leash_jobs_scheduled", "Jobs waiting for a retry's backoff to pass.",
+                                  labels=["queue"])
+        gauge.add_metric([self.queue], scheduled)
+        yield gauge
+        yield GaugeMetricFamily("leash_jobs_running", "Jobs holding a lease.", value=running)
+        yield GaugeMetricFamily("leash_jobs_stale", "Running jobs whose lease has expired (worker stopped "
+                                                    "reporting; about to be reclaimed).", value=stale)
+        yield GaugeMetricFamily("leash_jobs_failed_index", "Failed jobs in the dead-letter index.",
+                                value=failed_index)
+        by_outcome = {
+            "succeeded": CounterMetricFamily("leash_jobs_succeeded", "Jobs that succeeded, by kind.", labels=["kind"]),
+            "failed": CounterMetricFamily("leash_jobs_failed", "Jobs that failed, by kind.", labels=["kind"]),
+        }
+        for field, value in sorted(totals.items()):
+            outcome, _, kind = field.decode().partition(":")
+            if outcome in by_outcome:
+                by_outcome[outcome].add_metric([kind], int(value))
+        yield from by_outcome.values()
+        yield CounterMetricFamily("leash_lease_reclaims", "Expired leases reclaimed.", value=int(reclaims or 0))
+        yield CounterMetricFamily("leash_rejected_writes", "Writes refused from superseded attempts (zombies).",
+                                  value=int(rejected or 0))
+
+
+def _route() -> str:
+    return request.url_rule.rule if request.url_rule is not None else "<unmatched>"
+
+
+def _start_timer():
+    g.leash_started = time.perf_counter()
+
+
+def _record(response: Response) -> Response:
+    started = g.pop("leash_started", None)
+    if started is not None:
+        route = _route()
+        REQUESTS.labels(request.method, route, str(response.status_code)).inc()
+        LATENCY.labels(route).observe(time.perf_counter() - started)
+    return response
+
+
+@bp.get("/metrics")
+def metrics():
+    return Response(generate_latest(current_app.extensions["leash_metrics"]), mimetype=CONTENT_TYPE_LATEST)
+
+
+def init_app(app: Flask) -> None:
+    registry = CollectorRegistry(auto_describe=False)
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        MultiProcessCollector(registry)
+    else:
+        registry.register(REQUESTS)
+        registry.register(LATENCY)
+    registry.register(RedisCollector(app.extensions["leash_redis"], settings().queue))
+    app.extensions["leash_metrics"] = registry
+    app.before_request(_start_timer)
+    app.after_request(_record)
+    app.register_blueprint(bp)
