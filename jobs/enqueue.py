@@ -34,8 +34,16 @@ def new_job_id() -> str:
             return job_id
 
 
+_queues: dict[tuple[int, str], Queue] = {}
+
+
 def rq_queue(connection: Redis, name: str | None = None) -> Queue:
-    return Queue(name or settings().queue, connection=connection, serializer=JSONSerializer)
+    """RQ's Queue object, kept per connection: building one costs a Redis INFO round trip."""
+    name = name or settings().queue
+    queue = _queues.get((id(connection), name))
+    if queue is None or queue.connection is not connection:
+        queue = _queues[(id(connection), name)] = Queue(name, connection=connection, serializer=JSONSerializer)
+    return queue
 
 
 def _validate(kind: str, payload, owner: str, max_attempts: int, idempotency_key: str | None) -> int:
@@ -72,32 +80,31 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
         if existing is not None:
             return existing.decode(), False
     now = clock.wall() if now is None else now
-    q = rq_queue(connection, queue)
-    with connection.pipeline() as pipe:
-        pipe.hset(keys.job(job_id), mapping={
-            "kind": kind, "owner": owner, "queue": q.name, "state": "queued", "attempts": 0,
-            "max_attempts": max_attempts, "token": 0, "done": 0, "total": total,
-            "created_at": now, "updated_at": now, "cancel_requested": 0, "handoffs": 0,
-        })
-        pipe.zadd(keys.owner_jobs(owner), {job_id: now})
-        pipe.execute()
+    q = rq_queue(connection, queue or s.queue)
+    retry = Retry(max=max_attempts - 1, interval=s.retry_backoff) if max_attempts > 1 else None
+    job = q.create_job(
+        EXECUTE, args=(kind, payload), job_id=job_id, timeout=s.job_timeout,
+        result_ttl=s.result_ttl, failure_ttl=s.result_ttl, retry=retry,
+        rate_limit=RateLimit(f"leash-owner:{owner}", s.owner_concurrency),
+        description=f"{kind} ({total} items) for {owner}",
+        meta={"leash_kind": kind, "leash_owner": owner},
+    )
     try:
-        retry = None
-        if max_attempts > 1:
-            retry = Retry(max=max_attempts - 1, interval=s.retry_backoff)
-        q.enqueue_call(
-            EXECUTE, args=(kind, payload), job_id=job_id, timeout=s.job_timeout,
-            result_ttl=s.result_ttl, failure_ttl=s.result_ttl, retry=retry,
-            rate_limit=RateLimit(f"leash-owner:{owner}", s.owner_concurrency),
-            description=f"{kind} ({total} items) for {owner}",
-            meta={"leash_kind": kind, "leash_owner": owner},
-        )
-    except BaseException:
+        # leash's record and RQ's job in ONE transaction: no crash can leave either alone.
         with connection.pipeline() as pipe:
-            pipe.delete(keys.job(job_id))
-            pipe.zrem(keys.owner_jobs(owner), job_id)
-            if idem_key:
-                pipe.delete(idem_key)
+            # Counters (attempts, token, done, handoffs, defers) start absent, meaning 0.
+            pipe.hset(keys.job(job_id), mapping={
+                "kind": kind, "owner": owner, "queue": q.name, "state": "queued",
+                "max_attempts": max_attempts, "total": total, "created_at": now, "updated_at": now,
+            })
+            pipe.zadd(keys.owner_jobs(owner), {job_id: now})
+            pipe.sadd(q.redis_queues_keys, q.key)  # as RQ's enqueue_job does: `rq info`, dashboards
+            # RQ's own rate-limited enqueue (save, wait set, promotion script) on our pipeline;
+            # its public enqueue_job refuses a pipeline for rate-limited jobs (rq pinned 3.0.0).
+            q._enqueue_rate_limited_job(job, pipeline=pipe)
             pipe.execute()
+    except BaseException:
+        if idem_key:
+            connection.delete(idem_key)
         raise
     return job_id, True

@@ -150,7 +150,8 @@ def test_rqs_abandoned_job_sweep_never_fights_the_lease(conn, workers):
     registry.cleanup(timestamp=score + 1)  # RQ's sweep after the dead entry would have expired
     final = final_state(conn, job_id)
     assert (final["state"], final["attempts"]) == ("succeeded", 2)
-    assert conn.hget(keys.rq_job(job_id), "status") == b"finished"
+    # RQ's own bookkeeping follows leash's fenced write, within moments.
+    wait_for(lambda: conn.hget(keys.rq_job(job_id), "status") == b"finished", 5, message="RQ's finished status")
 
 
 def test_a_horse_dying_between_its_recorded_failure_and_rqs_bookkeeping_is_retried_at_once(conn, workers):
