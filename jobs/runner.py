@@ -10,20 +10,22 @@ how the kind's function ended onto a fenced transition, then lets RQ do its book
     HandOff          -> release  (front of the queue, attempt not counted)
     RetryLater(s)    -> release  (RQ's scheduler brings it back after s seconds, attempt not
                                   counted; after LEASH_MAX_DEFERS deferrals it counts as a failure)
+    Redis went away  -> release  (front of the queue, attempt not counted: a failover is not
+                                  the job's fault; bounded by LEASH_MAX_DEFERS like deferrals)
     LeaseLost        -> nothing  (another attempt owns the job; this one writes nothing)
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from . import keys, kinds
-from .context import JobContext
-import math
-
+import redis
 from rq import Retry
 
+from . import keys, kinds
 from .config import settings
+from .context import JobContext
 from .errors import Canceled, HandOff, LeaseLost, PermanentError, RetryLater
 from .lease import Attempt, describe
 
@@ -57,6 +59,9 @@ def execute(kind_name: str, payload: dict) -> dict[str, Any]:
         raise
     except RetryLater as exc:
         return _defer(attempt, exc)
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        _hand_back_after_redis_blip(attempt, exc)
+        raise
     except Canceled:
         attempt.fail("canceled", permanent=True)
         raise
@@ -81,3 +86,16 @@ def _defer(attempt: Attempt, exc: RetryLater) -> Retry:
     if attempt.release(requeue=False) == 0:
         raise LeaseLost()
     return Retry(max=limit + 1, interval=max(1, math.ceil(exc.seconds)))
+
+
+def _hand_back_after_redis_blip(attempt: Attempt, exc: Exception) -> None:
+    """The job's Redis calls failed (a restart or failover). Hand the job back without
+    spending an attempt; once this has happened LEASH_MAX_DEFERS times, count it as failure."""
+    try:
+        given_back = sum(int(n or 0) for n in attempt.connection.hmget(keys.job(attempt.job_id), "handoffs", "defers"))
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+        given_back = 0  # still down: release() below waits for Redis for as long as the lease lasts
+    if given_back >= settings().max_defers:
+        attempt.fail(describe(exc), permanent=False)
+    elif not attempt.release():
+        attempt.outcome = "superseded"

@@ -100,3 +100,15 @@ def breaks_at(ctx, payload):
 @breaks_at.validator
 def _(payload):
     return len(validate_items(payload))
+
+
+@kind("redis_blip")
+def redis_blip(ctx, payload):
+    """Attempt 1 checkpoints one item, then its Redis connection fails (as in a failover)."""
+    import redis
+
+    ctx.checkpoint(0, "first")
+    if ctx.attempt.number == 1 and not ctx.connection.exists(f"test:blipped:{ctx.job_id}"):
+        ctx.connection.set(f"test:blipped:{ctx.job_id}", 1)
+        raise redis.exceptions.ConnectionError("Connection reset by peer")
+    return {"attempt": ctx.attempt.number}

@@ -160,3 +160,11 @@ def test_a_horse_dying_between_its_recorded_failure_and_rqs_bookkeeping_is_retri
     final = final_state(conn, job_id, timeout=15)  # RQ's own sweep would take 60 s or more
     assert (final["state"], final["attempts"]) == ("succeeded", 2)
     assert final["result"]["summary"] == {"attempt": 2}
+
+
+def test_a_redis_blip_under_a_job_hands_it_back_without_spending_an_attempt(conn, workers):
+    job_id, _ = enqueue(conn, "redis_blip", {}, max_attempts=1)
+    workers.start("--no-scheduler")
+    final = final_state(conn, job_id)
+    assert (final["state"], final["attempts"]) == ("succeeded", 1)
+    assert conn.hget(keys.job(job_id), "handoffs") == b"1"
