@@ -103,11 +103,11 @@ def _explicit(connection: Redis, job_ids: list[str], selection: Selection) -> li
         for job_id in job_ids:
             pipe.hget(keys.job(job_id), "state")
         states = [_text(s) for s in pipe.execute()]
-    unknown = [job_id for job_id, state in zip(job_ids, states) if state is None]
+    unknown = [job_id for job_id, state in zip(job_ids, states, strict=True) if state is None]
     if unknown:
         raise UnknownJobs(unknown)
     failed = []
-    for job_id, state in zip(job_ids, states):
+    for job_id, state in zip(job_ids, states, strict=True):
         if state != "failed":
             selection.skipped.append((job_id, f"{state}: only failed jobs can be replayed"))
         else:
@@ -142,7 +142,7 @@ def replay(connection: Redis, candidates: list[Candidate], actor: str, selector:
     for start in range(0, len(candidates), batch):
         chunk = candidates[start:start + batch]
         results = _replay_batch(connection, [c.job_id for c in chunk], now, position=start)
-        for candidate, result in zip(chunk, results):
+        for candidate, result in zip(chunk, results, strict=True):
             if result == "replayed":
                 replayed.append(candidate)
             else:

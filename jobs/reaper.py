@@ -58,7 +58,7 @@ class Reaper:
                 pipe.hmget(keys.job(raw.decode()), "queue", "worker", "lease_expires_at")
             rows = pipe.execute()
         meta = {}
-        for raw, (queue, worker, expires) in zip(due, rows):
+        for raw, (queue, worker, expires) in zip(due, rows, strict=True):
             job_id = raw.decode()
             if queue is None:  # the job hash is gone: nothing to reclaim
                 self.connection.zrem(keys.LEASES, job_id)

@@ -61,7 +61,7 @@ def read_page(connection: Redis, job_id: str, offset: int = 0, limit: int = 50) 
         (owner, state, done, total), values = pipe.execute()
     if owner is None:
         raise NoSuchJob(f"no such job: {job_id}")
-    items = [(index, json.loads(value)) for index, value in zip(indexes, values) if value is not None]
+    items = [(index, json.loads(value)) for index, value in zip(indexes, values, strict=True) if value is not None]
     return Page(job_id=job_id, owner=_text(owner), state=_text(state) or "queued", done=int(done or 0),
                 total=int(total or 0), offset=offset, limit=limit, items=items)
 

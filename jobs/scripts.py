@@ -7,7 +7,7 @@ Scripts are registered per Redis client and called through redis-py's ``Script``
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from redis.commands.core import Script
 LUA_DIR = Path(__file__).with_name("lua")
 
 
-@lru_cache(maxsize=None)
+@cache
 def source(name: str) -> str:
     """A script's text, after the shared helpers in ``_lib.lua`` (Redis scripts cannot import)."""
     return (LUA_DIR / "_lib.lua").read_text() + "\n" + (LUA_DIR / f"{name}.lua").read_text()

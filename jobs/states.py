@@ -17,7 +17,7 @@ ended it (canceled or stopped from rq-dashboard); those RQ endings count as fail
 from __future__ import annotations
 
 import json
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from redis import Redis
@@ -26,7 +26,7 @@ from . import clock, keys
 from .errors import NoSuchJob
 
 
-class State(str, Enum):
+class State(StrEnum):
     QUEUED = "queued"  #: waiting: in a queue, scheduled for a retry, or held by the owner's limit
     RUNNING = "running"  #: an attempt holds a lease (``stale`` when that lease has expired)
     SUCCEEDED = "succeeded"  #: terminal; the result has its own address

@@ -10,7 +10,7 @@ FailedJobRegistry. Writes are pipelined in batches.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -103,8 +103,8 @@ def _write_one(pipe, queue, failed_registry: str, spec: FailedJob, job_id: str, 
         meta={"leash_kind": spec.kind, "leash_owner": spec.owner}, status=JobStatus.FAILED,
     )
     job.retries_left = 0
-    job.started_at = datetime.fromtimestamp(failed_at - 5, tz=timezone.utc)
-    job.ended_at = datetime.fromtimestamp(failed_at, tz=timezone.utc)
+    job.started_at = datetime.fromtimestamp(failed_at - 5, tz=UTC)
+    job.ended_at = datetime.fromtimestamp(failed_at, tz=UTC)
     job._exc_info = spec.error
     job.save(pipeline=pipe)
     job.cleanup(ttl=s.result_ttl, pipeline=pipe)

@@ -103,7 +103,7 @@ def measured(trips: RoundTrips, label: str, results: dict):
 
 
 def make_jobs(n: int, rng: random.Random, now: float):
-    for i in range(n):
+    for _i in range(n):
         summary = rng.choice(SHAPES)(rng)
         yield FailedJob(kind=rng.choice(KINDS), error=traceback_text(summary, frames=rng.randint(4, 12)),
                         failed_at=now - rng.uniform(0, 20 * 3600), owner=f"customer-{rng.randint(1, 50)}",

@@ -30,7 +30,7 @@ import signal
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 from benchlib import Children, OwnRedis, count_commands, wait_until, worker_env
 
@@ -62,7 +62,7 @@ def time_enqueue(conn, n: int) -> dict[str, float]:
     with_options = Queue("bench-rq-options", connection=conn, serializer=JSONSerializer)
 
     def run_plain():
-        for i in range(n):
+        for _i in range(n):
             plain.enqueue_call(PLAIN_NOOP, args=("noop", {}))
 
     def run_rq_options():
@@ -284,7 +284,7 @@ def main() -> int:
     load_after = os.getloadavg()
 
     result = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}",
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in load_after],

@@ -27,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 from benchlib import Children, OwnRedis, commandstats, wait_until, worker_env
 
@@ -102,7 +102,7 @@ def main() -> int:
         procs = []
 
         def do_run():
-            for i in range(args.workers):
+            for _i in range(args.workers):
                 procs.append(children.start([sys.executable, "-m", "jobs.cli", "worker", "--log-level", "WARNING"], env))
             # One HGET per round on the outcome totals, so watching costs next to nothing.
             done = wait_until(lambda: int(client.hget(keys.STATS_TOTALS, "succeeded:classify") or 0) >= len(ids),
@@ -140,7 +140,7 @@ def main() -> int:
     run_cmds = run[0].copy()
     run_cmds["hget"] = max(0, run_cmds["hget"] - int(run[2] / 0.5) - 1)
     result = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}",
         "loadavg_before": [round(x, 2) for x in load_before], "loadavg_after": [round(x, 2) for x in os.getloadavg()],
         "jobs": args.jobs, "items": args.items, "workers": args.workers,

@@ -32,7 +32,7 @@ import signal
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 from benchlib import Children, OwnRedis, worker_env
 
@@ -340,7 +340,7 @@ def main(argv=None) -> int:
         else:
             chaos.violations.append(f"{entry['job']} never ran again after {entry['kind']}")
     result = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "seed": args.seed, "jobs": args.jobs, "items": args.items, "fail_jobs": args.fail_jobs,
         "workers": args.workers, "lease_s": args.lease, "delay_ms": args.delay_ms,
         "loadavg_before": [round(x, 2) for x in load_before],

@@ -15,6 +15,9 @@ import psutil
 import pytest
 import redis
 
+# Fixtures for the web app (app, client, token_app, web_server) and the fake model server.
+pytest_plugins = ["tests.web_support", "tests.fake_openai"]
+
 ROOT = Path(__file__).resolve().parent.parent
 # Each test run uses its own database so parallel runs on one Redis do not collide.
 TEST_DB = int(os.environ.get("LEASH_TEST_DB", "15"))

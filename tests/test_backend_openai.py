@@ -11,7 +11,7 @@ import pytest
 from jobs import keys, states
 from jobs.enqueue import enqueue
 from tests.conftest import wait_for
-from tests.fake_openai import API_KEY, MODEL, Error, Slow, Trickle, model_server  # noqa: F401 (fixture)
+from tests.fake_openai import API_KEY, MODEL, Error, Slow, Trickle
 
 pytestmark = pytest.mark.slow
 

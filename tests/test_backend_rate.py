@@ -8,7 +8,6 @@ import pytest
 from jobs import keys, states
 from jobs.enqueue import enqueue
 from tests.conftest import wait_for
-from tests.fake_openai import model_server  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 

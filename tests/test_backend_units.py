@@ -16,7 +16,7 @@ from jobs.enqueue import enqueue
 from jobs.errors import Canceled, InvalidJob, LeaseLost, PermanentError
 from jobs.model_rate import ACQUIRED, PAUSED, TOKENS_SPENT, ModelRateLimit
 from tests.conftest import wait_for
-from tests.fake_openai import Error, model_server  # noqa: F401 (fixture)
+from tests.fake_openai import Error
 
 
 def test_retry_after_is_read_as_seconds_milliseconds_or_an_http_date():

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from jobs import keys, states
-from tests.web_support import CLASSIFY, RoundTrips, app, client, finish_job, make_app  # noqa: F401
+from tests.web_support import CLASSIFY, RoundTrips, finish_job, make_app
 
 
 def submit(client, body=CLASSIFY, **kwargs):

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from jobs import keys
-from tests.web_support import (CLASSIFY, HTML, TOKENS, app, bearer, client, csrf_from, finish_job,  # noqa: F401
-                               token_app)
+from tests.web_support import CLASSIFY, HTML, TOKENS, bearer, csrf_from, finish_job
 from web.auth import SHARED_OWNER, parse_tokens
 
 

@@ -21,7 +21,6 @@ import pytest
 
 from jobs import keys, states
 from tests.conftest import ROOT, wait_for
-from tests.web_support import web_server  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -137,7 +136,7 @@ def test_the_job_page_follows_a_job_through_a_worker_kill_to_its_results(conn, w
     assert static_page.locator("#results tbody tr").count() == 20
 
     # The page polled on the backoff schedule: 1 s apart at first, 5 s apart after 10 s.
-    gaps = [(later - polls[0], later - earlier) for earlier, later in zip(polls, polls[1:])]
+    gaps = [(later - polls[0], later - earlier) for earlier, later in zip(polls, polls[1:], strict=False)]
     assert gaps, "the page never polled"
     assert all(gap >= 0.9 for _, gap in gaps), gaps
     assert all(gap >= 4.5 for since_first, gap in gaps if since_first - gap >= 10.5), gaps

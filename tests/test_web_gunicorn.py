@@ -10,7 +10,6 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.web_support import web_server  # noqa: F401
 
 pytestmark = pytest.mark.slow
 

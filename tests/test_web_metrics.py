@@ -8,7 +8,7 @@ import time
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobs import keys
-from tests.web_support import CLASSIFY, app, client, make_app  # noqa: F401
+from tests.web_support import CLASSIFY, make_app
 
 
 def samples(response) -> dict[tuple[str, tuple], float]:

@@ -12,7 +12,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from jobs import keys
-from tests.web_support import HTML, app, client, csrf_from, finish_job  # noqa: F401
+from tests.web_support import HTML, csrf_from, finish_job
 
 
 @pytest.fixture

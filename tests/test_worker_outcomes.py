@@ -94,7 +94,7 @@ def test_owner_limit_holds_across_workers_and_a_killed_jobs_slot_is_freed(conn, 
 
     fields = wait_for(all_ended, 40, interval=0.05, message="all of alice's jobs to end")
     assert max_running == 1, "never two of one owner's jobs running at once"
-    by_id = dict(zip(ids, fields))
+    by_id = dict(zip(ids, fields, strict=True))
     assert by_id[first]["state"] == "failed" and by_id[first]["error"].startswith("lease expired")
     assert [by_id[i]["state"] for i in ids if i != first] == ["succeeded", "succeeded"], \
         "the killed job's slot was freed by reclaim"
