@@ -33,6 +33,12 @@ class NotFound(click.ClickException):
 @click.group(context_settings={"auto_envvar_prefix": "LEASH", "help_option_names": ["-h", "--help"]})
 def main() -> None:
     """leash: a queue for long-running AI jobs whose states are never wrong."""
+    from .config import settings
+
+    try:
+        settings()  # a bad LEASH_* variable is a message and exit 2, not a traceback later
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 @main.command()

@@ -70,3 +70,10 @@ def test_watch_polls_every_second_for_ten_seconds_then_every_five():
     final = watch_job(lambda: next(fetches), out=io.StringIO(), sleep=sleep, clock=lambda: now[0])
     assert final["state"] == "succeeded"
     assert slept[:10] == [1.0] * 10 and set(slept[10:]) == {5.0}
+
+
+def test_a_bad_setting_in_the_environment_is_a_message_and_exit_2(conn, env):
+    env.setenv("LEASH_LEASE_SECONDS", "soon")
+    result = run("status", "anything")
+    assert result.exit_code == 2
+    assert "LEASH_LEASE_SECONDS must be a number, got 'soon'" in result.output
