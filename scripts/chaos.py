@@ -175,6 +175,10 @@ class Chaos:
                 state, token = conn.hmget(keys.job(entry["job"]), "state", "token")
                 if token and token.decode() != entry["token"] and state in (b"running", b"succeeded", b"failed"):
                     entry["recovered"] = round(now - entry["at"], 2)
+                elif token and token.decode() == entry["token"] and state in (b"succeeded", b"failed"):
+                    # The attempt ended in the moment between picking the worker and the signal
+                    # landing: nothing to recover (a dead process cannot finish under its token).
+                    entry["recovered"] = "ended before the signal"
 
     # --- sampling and the end check ----------------------------------------------------------
 
@@ -335,9 +339,9 @@ def main(argv=None) -> int:
         chaos.close()
     by_kind = {}
     for entry in chaos.tracked:
-        if entry["recovered"] is not None:
+        if isinstance(entry["recovered"], float | int):
             by_kind.setdefault(entry["kind"], []).append(entry["recovered"])
-        else:
+        elif entry["recovered"] is None:
             chaos.violations.append(f"{entry['job']} never ran again after {entry['kind']}")
     result = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
