@@ -131,3 +131,29 @@ def test_hung_job_is_reclaimed_and_its_work_horse_stopped(conn, workers):
     assert final["error"].startswith("lease expired")
     wait_for(lambda: not _alive(horse), 10, message="the hung work-horse to be killed by its worker")
     assert first.poll() is None
+
+
+def test_a_job_that_does_not_hand_off_in_the_grace_period_is_stopped_and_released(conn, workers, env):
+    env.setenv("LEASH_HANDOFF_GRACE", "1")
+    env.setenv("LEASH_LEASE_SECONDS", "30")  # only the hand-off, not a lease expiry, may free it
+    job_id, _ = enqueue(conn, "hang", {"seconds": 60}, max_attempts=1)
+    first = workers.start("--no-scheduler")
+    wait_for(lambda: state(conn, job_id)["state"] == "running", 10)
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=15) == 0
+    fields = wait_for(lambda: (s := state(conn, job_id))["state"] == "queued" and s, 5)
+    assert fields["attempts"] == 0, "a deploy is not a failure"
+    assert conn.lindex(keys.rq_queue("leash"), 0) == job_id.encode()
+
+
+def test_a_second_sigterm_releases_the_job_at_once(conn, workers, env):
+    env.setenv("LEASH_LEASE_SECONDS", "30")
+    job_id, _ = enqueue(conn, "hang", {"seconds": 60}, max_attempts=1)
+    first = workers.start("--no-scheduler")
+    wait_for(lambda: state(conn, job_id)["state"] == "running", 10)
+    first.send_signal(signal.SIGTERM)
+    time.sleep(1.2)  # RQ ignores a second signal within 1 s of the first (a pool's duplicate)
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=10) is not None
+    fields = wait_for(lambda: (s := state(conn, job_id))["state"] == "queued" and s, 5)
+    assert fields["attempts"] == 0
