@@ -8,22 +8,13 @@ import logging
 import sys
 
 import click
-import redis
 
 from . import states
-from .connection import connect
+from .connection import connect_checked
 from .enqueue import enqueue
 from .errors import InvalidJob, NoSuchJob
 from .watch import watch_job
 
-
-def _connection():
-    conn = connect()
-    try:
-        conn.ping()
-    except redis.exceptions.RedisError as exc:
-        raise click.ClickException(f"cannot reach Redis ({exc}); set REDIS_URL") from None
-    return conn
 
 
 class NotFound(click.ClickException):
@@ -64,7 +55,7 @@ def worker(queues, burst, name, scheduler, log_level, imports):
         raise click.UsageError(f"cannot import job kinds: {exc}") from None
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    conn = _connection()
+    conn = connect_checked()
     names = [q for spec in (queues or (settings().queue,)) for q in spec.split(",") if q]
     from .enqueue import rq_queue
 
@@ -89,7 +80,7 @@ def submit(kind, labels, template, owner, idempotency_key, max_attempts, as_json
         payload["labels"] = [x.strip() for x in labels.split(",") if x.strip()]
     if template is not None:
         payload["template"] = template
-    conn = _connection()
+    conn = connect_checked()
     try:
         job_id, created = enqueue(conn, kind, payload, owner=owner, max_attempts=max_attempts,
                                   idempotency_key=idempotency_key)
@@ -113,7 +104,7 @@ def _status_or_exit(conn, job_id):
 @click.option("--json", "as_json", is_flag=True, help="One JSON object with the status fields.")
 def status(job_id, as_json):
     """Print a job's status."""
-    fields = _status_or_exit(_connection(), job_id)
+    fields = _status_or_exit(connect_checked(), job_id)
     if as_json:
         click.echo(json.dumps(fields))
         return
@@ -126,7 +117,7 @@ def status(job_id, as_json):
 @click.argument("job_id")
 def watch(job_id):
     """Follow a job with a progress bar until it ends (polls 1 s for 10 s, then every 5 s)."""
-    conn = _connection()
+    conn = connect_checked()
     fields = _status_or_exit(conn, job_id)
     final = watch_job(lambda: states.status(conn, job_id), first=fields, out=sys.stdout)
     if final["state"] == "failed":

@@ -11,10 +11,9 @@ import json
 import sys
 
 import click
-import redis
 
 from . import alerts, clock, deadletter, durations, failures
-from .connection import connect
+from .connection import connect_checked
 
 #: Above this many jobs, replay asks before acting (unless --yes).
 CONFIRM_ABOVE = 10
@@ -43,14 +42,6 @@ DURATION = Duration()
 ALL = float("inf")
 
 
-def _connection():
-    conn = connect()
-    try:
-        conn.ping()
-    except redis.exceptions.RedisError as exc:
-        raise click.ClickException(f"cannot reach Redis ({exc}); set REDIS_URL") from None
-    return conn
-
 
 def _short(ts: str | None) -> str:
     return (ts or "-")[:19].replace("T", " ")
@@ -63,7 +54,7 @@ def _short(ts: str | None) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def failures_command(since, kind, as_json):
     """Failed jobs grouped by kind and error (ids and numbers normalised), biggest first."""
-    conn = _connection()
+    conn = connect_checked()
     result = failures.report(conn, since=since, kind=kind)
     if as_json:
         click.echo(json.dumps(result))
@@ -96,7 +87,7 @@ def alert_command(window, max_failures, max_ratio, kind, webhook, as_json):
         raise BadInput(f"--webhook must be an http(s) URL, got {webhook!r}")
     if window > alerts.MAX_WINDOW:
         raise BadInput(f"--window {durations.render(window)} is longer than 2d: outcome counters are kept two days")
-    result = alerts.check(_connection(), window, max_failures=max_failures, max_ratio=max_ratio, kind=kind)
+    result = alerts.check(connect_checked(), window, max_failures=max_failures, max_ratio=max_ratio, kind=kind)
     click.echo(json.dumps(result.as_dict()) if as_json else result.line)
     if webhook and result.alerting:
         try:
@@ -121,7 +112,7 @@ def replay_command(job_ids, kind, error_contains, since, dry_run, yes, actor, as
     with "-": put them after "--" (leash replay --yes -- ID...)."""
     if not (job_ids or kind or error_contains or since):
         raise BadInput("say which jobs: give job ids, or --kind, --error-contains or --since")
-    conn = _connection()
+    conn = connect_checked()
     try:
         selection = deadletter.select(conn, job_ids, kind=kind, error_contains=error_contains, since=since)
     except deadletter.UnknownJobs as exc:
@@ -167,7 +158,7 @@ def _print_replay(as_json, verb, jobs, skipped, dry_run=False, audit_id=None):
 @click.option("--json", "as_json", is_flag=True, help="Print the entries as JSON.")
 def replay_log_command(count, as_json):
     """The latest replays, newest first: who, when, which selector, how many jobs."""
-    entries = deadletter.audit_log(_connection(), count)
+    entries = deadletter.audit_log(connect_checked(), count)
     if as_json:
         click.echo(json.dumps(entries))
         return
