@@ -3,8 +3,10 @@
 the worker mid-job and see the stale badge, then see the job finish after another worker
 reclaims it — in a page with JavaScript and in one without.
 
-Chromium is required: without it this test FAILS (it does not skip), so a missing browser
-cannot pass for a passing test. Install it with ``apt-get install -y chromium``.
+Chromium comes from Debian (``apt-get install -y chromium``) or ``LEASH_CHROMIUM``. In CI
+(``CI`` set, as ``.ci/run`` runs) or with ``LEASH_REQUIRE_BROWSER=1`` a missing browser FAILS
+the run; on a developer's machine without one these tests are reported as skipped, with the
+reason, so the README's test command still works on a machine that has only Python.
 """
 
 from __future__ import annotations
@@ -46,8 +48,11 @@ ITEM_DELAY_MS = "400"  # 20 items take about 8 s on one worker
 @pytest.fixture
 def chromium():
     if not os.path.exists(CHROMIUM):
-        pytest.fail(f"headless Chromium is required for the browser test and was not found ({CHROMIUM}); "
-                    "install it with `apt-get install -y chromium` or point LEASH_CHROMIUM at a Chromium binary")
+        message = (f"headless Chromium was not found ({CHROMIUM}); install it with `apt-get install -y chromium` "
+                   "or point LEASH_CHROMIUM at a Chromium binary")
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes") or os.environ.get("LEASH_REQUIRE_BROWSER") == "1":
+            pytest.fail(message)
+        pytest.skip(message + " (browser tests not run; they are required in CI)")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
