@@ -66,15 +66,22 @@ def decide(leash_state: str, rq_status: str | None, lease_expires_at: float | No
     return State.QUEUED, False, None
 
 
-def status(connection: Redis, job_id: str, now: float | None = None) -> dict[str, Any]:
-    """The status fields of one job, in one round trip. Never reads the item results."""
+def read(connection: Redis, job_id: str) -> tuple[dict, str | None]:
+    """What the adapter needs, in one round trip: leash's job hash and RQ's status. Never
+    reads the item results. The hash is empty for an unknown (or expired) job."""
     with connection.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.job(job_id))
         pipe.hget(keys.rq_job(job_id), "status")
         raw, rq_status = pipe.execute()
+    return raw, _text(rq_status)
+
+
+def status(connection: Redis, job_id: str, now: float | None = None) -> dict[str, Any]:
+    """The status fields of one job, in one round trip."""
+    raw, rq_status = read(connection, job_id)
     if not raw:
         raise NoSuchJob(f"no such job: {job_id}")
-    return from_raw(job_id, raw, _text(rq_status), now=now)
+    return from_raw(job_id, raw, rq_status, now=now)
 
 
 def from_raw(job_id: str, raw: dict, rq_status: str | None, now: float | None = None) -> dict[str, Any]:

@@ -177,6 +177,14 @@ def test_the_job_list_is_newest_first_and_paged(client, conn):
     assert [job["job_id"] for job in rest["jobs"]] == ids[::-1][2:] and rest["next"] is None
 
 
+def test_a_job_whose_record_expired_leaves_the_list_and_its_index(client, conn):
+    ids = [submit(client).get_json()["job_id"] for _ in range(3)]
+    conn.delete(keys.job(ids[1]))  # as LEASH_RESULT_TTL after the job ended
+    listing = client.get("/jobs").get_json()
+    assert [job["job_id"] for job in listing["jobs"]] == [ids[2], ids[0]]
+    assert client.get("/jobs").get_json()["total"] == 2, "the index was trimmed as the expired id was met"
+
+
 def test_unknown_addresses_and_methods_are_json_404_and_405(client, conn):
     missing = client.get("/nothing-here")
     assert missing.status_code == 404 and "no such address: GET /nothing-here" in missing.get_json()["error"]

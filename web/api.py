@@ -50,13 +50,10 @@ def read_status(connection: Redis, job_id: str, owner: str) -> dict[str, Any]:
     """The status fields of the owner's job, in one round trip; 404 for anyone else's."""
     if len(job_id) > MAX_JOB_ID:
         raise NoSuchJobHere()
-    with connection.pipeline(transaction=False) as pipe:
-        pipe.hgetall(keys.job(job_id))
-        pipe.hget(keys.rq_job(job_id), "status")
-        raw, rq_status = pipe.execute()
+    raw, rq_status = states.read(connection, job_id)
     if not raw or raw.get(b"owner", b"").decode() != owner:
         raise NoSuchJobHere()
-    return states.from_raw(job_id, raw, rq_status.decode() if rq_status else None)
+    return states.from_raw(job_id, raw, rq_status)
 
 
 def list_jobs(connection: Redis, owner: str, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
@@ -76,8 +73,10 @@ def list_jobs(connection: Redis, owner: str, offset: int, limit: int) -> tuple[i
     listing = []
     for n, raw_id in enumerate(ids):
         raw, rq_status = replies[2 * n], replies[2 * n + 1]
-        if raw:  # an expired job leaves its id in the index until the index is trimmed
+        if raw:
             listing.append(states.from_raw(raw_id.decode(), raw, rq_status.decode() if rq_status else None))
+        else:  # the job's record expired (LEASH_RESULT_TTL after it ended): trim the index as met
+            connection.zrem(index, raw_id)
     return total, listing
 
 
