@@ -12,6 +12,7 @@ from rq.job import Job
 from rq.queue import Queue
 from rq.rate_limit import RateLimitRegistry
 from rq.registry import FailedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
+from rq.scheduler import RQScheduler
 
 PREFIX = "leash:"
 
@@ -117,3 +118,10 @@ def rq_rate_limit(rate_limit_key: str, connection) -> RateLimitRegistry:
     """RQ's registry for one rate-limit key; its ``allowed_key`` holds the jobs using a slot,
     its ``rate_limited_key`` the jobs waiting for one."""
     return RateLimitRegistry(rate_limit_key, connection=connection)
+
+
+def rq_scheduler_lock(queue_name: str) -> str:
+    """RQ's lock naming the scheduler that moves this queue's due retries."""
+    return RQScheduler.get_locking_key(queue_name)
+
+

@@ -15,10 +15,11 @@ from redis import Redis
 from rq import Queue
 from rq.command import send_stop_job_command
 from rq.exceptions import InvalidJobOperation, NoSuchJobError
+from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job
 from rq.rate_limit import RateLimitRegistry
 
-from . import clock, keys, lease
+from . import clock, keys, lease, scripts
 
 log = logging.getLogger("leash.reaper")
 
@@ -31,11 +32,17 @@ def lease_expired_message(job_id: str, worker: str | None, expired_at: float | N
     return f"lease expired{late}{who}: the worker stopped renewing it (killed, hung or partitioned)"
 
 
+#: Seconds a job may sit taken-but-unclaimed in RQ's intermediate list before it is requeued
+#: (a live worker claims within milliseconds; RQ's own cleanup waits a minute, then fails it).
+SWALLOWED_AFTER = 5.0
+
+
 class Reaper:
-    def __init__(self, connection: Redis, name: str, interval: float):
+    def __init__(self, connection: Redis, name: str, interval: float, queue_names: tuple[str, ...] = ()):
         self.connection = connection
         self.name = name
         self.interval = interval
+        self.queue_names = queue_names
         self._next_at = 0.0
 
     def tick(self, now: float | None = None) -> int:
@@ -45,7 +52,7 @@ class Reaper:
         self._next_at = clock.monotonic() + self.interval
         if not self.connection.set(keys.REAPER_THROTTLE, self.name, nx=True, px=int(self.interval * 1000)):
             return 0
-        return self.reap(now) + self.stop_unheeded_cancels(now)
+        return self.reap(now) + self.stop_unheeded_cancels(now) + self.requeue_swallowed(now)
 
     def reap(self, now: float | None = None) -> int:
         now = clock.wall() if now is None else now
@@ -106,6 +113,31 @@ class Reaper:
             except (InvalidJobOperation, NoSuchJobError):
                 pass
         return stopped
+
+
+    def requeue_swallowed(self, now: float | None = None) -> int:
+        """A worker killed while blocked in its dequeue can still receive a job (Redis hands
+        it to the dead connection's BLMOVE): the job sits in RQ's intermediate list, never
+        claimed. Put such jobs back on their queue without counting an attempt."""
+        now = clock.wall() if now is None else now
+        requeued = 0
+        for queue_name in self.queue_names:
+            intermediate = IntermediateQueue(keys.rq_queue(queue_name), self.connection)
+            for raw in self.connection.lrange(intermediate.key, 0, BATCH - 1):
+                job_id = raw.decode()
+                if self.connection.hget(keys.job(job_id), "state") != b"queued":
+                    continue  # claimed (its horse removes it) or not a leash job: RQ's concern
+                intermediate.set_first_seen(job_id)
+                first_seen = intermediate.get_first_seen(job_id)
+                if first_seen is None or now - first_seen.timestamp() < SWALLOWED_AFTER:
+                    continue
+                if scripts.run(self.connection, "requeue_swallowed_v1",
+                               keys=[keys.job(job_id), intermediate.key, keys.rq_queue(queue_name)], args=[job_id]):
+                    self.connection.delete(intermediate.get_first_seen_key(job_id))
+                    requeued += 1
+                    log.warning("job %s was taken off %s by a worker that died before claiming it; requeued",
+                                job_id, queue_name)
+        return requeued
 
 
 def release_rate_limit_slot(connection: Redis, job_id: str) -> None:

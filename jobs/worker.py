@@ -33,7 +33,7 @@ from rq.queue import Queue
 from rq.serializers import JSONSerializer
 from rq.worker import Worker
 
-from . import clock, keys, lease, runner
+from . import clock, keys, lease, runner, scheduler_locks
 from .config import settings
 from .enqueue import EXECUTE
 from .reaper import Reaper, release_rate_limit_slot
@@ -55,7 +55,7 @@ class LeashWorker(Worker):
         self.tick_seconds = max(0.25, min(5.0, settings().lease_seconds / 4))
         super().__init__(*args, **kwargs)
         self.job_monitoring_interval = max(1, int(self.tick_seconds))
-        self.reaper = Reaper(self.connection, self.name, self.tick_seconds)
+        self.reaper = Reaper(self.connection, self.name, self.tick_seconds, tuple(self.queue_names()))
         self._attempt: lease.Attempt | None = None
         self._handoff_deadline: float | None = None
         self._scheduler_checked_at = 0.0
@@ -117,6 +117,10 @@ class LeashWorker(Worker):
         process = self.scheduler._process
         if process is None or not process.is_alive():
             try:
+                released = scheduler_locks.release_if_holder_dead(
+                    self.connection, self.queue_names(), full_ttl=self.scheduler.interval + 60)
+                if released:
+                    log.warning("released the retry scheduler lock of a dead scheduler: %s", ", ".join(released))
                 self.scheduler.acquire_locks(auto_start=True)
             except redis.exceptions.RedisError as exc:
                 log.warning("scheduler not restarted: %s", exc)

@@ -4,8 +4,10 @@ an expired lease is just a clock moved forward (``now=``)."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
+from rq.intermediate_queue import IntermediateQueue
 
 from jobs import keys, lease, states
 from jobs.enqueue import enqueue
@@ -193,3 +195,18 @@ def test_a_write_whose_reply_was_lost_in_a_redis_blip_is_not_mistaken_for_a_zomb
     assert calls == ["finish_v1", "finish_v1"]
     assert attempt.outcome == "succeeded"
     assert states.status(conn, job_id)["state"] == "succeeded"
+
+
+def test_a_job_swallowed_by_a_dead_workers_dequeue_goes_back_to_the_queue(conn):
+    swallowed, _ = enqueue(conn, "classify", ITEMS)
+    claimed_id, _ = enqueue(conn, "classify", ITEMS)
+    intermediate = IntermediateQueue.get_intermediate_queue_key(keys.rq_queue("leash"))
+    for _ in range(2):  # as RQ's BLMOVE does, for a worker that then died / one that claims
+        conn.lmove(keys.rq_queue("leash"), intermediate, "LEFT", "RIGHT")
+    assert lease.claim(conn, claimed_id, "leash", "w-alive") is not None
+    reaper = Reaper(conn, "test-reaper", interval=1, queue_names=("leash",))
+    assert reaper.requeue_swallowed(now=time.time()) == 0, "first seen now: a live worker may be about to claim it"
+    assert reaper.requeue_swallowed(now=time.time() + 6) == 1
+    assert conn.lrange(keys.rq_queue("leash"), 0, -1) == [swallowed.encode()]
+    assert conn.lrange(intermediate, 0, -1) == [claimed_id.encode()], "a claimed job is its worker's business"
+    assert states.status(conn, swallowed)["attempts"] == 0

@@ -157,3 +157,21 @@ def test_a_second_sigterm_releases_the_job_at_once(conn, workers, env):
     assert first.wait(timeout=10) is not None
     fields = wait_for(lambda: (s := state(conn, job_id))["state"] == "queued" and s, 5)
     assert fields["attempts"] == 0
+
+
+def test_retries_keep_flowing_when_the_worker_holding_the_scheduler_lock_is_killed(conn, workers, env):
+    env.setenv("LEASH_RETRY_BACKOFF", "1")
+    lock = keys.rq_scheduler_lock("leash")
+    first = workers.start()  # with RQ's scheduler, which takes the queue's lock
+    wait_for(lambda: conn.get(lock), 15, message="the first worker's scheduler to hold the lock")
+    workers.start()
+    for pid in [first.pid, *workers.children(first)]:
+        os.kill(pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    job_id, _ = enqueue(conn, "boom", {}, max_attempts=2)
+    final = wait_for(lambda: (s := state(conn, job_id))["state"] == "failed" and s, 40,
+                     message="the retry to be scheduled by the surviving worker")
+    # RQ alone would leave the dead scheduler's lock for 61 s, and a job its dead dequeue
+    # swallowed in its intermediate list for a minute or more; leash frees both in seconds.
+    assert time.monotonic() - killed_at < 30
+    assert final["attempts"] == 2
