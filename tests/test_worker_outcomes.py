@@ -80,7 +80,8 @@ def test_owner_limit_holds_across_workers_and_a_killed_jobs_slot_is_freed(conn, 
                    max_attempts=1)[0] for _ in range(3)]
     procs = [workers.start("--no-scheduler") for _ in range(3)]
     first = wait_for(lambda: next((i for i in ids if states.status(conn, i)["state"] == "running"), None), 10)
-    owner = next(p for p in procs if workers.children(p))
+    # claimed first, forked a moment later: wait for the work-horse to exist
+    owner = wait_for(lambda: next((p for p in procs if workers.children(p)), None), 10, message="the busy worker")
     horse = workers.horse(owner)
     os.kill(owner.pid, signal.SIGKILL)
     os.kill(horse, signal.SIGKILL)
