@@ -165,7 +165,8 @@ def test_retries_keep_flowing_when_the_worker_holding_the_scheduler_lock_is_kill
     first = workers.start()  # with RQ's scheduler, which takes the queue's lock
     wait_for(lambda: conn.get(lock), 15, message="the first worker's scheduler to hold the lock")
     workers.start()
-    for pid in [first.pid, *workers.children(first)]:
+    scheduler = wait_for(lambda: workers.children(first), 10, message="the first worker's scheduler process")
+    for pid in [first.pid, *scheduler]:
         os.kill(pid, signal.SIGKILL)
     killed_at = time.monotonic()
     job_id, _ = enqueue(conn, "boom", {}, max_attempts=2)
