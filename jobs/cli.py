@@ -57,9 +57,7 @@ def worker(queues, burst, name, scheduler, log_level, imports):
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     conn = connect_checked()
     names = [q for spec in (queues or (settings().queue,)) for q in spec.split(",") if q]
-    from .enqueue import rq_queue
-
-    w = LeashWorker([rq_queue(conn, q) for q in names], connection=conn, name=name)
+    w = LeashWorker(names, connection=conn, name=name)  # names: it builds its own LeashQueue objects
     w.work(burst=burst, with_scheduler=scheduler, logging_level=log_level.upper())
 
 

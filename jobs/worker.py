@@ -35,6 +35,7 @@ from rq.worker import Worker
 
 from . import clock, keys, lease, runner, scheduler_locks
 from .config import settings
+from .dequeue import LeashQueue
 from .enqueue import EXECUTE
 from .reaper import Reaper, release_rate_limit_slot
 
@@ -44,6 +45,7 @@ REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 
 class LeashWorker(Worker):
+    queue_class = LeashQueue  # every dequeue goes through an intermediate list (jobs/dequeue.py)
     # RQ doubles its wait up to 60 s while Redis is down; this worker also reaps for everyone,
     # so it must be back within seconds of Redis returning.
     max_connection_wait_time = 5.0
@@ -179,6 +181,11 @@ class LeashWorker(Worker):
             self._attempt = None
             runner.set_current(None)
 
+    def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
+        # RQ removes the job from its intermediate list only for one-queue workers; LeashQueue
+        # uses that list for any number of queues.
+        super().prepare_job_execution(job, remove_from_intermediate_queue=True)
+
     def perform_job(self, job: Job, queue: Queue, execution) -> bool:
         attempt = runner.current()
         if attempt is not None and execution is not None:
@@ -195,6 +202,12 @@ class LeashWorker(Worker):
 
     def handle_job_failure(self, job, queue, started_job_registry=None, exc_string="", execution=None):
         attempt = runner.current() if self.is_horse else self._attempt
+        if attempt is None and job.func_name == EXECUTE:
+            # RQ's maintenance (its intermediate-list cleanup) failing a leash job that no attempt
+            # holds: it never started, so it goes back to its queue; leash, not RQ, decides fates.
+            log.warning("RQ reported leash job %s stuck (%s); requeueing it instead", job.id, exc_string)
+            self.reaper.requeue_if_swallowed(job.id, queue.name)
+            return None
         if attempt is None:
             return super().handle_job_failure(job, queue, started_job_registry, exc_string, execution)
         if self.is_horse:

@@ -210,3 +210,22 @@ def test_a_job_swallowed_by_a_dead_workers_dequeue_goes_back_to_the_queue(conn):
     assert conn.lrange(keys.rq_queue("leash"), 0, -1) == [swallowed.encode()]
     assert conn.lrange(intermediate, 0, -1) == [claimed_id.encode()], "a claimed job is its worker's business"
     assert states.status(conn, swallowed)["attempts"] == 0
+
+
+def test_rqs_stuck_job_cleanup_requeues_a_leash_job_instead_of_failing_it(conn):
+    from rq.job import Job
+
+    from jobs.enqueue import rq_queue
+    from jobs.worker import LeashWorker
+
+    job_id, _ = enqueue(conn, "classify", ITEMS)
+    intermediate = IntermediateQueue.get_intermediate_queue_key(keys.rq_queue("leash"))
+    conn.lmove(keys.rq_queue("leash"), intermediate, "LEFT", "RIGHT")
+    worker = LeashWorker(["leash"], connection=conn)
+    job = Job.fetch(job_id, connection=conn, serializer=rq_queue(conn).serializer)
+    # what RQ's IntermediateQueue.cleanup does a minute after a dead worker swallowed the job
+    worker.handle_job_failure(job, rq_queue(conn), exc_string="Job was stuck in intermediate queue.")
+    assert conn.lrange(keys.rq_queue("leash"), 0, -1) == [job_id.encode()]
+    assert conn.llen(intermediate) == 0
+    assert conn.hget(keys.rq_job(job_id), "status") == b"queued"
+    assert states.status(conn, job_id)["state"] == "queued"

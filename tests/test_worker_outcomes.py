@@ -169,3 +169,22 @@ def test_a_redis_blip_under_a_job_hands_it_back_without_spending_an_attempt(conn
     final = final_state(conn, job_id)
     assert (final["state"], final["attempts"]) == ("succeeded", 1)
     assert conn.hget(keys.job(job_id), "handoffs") == b"1"
+
+
+def test_a_worker_on_several_queues_takes_them_in_order_and_never_holds_a_job_outside_a_list(conn, workers):
+    from rq.intermediate_queue import IntermediateQueue
+
+    low, _ = enqueue(conn, "noop", {}, queue="low")
+    high, _ = enqueue(conn, "noop", {}, queue="high")
+    swallowed, _ = enqueue(conn, "noop", {}, queue="low", owner="bob")  # bob's own slot: on the queue at once
+    # As if a worker killed in its dequeue had taken the last one: it sits in low's intermediate list.
+    assert conn.lrem(keys.rq_queue("low"), 0, swallowed) == 1
+    conn.rpush(IntermediateQueue.get_intermediate_queue_key(keys.rq_queue("low")), swallowed)
+    workers.start("--no-scheduler", "--queue", "high,low")
+    finals = {job_id: final_state(conn, job_id, timeout=20) for job_id in (high, low, swallowed)}
+    assert {f["state"] for f in finals.values()} == {"succeeded"}
+    started = {job_id: float(conn.hget(keys.job(job_id), "started_at")) for job_id in (high, low)}
+    assert started[high] < started[low], "the first queue named is served first"
+    assert finals[swallowed]["attempts"] == 1, "the swallowed job went back without losing an attempt"
+    for name in ("high", "low"):
+        assert conn.llen(IntermediateQueue.get_intermediate_queue_key(keys.rq_queue(name))) == 0
