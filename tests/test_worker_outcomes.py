@@ -59,7 +59,8 @@ def test_cancel_of_a_job_that_ignores_it_falls_back_to_rqs_stop_command(conn, wo
     env.setenv("LEASH_LEASE_SECONDS", "30")  # the lease stays alive: only the stop command ends it
     job_id, _ = enqueue(conn, "hang", {"seconds": 60})
     workers.start("--no-scheduler")
-    wait_for(lambda: states.status(conn, job_id)["state"] == "running", 10)
+    # total becomes 1 at the job's one heartbeat: after it, nothing will see the cancel flag
+    wait_for(lambda: states.status(conn, job_id)["total"] == 1, 10, message="the hung job's only heartbeat")
     cancel(conn, job_id)
     final = final_state(conn, job_id, timeout=15)
     assert (final["state"], final["error"]) == ("failed", "canceled")
