@@ -28,6 +28,7 @@ import os
 import signal
 
 import redis
+from rq.exceptions import StopRequested
 from rq.job import Job, JobStatus
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
@@ -177,6 +178,12 @@ class LeashWorker(Worker):
         runner.set_current(attempt)
         try:
             super().execute_job(job, queue)
+        except StopRequested:
+            # SIGTERM between the claim and the fork (RQ only defers a stop once it is busy):
+            # nothing ran, so the claim goes back at once, like any hand-off.
+            if not self.horse_pid:
+                attempt.release()
+            raise
         finally:
             self._attempt = None
             runner.set_current(None)

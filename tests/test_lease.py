@@ -229,3 +229,26 @@ def test_rqs_stuck_job_cleanup_requeues_a_leash_job_instead_of_failing_it(conn):
     assert conn.llen(intermediate) == 0
     assert conn.hget(keys.rq_job(job_id), "status") == b"queued"
     assert states.status(conn, job_id)["state"] == "queued"
+
+
+def test_a_stop_between_the_claim_and_the_fork_gives_the_claim_back(conn, monkeypatch):
+    from rq.exceptions import StopRequested
+    from rq.job import Job
+    from rq.worker import Worker
+
+    from jobs.enqueue import rq_queue
+    from jobs.worker import LeashWorker
+
+    job_id, _ = enqueue(conn, "classify", ITEMS)
+    job = Job.fetch(job_id, connection=conn, serializer=rq_queue(conn).serializer)
+
+    def stopped_before_forking(self, job, queue):
+        assert states.status(conn, job_id)["state"] == "running"  # claimed
+        raise StopRequested()  # what RQ's SIGTERM handler raises while the worker is not yet busy
+
+    monkeypatch.setattr(Worker, "execute_job", stopped_before_forking)
+    with pytest.raises(StopRequested):
+        LeashWorker(["leash"], connection=conn).execute_job(job, rq_queue(conn))
+    fields = states.status(conn, job_id)
+    assert (fields["state"], fields["attempts"]) == ("queued", 0)
+    assert conn.lindex(keys.rq_queue("leash"), 0) == job_id.encode()

@@ -139,6 +139,7 @@ def test_a_job_that_does_not_hand_off_in_the_grace_period_is_stopped_and_release
     job_id, _ = enqueue(conn, "hang", {"seconds": 60}, max_attempts=1)
     first = workers.start("--no-scheduler")
     wait_for(lambda: state(conn, job_id)["state"] == "running", 10)
+    workers.horse(first)  # the work-horse is running: the shutdown must hand it off
     first.send_signal(signal.SIGTERM)
     assert first.wait(timeout=15) == 0
     fields = wait_for(lambda: (s := state(conn, job_id))["state"] == "queued" and s, 5)
@@ -151,6 +152,7 @@ def test_a_second_sigterm_releases_the_job_at_once(conn, workers, env):
     job_id, _ = enqueue(conn, "hang", {"seconds": 60}, max_attempts=1)
     first = workers.start("--no-scheduler")
     wait_for(lambda: state(conn, job_id)["state"] == "running", 10)
+    workers.horse(first)  # the work-horse is running: the shutdown must hand it off
     first.send_signal(signal.SIGTERM)
     time.sleep(1.2)  # RQ ignores a second signal within 1 s of the first (a pool's duplicate)
     first.send_signal(signal.SIGTERM)
