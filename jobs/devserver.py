@@ -21,10 +21,16 @@ from pathlib import Path
 import redis
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(preferred: int = 0) -> int:
+    """``preferred`` if nothing listens there, else any free loopback port."""
+    for port in ([preferred] if preferred else []) + [0]:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RuntimeError("no free loopback port")
 
 
 def redis_server_binary() -> str | None:
@@ -81,7 +87,8 @@ def run_dev(port: int, n_workers: int) -> int:
     redis_proc = None
     url = os.environ.get("REDIS_URL")
     if not url:
-        redis_proc, url = start_redis(workdir)
+        # Redis's own port when it is free, so the other leash commands find it without REDIS_URL.
+        redis_proc, url = start_redis(workdir, port=free_port(preferred=6379))
     env = dict(os.environ, REDIS_URL=url, LEASH_DEV="1")
     env.setdefault("LEASH_LOCAL_DELAY_MS", "300")
     exe = [sys.executable, "-m"]
