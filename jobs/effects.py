@@ -31,6 +31,3 @@ def once(connection: Redis, job_id: str, name: str, effect: Callable[[], Any]) -
         raise
     return True
 
-
-def has_run(connection: Redis, job_id: str, name: str) -> bool:
-    return bool(connection.exists(keys.effect(job_id, name)))

@@ -43,6 +43,3 @@ class RetryLater(LeashError):
         super().__init__(message or f"retry after {seconds:g}s")
         self.seconds = seconds
 
-
-class NotReplayable(LeashError):
-    """The job is not in a state that can be replayed."""

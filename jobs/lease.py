@@ -13,6 +13,7 @@ import os
 import time
 import traceback
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import redis
 from redis import Redis
@@ -65,6 +66,16 @@ class Attempt:
     def _common_keys(self) -> list[str]:
         return [keys.job(self.job_id), keys.LEASES]
 
+    @cached_property
+    def _heartbeat_keys(self) -> list[str]:
+        """The heartbeat's KEYS, built once per attempt: the heartbeat is the hot path."""
+        return self._common_keys() + [
+            keys.items(self.job_id),
+            keys.rq_job(self.job_id),
+            keys.rq_started(self.queue, self.connection),
+            keys.REJECTED_WRITES,
+        ]
+
     def _run(self, name: str, keys_: list[str], args: list) -> tuple[object, bool]:
         """Run a fenced script, riding out a Redis blip (failover, restart) for as long as the
         lease lasts — after that the lease is gone anyway. Returns (reply, retried): a retried
@@ -80,7 +91,7 @@ class Attempt:
                 time.sleep(delay)
                 delay, retried = min(delay * 2, 2.0), True
 
-    def _landed(self, *states_: str) -> list | None:
+    def landed(self, *states_: str) -> list | None:
         """After a retried call was refused: did the first try land? (Same token, and the job
         in a state that call leads to.) Returns the job's attempts/max_attempts/state if so."""
         state, token, attempts, max_attempts = self.connection.hmget(
@@ -98,12 +109,7 @@ class Attempt:
         now = clock.wall() if now is None else now
         reply, _ = self._run(
             "heartbeat_v1",
-            self._common_keys() + [
-                keys.items(self.job_id),
-                keys.rq_job(self.job_id),
-                keys.rq_started(self.queue, self.connection),
-                keys.REJECTED_WRITES,
-            ],
+            self._heartbeat_keys,
             [
                 self.job_id, self.token, now, self.lease_seconds,
                 "" if done is None else int(done),
@@ -135,7 +141,7 @@ class Attempt:
             [self.job_id, self.token, now, json.dumps(result), settings().result_ttl,
              f"succeeded:{self.kind}", keys.STATS_MINUTE_TTL],
         )
-        if int(ok) != 1 and not (retried and self._landed("succeeded")):
+        if int(ok) != 1 and not (retried and self.landed("succeeded")):
             self.outcome = "superseded"
             raise LeaseLost()
         self.outcome = "succeeded"
@@ -152,7 +158,7 @@ class Attempt:
              f"failed:{self.kind}", keys.STATS_MINUTE_TTL],
         )
         if int(reply[0]) != 1 and retried:
-            landed = self._landed("queued", "failed")
+            landed = self.landed("queued", "failed")
             if landed:
                 reply = [1, landed[0], landed[1], landed[2]]
         if int(reply[0]) != 1:
@@ -179,7 +185,7 @@ class Attempt:
             ],
             [self.job_id, self.token, now, utcformat(rq_now()), "1" if requeue else "0"],
         )
-        if int(ok) == 0 and retried and self._landed("queued"):
+        if int(ok) == 0 and retried and self.landed("queued"):
             ok = 1
         if int(ok) == 0:
             self.outcome = "superseded"

@@ -113,6 +113,3 @@ def from_raw(job_id: str, raw: dict, rq_status: str | None, now: float | None = 
         "lease_expires_at": clock.iso(lease_expires_at) if state == State.RUNNING else None,
     }
 
-
-def owner_of(connection: Redis, job_id: str) -> str | None:
-    return _text(connection.hget(keys.job(job_id), "owner"))

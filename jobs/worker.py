@@ -248,7 +248,7 @@ class LeashWorker(Worker):
             elif new_state is None:
                 # The horse may have recorded its failure and died before RQ's bookkeeping:
                 # finish that bookkeeping here so the job does not wait for RQ's sweep.
-                landed = attempt._landed("queued", "failed")
+                landed = attempt.landed("queued", "failed")
                 if landed and job.get_status(refresh=True) == JobStatus.STARTED:
                     attempt.outcome = "retry" if landed[0] == "queued" else "failed"
                     attempt.extra["attempts_left"] = landed[2] - landed[1]
