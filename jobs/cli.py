@@ -56,7 +56,7 @@ def worker(queues, burst, name, scheduler, log_level, imports):
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     conn = connect_checked()
-    names = [q for spec in (queues or (settings().queue,)) for q in spec.split(",") if q]
+    names = [q.strip() for spec in (queues or settings().queues) for q in spec.split(",") if q.strip()]
     w = LeashWorker(names, connection=conn, name=name)  # names: it builds its own LeashQueue objects
     w.work(burst=burst, with_scheduler=scheduler, logging_level=log_level.upper())
 
@@ -68,9 +68,10 @@ def worker(queues, burst, name, scheduler, log_level, imports):
 @click.option("--owner", default="default", envvar="LEASH_OWNER", show_envvar=True, show_default=True)
 @click.option("--idempotency-key", help="Submitting again with the same key returns the first job.")
 @click.option("--max-attempts", type=int, help="Attempts before the job fails (default LEASH_MAX_ATTEMPTS).")
+@click.option("--queue", help="One of the queues in LEASH_QUEUE (default: the first).")
 @click.option("--json", "as_json", is_flag=True, help='Print {"job_id": ...}.')
 @click.argument("source", type=click.File("r"), default="-")
-def submit(kind, labels, template, owner, idempotency_key, max_attempts, as_json, source):
+def submit(kind, labels, template, owner, idempotency_key, max_attempts, queue, as_json, source):
     """Enqueue one job; items are read one per line from SOURCE (a file, or - for stdin)."""
     items = [line.rstrip("\n") for line in source if line.strip()]
     payload: dict = {"items": items}
@@ -81,7 +82,7 @@ def submit(kind, labels, template, owner, idempotency_key, max_attempts, as_json
     conn = connect_checked()
     try:
         job_id, created = enqueue(conn, kind, payload, owner=owner, max_attempts=max_attempts,
-                                  idempotency_key=idempotency_key)
+                                  idempotency_key=idempotency_key, queue=queue)
     except InvalidJob as exc:
         raise click.UsageError(str(exc)) from None
     if as_json:

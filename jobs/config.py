@@ -42,9 +42,16 @@ def _int_list(name: str, default: list[int]) -> list[int]:
 WEEK = 7 * 24 * 3600
 
 
+def _names(name: str, default: str) -> list[str]:
+    raw = os.environ.get(name) or default
+    names = [part.strip() for part in raw.split(",") if part.strip()]
+    return names or [default]
+
+
 @dataclass(frozen=True)
 class Settings:
-    queue: str
+    #: every queue this deployment serves, first = highest priority for workers
+    queues: list[str]
     lease_seconds: float
     max_attempts: int
     owner_concurrency: int
@@ -57,10 +64,15 @@ class Settings:
     error_max_chars: int
     max_defers: int
 
+    @property
+    def queue(self) -> str:
+        """Where a job goes when the submitter names no queue: the first of LEASH_QUEUE."""
+        return self.queues[0]
+
 
 def settings() -> Settings:
     return Settings(
-        queue=os.environ.get("LEASH_QUEUE", "leash"),
+        queues=_names("LEASH_QUEUE", "leash"),
         lease_seconds=_float("LEASH_LEASE_SECONDS", 120.0, minimum=0.5),
         max_attempts=_int("LEASH_MAX_ATTEMPTS", 3, minimum=1),
         owner_concurrency=_int("LEASH_OWNER_CONCURRENCY", 2, minimum=1),

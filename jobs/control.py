@@ -25,7 +25,7 @@ def cancel(connection: Redis, job_id: str, now: float | None = None) -> str:
     state = scripts.run(
         connection, "cancel_v1",
         keys=[keys.job(job_id), keys.CANCELS, keys.items(job_id), keys.errors(job_id)]
-        + keys.outcome_keys("failed", kind, now) + [keys.FAILED_INDEX],
+        + keys.outcome_keys("failed", kind, now) + [keys.FAILED_INDEX, keys.payload(job_id)],
         args=[job_id, now, now + s.cancel_grace, s.result_ttl,
               error_entry(int(attempts or 0), "canceled", now), f"failed:{kind}", keys.STATS_MINUTE_TTL],
     )

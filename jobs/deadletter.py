@@ -23,6 +23,7 @@ from rq.utils import utcformat
 
 from . import clock, keys, scripts
 from .errors import NoSuchJob
+from .consistency import rebuild_rq_jobs
 from .failures import failed_ids, heads
 
 BATCH = 500
@@ -127,7 +128,7 @@ def _errors(connection: Redis, job_ids: list[str]) -> list[str]:
 
 _REASONS = {
     "missing": "the job no longer exists",
-    "rq-missing": "its RQ job has expired, there is nothing left to run",
+    "rq-missing": "its payload has expired, there is nothing left to run",
 }
 
 
@@ -152,13 +153,22 @@ def replay(connection: Redis, candidates: list[Candidate], actor: str, selector:
     return ReplayOutcome(replayed, skipped, audit_id)
 
 
-def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: int) -> list[str]:
+def _read_rq_sides(connection: Redis, job_ids: list[str]) -> list:
     with connection.pipeline(transaction=False) as pipe:
         for job_id in job_ids:
             pipe.hmget(keys.rq_job(job_id), "origin", "rate_limit_key", "rate_limit_concurrency")
             pipe.hget(keys.job(job_id), "queue")
-        rows = pipe.execute()
-    script_keys = [keys.FAILED_INDEX]
+        return pipe.execute()
+
+
+def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: int) -> list[str]:
+    rows = _read_rq_sides(connection, job_ids)
+    # RQ's record deleted behind leash's back (rq-dashboard Delete, `rq empty`): rebuild it
+    # from leash's copy of the payload, then replay it like any failed job.
+    deleted = [job_id for n, job_id in enumerate(job_ids) if rows[2 * n][0] is None]
+    if deleted and rebuild_rq_jobs(connection, deleted):
+        rows = _read_rq_sides(connection, job_ids)
+    script_keys = [keys.FAILED_INDEX, keys.ACTIVE]
     args: list = [now, utcformat(rq_now()), position]
     limits: dict[str, int] = {}
     origins: set[str] = set()
@@ -166,8 +176,8 @@ def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: i
         origin, limit_key, concurrency = (_text(v) for v in rows[2 * n])
         origin = origin or _text(rows[2 * n + 1]) or "leash"
         origins.add(origin)
-        script_keys += [keys.job(job_id), keys.items(job_id), keys.errors(job_id), keys.rq_job(job_id),
-                        _failed_registry(connection, origin)]
+        script_keys += [keys.job(job_id), keys.items(job_id), keys.errors(job_id), keys.payload(job_id),
+                        keys.rq_job(job_id), _failed_registry(connection, origin)]
         if limit_key and concurrency:
             registry = keys.rq_rate_limit(limit_key, connection)
             script_keys += [registry.rate_limited_key, registry.allowed_key]

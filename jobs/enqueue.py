@@ -14,7 +14,9 @@ import secrets
 
 from redis import Redis
 from rq import Queue, Retry
-from rq.rate_limit import RateLimit
+from redis.exceptions import WatchError
+from rq.job import JobStatus
+from rq.rate_limit import RateLimit, RateLimitRegistry
 from rq.serializers import JSONSerializer
 
 from . import clock, keys, kinds
@@ -46,6 +48,55 @@ def rq_queue(connection: Redis, name: str | None = None) -> Queue:
     return queue
 
 
+def retry_intervals(max_attempts: int, backoff: list[int]) -> list[int]:
+    """RQ's ``Retry`` intervals meaning "backoff[0] before the second attempt, backoff[1] before
+    the third, the last value after that". RQ 3.0 picks ``intervals[len - retries_left]``,
+    counting from the end of the list, so the list must have exactly one value per retry."""
+    backoff = backoff or [0]
+    return [backoff[min(n, len(backoff) - 1)] for n in range(max_attempts - 1)]
+
+
+def resolve_queue(queue: str | None) -> str:
+    """The queue a job goes to: one the deployment serves (LEASH_QUEUE), the first by default."""
+    served = settings().queues
+    if queue is None or queue == "":
+        return served[0]
+    if not isinstance(queue, str) or queue not in served:
+        raise InvalidJob(f"queue must be one of the queues this deployment serves (LEASH_QUEUE): "
+                         f"{', '.join(served)}; got {str(queue)[:80]!r}")
+    return queue
+
+
+def rq_job_for(q: Queue, job_id: str, kind: str, payload: dict, owner: str, max_attempts: int, total: int):
+    """RQ's side of a leash job (also rebuilt by a replay when RQ's record was deleted)."""
+    s = settings()
+    retry = Retry(max=max_attempts - 1, interval=retry_intervals(max_attempts, s.retry_backoff)) \
+        if max_attempts > 1 else None
+    return q.create_job(
+        EXECUTE, args=(kind, payload), job_id=job_id, timeout=s.job_timeout,
+        result_ttl=s.result_ttl, failure_ttl=s.result_ttl, retry=retry,
+        rate_limit=RateLimit(keys.owner_rate_limit_key(owner), s.owner_concurrency),
+        description=f"{kind} ({total} items) for {owner}",
+        meta={"leash_kind": kind, "leash_owner": owner},
+    )
+
+
+def wait_for_slot(q: Queue, job, pipe, score: float) -> None:
+    """RQ's rate-limited enqueue (save as rate_limited, join the owner's waiting set, promote
+    while slots are free), on our pipeline and with a sub-second ``score``: RQ scores the
+    waiting set in whole seconds and promotes ties in job-id order, which would start an
+    owner's jobs of one second in random order instead of the order they were submitted."""
+    job.redis_server_version = q.get_redis_server_version()
+    job.origin = q.name
+    registry = RateLimitRegistry.from_job(job)
+    job._status = JobStatus.RATE_LIMITED
+    registry.register(job.rate_limit_concurrency, pipe)
+    job.save(pipeline=pipe)
+    job.cleanup(ttl=job.ttl, pipeline=pipe)
+    registry.add_to_rate_limited(job.id, pipe, timestamp=score)
+    registry.acquire_and_enqueue(job.rate_limit_concurrency, pipeline=pipe)
+
+
 def _validate(kind: str, payload, owner: str, max_attempts: int, idempotency_key: str | None) -> int:
     if not isinstance(kind, str):
         raise InvalidJob("'kind' must be a string")
@@ -69,42 +120,49 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
             max_attempts: int | None = None, idempotency_key: str | None = None,
             queue: str | None = None, now: float | None = None) -> tuple[str, bool]:
     """Enqueue a job; returns ``(job_id, created)``. With an idempotency key already used by
-    this owner, returns the first job's id and ``created=False`` and writes nothing."""
+    this owner, returns the first job's id and ``created=False`` and writes nothing.
+
+    The idempotency key is written in the same transaction as the job, so it never points at
+    a job that does not exist: concurrent submissions with one key race on WATCH, the losers
+    read the winner's id, and a submission cut short (Redis stalled, client gone) left
+    nothing behind, so its retry creates the job."""
     s = settings()
     max_attempts = s.max_attempts if max_attempts is None else max_attempts
     total = _validate(kind, payload, owner, max_attempts, idempotency_key)
-    job_id = new_job_id()
+    queue_name = resolve_queue(queue)
     idem_key = keys.idempotency(owner, idempotency_key) if idempotency_key else None
-    if idem_key and not connection.set(idem_key, job_id, nx=True, ex=s.result_ttl):
-        existing = connection.get(idem_key)
-        if existing is not None:
-            return existing.decode(), False
-    now = clock.wall() if now is None else now
-    q = rq_queue(connection, queue or s.queue)
-    retry = Retry(max=max_attempts - 1, interval=s.retry_backoff) if max_attempts > 1 else None
-    job = q.create_job(
-        EXECUTE, args=(kind, payload), job_id=job_id, timeout=s.job_timeout,
-        result_ttl=s.result_ttl, failure_ttl=s.result_ttl, retry=retry,
-        rate_limit=RateLimit(f"leash-owner:{owner}", s.owner_concurrency),
-        description=f"{kind} ({total} items) for {owner}",
-        meta={"leash_kind": kind, "leash_owner": owner},
-    )
-    try:
-        # leash's record and RQ's job in ONE transaction: no crash can leave either alone.
+    q = rq_queue(connection, queue_name)
+    for _ in range(5):
+        job_id = new_job_id()
+        stamp = clock.wall() if now is None else now
         with connection.pipeline() as pipe:
-            # Counters (attempts, token, done, handoffs, defers) start absent, meaning 0.
-            pipe.hset(keys.job(job_id), mapping={
-                "kind": kind, "owner": owner, "queue": q.name, "state": "queued",
-                "max_attempts": max_attempts, "total": total, "created_at": now, "updated_at": now,
-            })
-            pipe.zadd(keys.owner_jobs(owner), {job_id: now})
-            pipe.sadd(q.redis_queues_keys, q.key)  # as RQ's enqueue_job does: `rq info`, dashboards
-            # RQ's own rate-limited enqueue (save, wait set, promotion script) on our pipeline;
-            # its public enqueue_job refuses a pipeline for rate-limited jobs (rq pinned 3.0.0).
-            q._enqueue_rate_limited_job(job, pipeline=pipe)
-            pipe.execute()
-    except BaseException:
-        if idem_key:
-            connection.delete(idem_key)
-        raise
-    return job_id, True
+            if idem_key:
+                pipe.watch(idem_key)
+                existing = pipe.get(idem_key)
+                if existing is not None:
+                    return existing.decode(), False
+                pipe.multi()
+                pipe.set(idem_key, job_id, ex=s.result_ttl)
+            _write_job(pipe, q, job_id, kind, payload, owner, max_attempts, total, stamp)
+            try:
+                pipe.execute()
+            except WatchError:
+                continue  # another submission with this key won; read its job id
+        return job_id, True
+    raise InvalidJob("the idempotency key is being used by many submissions at once; retry")
+
+
+def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str,
+               max_attempts: int, total: int, now: float) -> None:
+    """leash's record and RQ's rate-limited job, queued on one transaction: no crash can leave
+    either alone."""
+    # Counters (attempts, token, done, handoffs, defers) start absent, meaning 0.
+    pipe.hset(keys.job(job_id), mapping={
+        "kind": kind, "owner": owner, "queue": q.name, "state": "queued",
+        "max_attempts": max_attempts, "total": total, "created_at": now, "updated_at": now,
+    })
+    pipe.set(keys.payload(job_id), json.dumps(payload, separators=(",", ":")))
+    pipe.zadd(keys.owner_jobs(owner), {job_id: now})
+    pipe.zadd(keys.ACTIVE, {job_id: now})
+    pipe.sadd(q.redis_queues_keys, q.key)  # as RQ's enqueue_job does: `rq info`, dashboards
+    wait_for_slot(q, rq_job_for(q, job_id, kind, payload, owner, max_attempts, total), pipe, score=now)

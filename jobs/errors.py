@@ -43,3 +43,7 @@ class RetryLater(LeashError):
         super().__init__(message or f"retry after {seconds:g}s")
         self.seconds = seconds
 
+
+
+class PlainWorker(LeashError):
+    """A leash job was taken by a plain RQ worker, which holds no lease; start `leash worker`."""

@@ -30,6 +30,11 @@ FAILED_INDEX = PREFIX + "failed"
 STATS_TOTALS = PREFIX + "stats:totals"
 #: How long per-minute outcome counters live.
 STATS_MINUTE_TTL = 2 * 24 * 3600
+#: Sorted set of job ids enqueued and not yet seen ended, scored by creation time: what the
+#: consistency sweep checks against RQ's side (jobs deleted or failed by RQ's own tools).
+ACTIVE = PREFIX + "active"
+#: Where the consistency sweep resumes in ACTIVE (a rank), when one round did not cover it all.
+SWEEP_CURSOR = PREFIX + "active:cursor"
 #: Throttle key so that, of many workers, one reaps per interval.
 REAPER_THROTTLE = PREFIX + "reaper:throttle"
 #: Stream of replay audit entries (who, when, selector, ids), capped at REPLAY_AUDIT_MAXLEN.
@@ -65,7 +70,15 @@ def outcome_keys(outcome: str, kind: str, now: float) -> list[str]:
 
 
 def idempotency(owner: str, key: str) -> str:
-    return f"{PREFIX}idem:{owner}:{key}"
+    """The job id an owner's idempotency key points at. The owner's length comes first, so
+    owner "team" + key "ops:k1" and owner "team:ops" + key "k1" are different keys."""
+    return f"{PREFIX}idem:{len(owner)}:{owner}:{key}"
+
+
+def payload(job_id: str) -> str:
+    """The payload as submitted (JSON): leash's own copy, from which RQ's side of a job that
+    was deleted behind leash's back is rebuilt by a replay. Kept as long as the job hash."""
+    return f"{PREFIX}payload:{job_id}"
 
 
 def effect(job_id: str, name: str) -> str:
@@ -112,6 +125,11 @@ def rq_executions(job_id: str, connection) -> str:
 def rq_queues_set() -> str:
     """RQ's set of known queue keys (rq-dashboard and ``rq info`` list queues from it)."""
     return Queue.redis_queues_keys
+
+
+def owner_rate_limit_key(owner: str) -> str:
+    """The RQ ``RateLimit`` key that holds an owner's concurrency slots."""
+    return f"leash-owner:{owner}"
 
 
 def rq_rate_limit(rate_limit_key: str, connection) -> RateLimitRegistry:

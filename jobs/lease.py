@@ -137,7 +137,7 @@ class Attempt:
         ok, retried = self._run(
             "finish_v1",
             self._common_keys() + [keys.items(self.job_id), keys.errors(self.job_id), keys.REJECTED_WRITES]
-            + keys.outcome_keys("succeeded", self.kind, now),
+            + keys.outcome_keys("succeeded", self.kind, now) + [keys.payload(self.job_id)],
             [self.job_id, self.token, now, json.dumps(result), settings().result_ttl,
              f"succeeded:{self.kind}", keys.STATS_MINUTE_TTL],
         )
@@ -152,7 +152,7 @@ class Attempt:
         reply, retried = self._run(
             "fail_v1",
             self._common_keys() + [keys.items(self.job_id), keys.errors(self.job_id), keys.REJECTED_WRITES]
-            + keys.outcome_keys("failed", self.kind, now) + [keys.FAILED_INDEX],
+            + keys.outcome_keys("failed", self.kind, now) + [keys.FAILED_INDEX, keys.payload(self.job_id)],
             [self.job_id, self.token, now, message, 1 if permanent else 0,
              settings().result_ttl, error_entry(self.number, message, now),
              f"failed:{self.kind}", keys.STATS_MINUTE_TTL],
@@ -230,7 +230,7 @@ def reclaim(connection: Redis, job_id: str, queue: str, message: str,
             keys.rq_queue(queue), keys.rq_started(queue, connection),
             keys.rq_executions(job_id, connection), keys.rq_failed(queue, connection),
             keys.RECLAIMS, keys.items(job_id),
-        ] + keys.outcome_keys("failed", kind, now) + [keys.FAILED_INDEX],
+        ] + keys.outcome_keys("failed", kind, now) + [keys.FAILED_INDEX, keys.payload(job_id)],
         args=[job_id, now, message, error_entry(int(number or 0), message, now),
               settings().result_ttl, utcformat(rq_now()), token or "",
               f"failed:{kind}", keys.STATS_MINUTE_TTL],

@@ -19,7 +19,7 @@ from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job
 from rq.rate_limit import RateLimitRegistry
 
-from . import clock, keys, lease, scripts
+from . import clock, consistency, keys, lease, scripts
 
 log = logging.getLogger("leash.reaper")
 
@@ -52,7 +52,8 @@ class Reaper:
         self._next_at = clock.monotonic() + self.interval
         if not self.connection.set(keys.REAPER_THROTTLE, self.name, nx=True, px=int(self.interval * 1000)):
             return 0
-        return self.reap(now) + self.stop_unheeded_cancels(now) + self.requeue_swallowed(now)
+        done = self.reap(now) + self.stop_unheeded_cancels(now) + self.requeue_swallowed(now)
+        return done + sum(consistency.sweep(self.connection, now).values())
 
     def reap(self, now: float | None = None) -> int:
         now = clock.wall() if now is None else now

@@ -21,12 +21,12 @@ import math
 from typing import Any
 
 import redis
-from rq import Retry
+from rq import Retry, get_current_job
 
-from . import keys, kinds
+from . import consistency, keys, kinds
 from .config import settings
 from .context import JobContext
-from .errors import Canceled, HandOff, LeaseLost, PermanentError, RetryLater
+from .errors import Canceled, HandOff, LeaseLost, PermanentError, PlainWorker, RetryLater
 from .lease import Attempt, describe
 
 _current: Attempt | None = None
@@ -44,7 +44,7 @@ def current() -> Attempt | None:
 def execute(kind_name: str, payload: dict) -> dict[str, Any]:
     attempt = current()
     if attempt is None:
-        raise RuntimeError("leash jobs run on `leash worker` (jobs.worker.LeashWorker), not a plain RQ worker")
+        _refuse_plain_worker()
     kind = kinds.get(kind_name)
     ctx = JobContext(attempt, payload)
     try:
@@ -71,6 +71,17 @@ def execute(kind_name: str, payload: dict) -> dict[str, Any]:
     except Exception as exc:
         attempt.fail(describe(exc), permanent=False)
         raise
+
+
+def _refuse_plain_worker() -> None:
+    """A plain ``rq worker`` took a leash job: it holds no lease, so the job must not run here.
+    Record why (the job fails in leash with that text, listed and replayable) and tell RQ not
+    to retry it, so a mistaken worker cannot silently burn its attempts."""
+    job = get_current_job()
+    if job is not None:
+        job.retries_left = 0
+        consistency.end_outside(job.connection, job.id, consistency.PLAIN_WORKER)
+    raise PlainWorker(consistency.PLAIN_WORKER)
 
 
 def _defer(attempt: Attempt, exc: RetryLater) -> Retry:

@@ -23,6 +23,7 @@ from typing import Any
 from redis import Redis
 
 from . import clock, keys
+from .consistency import REMOVED, requeued_by_rq
 from .errors import NoSuchJob
 
 
@@ -35,9 +36,10 @@ class State(StrEnum):
 
 TERMINAL = frozenset({State.SUCCEEDED, State.FAILED})
 
-# RQ statuses for a job that leash has not ended, and what they mean to a user.
-_RQ_WAITING = {"queued", "scheduled", "deferred", "rate_limited", "created", "started", None}
-_RQ_ENDED = {"failed": "failed in RQ", "stopped": "stopped", "canceled": "canceled"}
+# RQ statuses of a job that leash has not ended, when RQ's own tools ended it; the sweep
+# (jobs/consistency.py) records the same in leash within one reaper tick.
+_RQ_ENDED = {"failed": "failed in RQ", "stopped": "stopped by RQ's stop command",
+             "canceled": "canceled in RQ", None: REMOVED}
 
 FIELDS = ("job_id", "kind", "state", "done", "total", "result", "error", "stale", "attempts",
           "max_attempts", "created_at", "updated_at", "lease_expires_at")
@@ -54,8 +56,11 @@ def _float(value: str | None) -> float | None:
 
 
 def decide(leash_state: str, rq_status: str | None, lease_expires_at: float | None,
-           now: float) -> tuple[State, bool, str | None]:
-    """(state, stale, error override) from leash's state and RQ's status."""
+           now: float, ended_at: float | None = None) -> tuple[State, bool, str | None]:
+    """(state, stale, error override) from leash's state and RQ's status (None: RQ has no
+    record of the job: deleted or emptied behind leash's back)."""
+    if requeued_by_rq(leash_state, rq_status, ended_at, now):
+        return State.QUEUED, False, None  # RQ's tools requeued it: a replay under way
     if leash_state in (State.SUCCEEDED, State.FAILED):
         return State(leash_state), False, None
     if leash_state == State.RUNNING:
@@ -88,15 +93,18 @@ def from_raw(job_id: str, raw: dict, rq_status: str | None, now: float | None = 
     now = clock.wall() if now is None else now
     h = {_text(k): _text(v) for k, v in raw.items()}
     lease_expires_at = _float(h.get("lease_expires_at"))
-    state, stale, error_override = decide(h.get("state") or "queued", rq_status, lease_expires_at, now)
+    state, stale, error_override = decide(h.get("state") or "queued", rq_status, lease_expires_at, now,
+                                          ended_at=_float(h.get("ended_at")))
     result = None
     if state == State.SUCCEEDED and h.get("result"):
         result = {"summary": json.loads(h["result"]), "url": f"/jobs/{job_id}/result"}
     # While queued or running again, ``error`` says why the last attempt did not finish;
     # once succeeded it is cleared (the history stays in the errors list).
     error = None if state == State.SUCCEEDED else (h.get("error") or None)
-    if state == State.FAILED and not error:
-        error = error_override or "failed"
+    if error_override:
+        error = error_override
+    elif state == State.FAILED and not error:
+        error = "failed"
     return {
         "job_id": job_id,
         "kind": h.get("kind"),

@@ -21,7 +21,7 @@ from rq import Retry
 
 from . import clock, keys
 from .config import settings
-from .enqueue import EXECUTE, new_job_id, rq_queue
+from .enqueue import EXECUTE, new_job_id, retry_intervals, rq_queue
 from .lease import error_entry
 
 
@@ -89,16 +89,18 @@ def _write_one(pipe, queue, failed_registry: str, spec: FailedJob, job_id: str, 
         pipe.expire(keys.items(job_id), s.result_ttl)
     for attempt in range(1, spec.max_attempts + 1):
         pipe.rpush(keys.errors(job_id), error_entry(attempt, spec.error, failed_at - (spec.max_attempts - attempt)))
+    pipe.set(keys.payload(job_id), json.dumps(spec.payload), ex=s.result_ttl)
     pipe.expire(keys.job(job_id), s.result_ttl)
     pipe.expire(keys.errors(job_id), s.result_ttl)
     pipe.zadd(keys.FAILED_INDEX, {job_id: failed_at})
     pipe.zadd(keys.owner_jobs(spec.owner), {job_id: created_at})
 
-    retry = Retry(max=spec.max_attempts - 1, interval=s.retry_backoff) if spec.max_attempts > 1 else None
+    retry = Retry(max=spec.max_attempts - 1, interval=retry_intervals(spec.max_attempts, s.retry_backoff)) \
+        if spec.max_attempts > 1 else None
     job = queue.create_job(
         EXECUTE, args=(spec.kind, spec.payload), job_id=job_id, timeout=s.job_timeout,
         result_ttl=s.result_ttl, failure_ttl=s.result_ttl, retry=retry,
-        rate_limit=RateLimit(f"leash-owner:{spec.owner}", s.owner_concurrency) if spec.rate_limited else None,
+        rate_limit=RateLimit(keys.owner_rate_limit_key(spec.owner), s.owner_concurrency) if spec.rate_limited else None,
         description=f"{spec.kind} ({total} items) for {spec.owner}",
         meta={"leash_kind": spec.kind, "leash_owner": spec.owner}, status=JobStatus.FAILED,
     )

@@ -34,7 +34,7 @@ from rq.queue import Queue
 from rq.serializers import JSONSerializer
 from rq.worker import Worker
 
-from . import clock, keys, lease, runner, scheduler_locks
+from . import clock, consistency, keys, lease, runner, scheduler_locks
 from .config import settings
 from .dequeue import LeashQueue
 from .enqueue import EXECUTE
@@ -169,10 +169,7 @@ class LeashWorker(Worker):
             return super().execute_job(job, queue)  # a plain RQ job on this queue
         attempt = lease.claim(self.connection, job.id, queue.name, self.name)
         if attempt is None:
-            # A duplicate entry for a job that is running elsewhere or already ended.
-            log.info("job %s is not claimable (%s); dropped this queue entry", job.id,
-                     (self.connection.hget(keys.job(job.id), "state") or b"missing").decode())
-            self.connection.lrem(queue.intermediate_queue_key, 1, job.id)
+            self._not_claimable(job, queue)
             return
         self._attempt = attempt
         runner.set_current(attempt)
@@ -187,6 +184,19 @@ class LeashWorker(Worker):
         finally:
             self._attempt = None
             runner.set_current(None)
+
+    def _not_claimable(self, job: Job, queue: Queue) -> None:
+        """A queue entry for a job leash cannot claim: a failed job requeued with RQ's tools
+        (replayed now, through its owner's limit), or a duplicate entry for a job running
+        elsewhere or already ended (dropped)."""
+        self.connection.lrem(queue.intermediate_queue_key, 1, job.id)
+        state, ended_at = self.connection.hmget(keys.job(job.id), "state", "ended_at")
+        state = (state or b"missing").decode()
+        rq_status = getattr(job.get_status(refresh=True), "value", None)
+        if consistency.requeued_by_rq(state, rq_status, float(ended_at) if ended_at else None, clock.wall()):
+            if consistency.adopt_requeues(self.connection, [job.id], source="rq requeue"):
+                return
+        log.info("job %s is not claimable (%s); dropped this queue entry", job.id, state)
 
     def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
         # RQ removes the job from its intermediate list only for one-queue workers; LeashQueue

@@ -148,12 +148,23 @@ def test_running_and_succeeded_jobs_are_skipped_with_a_reason(conn):
     assert states.status(conn, succeeded)["state"] == "succeeded"
 
 
-def test_a_job_whose_rq_job_expired_is_skipped(conn):
-    job_id = failed(conn)[0]
+def test_a_job_whose_rq_job_was_deleted_is_rebuilt_from_leashs_payload_and_replayed(conn):
+    job_id = failed(conn, payload={"items": ["a", "b"], "labels": ["x", "y"]})[0]
     conn.delete(keys.rq_job(job_id))
     out = json.loads(run("--json", ids=[job_id]).output)
+    assert [r["job_id"] for r in out["replayed"]] == [job_id]
+    job = Job.fetch(job_id, connection=conn, serializer=JSONSerializer)
+    assert job.args == ["classify", {"items": ["a", "b"], "labels": ["x", "y"]}]
+    assert job.get_status() in (JobStatus.QUEUED, JobStatus.RATE_LIMITED)
+    assert states.status(conn, job_id)["state"] == "queued"
+
+
+def test_a_job_whose_rq_job_and_payload_expired_is_skipped(conn):
+    job_id = failed(conn)[0]
+    conn.delete(keys.rq_job(job_id), keys.payload(job_id))
+    out = json.loads(run("--json", ids=[job_id]).output)
     assert out["replayed"] == []
-    assert out["skipped"] == [{"job_id": job_id, "reason": "its RQ job has expired, there is nothing left to run"}]
+    assert out["skipped"] == [{"job_id": job_id, "reason": "its payload has expired, there is nothing left to run"}]
     assert conn.hget(keys.job(job_id), "state") == b"failed"
 
 

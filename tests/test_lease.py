@@ -21,6 +21,7 @@ def claimed(conn, now=1000.0, **kw):
     job_id, _ = enqueue(conn, "classify", ITEMS, now=now - 1, **kw)
     attempt = lease.claim(conn, job_id, "leash", "w1", now=now)
     assert attempt is not None
+    conn.hset(keys.rq_job(job_id), "status", "started")  # what RQ's worker records as it starts the job
     return job_id, attempt
 
 

@@ -32,7 +32,7 @@ bp = Blueprint("api", __name__)
 
 EXAMPLE = '{"kind": "classify", "items": ["first text", "second text"], "labels": ["positive", "negative"]}'
 #: Fields of the request body that are options, not part of the job's payload.
-OPTIONS = ("kind", "max_attempts")
+OPTIONS = ("kind", "max_attempts", "queue")
 _IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
 _QUOTED_FIELD = re.compile(r"'([A-Za-z_][A-Za-z0-9_]*)'")
 MAX_JOB_ID = 200
@@ -108,7 +108,7 @@ class _Fail(Exception):
         self.status, self.message = status, message
 
 
-def _parse_submission() -> tuple[str, dict, Any]:
+def _parse_submission() -> tuple[str, dict, Any, Any]:
     if not request.is_json:
         got = request.mimetype or "no Content-Type"
         raise _Fail(415, f"send the job as JSON with 'Content-Type: application/json' (got {got}), e.g. {EXAMPLE}")
@@ -128,7 +128,7 @@ def _parse_submission() -> tuple[str, dict, Any]:
     except InvalidJob as exc:
         raise _Fail(400, str(exc)) from None
     payload = {name: value for name, value in body.items() if name not in OPTIONS}
-    return kind, payload, body.get("max_attempts")
+    return kind, payload, body.get("max_attempts"), body.get("queue")
 
 
 @bp.post("/jobs")
@@ -139,13 +139,13 @@ def submit():
         return api_error(400, "the Idempotency-Key header must be 1-200 characters of letters, digits and _.:@- "
                               "(a UUID works)")
     try:
-        kind, payload, max_attempts = _parse_submission()
+        kind, payload, max_attempts, queue = _parse_submission()
     except _Fail as fail:
         return api_error(fail.status, fail.message)
     connection = redis_conn()
     try:
         job_id, created = enqueue(connection, kind, payload, owner=owner, max_attempts=max_attempts,
-                                  idempotency_key=idempotency_key)
+                                  idempotency_key=idempotency_key, queue=queue)
     except InvalidJob as exc:
         missing = missing_field(str(exc), payload)
         if missing:

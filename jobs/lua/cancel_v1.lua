@@ -4,7 +4,7 @@
 -- ARGV[1] job_id  ARGV[2] now  ARGV[3] hard-stop deadline  ARGV[4] ttl seconds
 -- ARGV[5] error-history entry JSON
 -- KEYS[5] failed-this-minute counter for the kind  KEYS[6] same for all kinds
--- KEYS[7] all-time totals hash  KEYS[8] failed index zset
+-- KEYS[7] all-time totals hash  KEYS[8] failed index zset  KEYS[9] payload copy
 -- ARGV[6] totals field ("failed:<kind>")  ARGV[7] per-minute counter ttl
 -- Returns the state the job was in ('missing' when unknown).
 local state = redis.call('HGET', KEYS[1], 'state')
@@ -13,7 +13,7 @@ if state == 'queued' then
   redis.call('HSET', KEYS[1], 'state', 'failed', 'error', 'canceled', 'updated_at', ARGV[2],
     'ended_at', ARGV[2], 'cancel_requested', '1')
   redis.call('RPUSH', KEYS[4], ARGV[5])
-  keep_for(ARGV[4], KEYS[1], KEYS[3], KEYS[4])
+  keep_for(ARGV[4], KEYS[1], KEYS[3], KEYS[4], KEYS[9])
   count_outcome(KEYS[5], KEYS[6], KEYS[7], ARGV[6], ARGV[7])
   redis.call('ZADD', KEYS[8], tonumber(ARGV[2]), ARGV[1])
 elseif state == 'running' then

@@ -4,6 +4,7 @@
 -- KEYS[1] job hash  KEYS[2] leases zset  KEYS[3] items hash  KEYS[4] errors list
 -- KEYS[5] rejected-writes counter  KEYS[6] failed-this-minute counter for the kind
 -- KEYS[7] same for all kinds  KEYS[8] all-time totals hash  KEYS[9] failed index zset
+-- KEYS[10] payload copy
 -- ARGV[1] job_id  ARGV[2] token  ARGV[3] now  ARGV[4] error text  ARGV[5] permanent (1/0)
 -- ARGV[6] ttl seconds  ARGV[7] error-history entry JSON  ARGV[8] totals field ("failed:<kind>")
 -- ARGV[9] per-minute counter ttl
@@ -21,7 +22,7 @@ redis.call('RPUSH', KEYS[4], ARGV[7])
 redis.call('ZREM', KEYS[2], ARGV[1])
 if new_state == 'failed' then
   redis.call('HSET', KEYS[1], 'ended_at', ARGV[3])
-  keep_for(ARGV[6], KEYS[1], KEYS[3], KEYS[4])
+  keep_for(ARGV[6], KEYS[1], KEYS[3], KEYS[4], KEYS[10])
   count_outcome(KEYS[6], KEYS[7], KEYS[8], ARGV[8], ARGV[9])
   redis.call('ZADD', KEYS[9], tonumber(ARGV[3]), ARGV[1])
 end

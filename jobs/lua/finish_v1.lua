@@ -2,7 +2,7 @@
 -- KEYS[1] job hash  KEYS[2] leases zset  KEYS[3] items hash  KEYS[4] errors list
 -- KEYS[5] rejected-writes counter
 -- KEYS[6] succeeded-this-minute counter for the kind  KEYS[7] same for all kinds
--- KEYS[8] all-time totals hash
+-- KEYS[8] all-time totals hash  KEYS[9] payload copy
 -- ARGV[1] job_id  ARGV[2] token  ARGV[3] now  ARGV[4] result JSON  ARGV[5] ttl seconds
 -- ARGV[6] totals field ("succeeded:<kind>")  ARGV[7] per-minute counter ttl
 -- Returns 1, or 0 when the token is superseded (the write is refused).
@@ -12,6 +12,6 @@ if done == 0 then done = redis.call('HGET', KEYS[1], 'total') or '0' end
 redis.call('HSET', KEYS[1], 'state', 'succeeded', 'result', ARGV[4], 'done', tostring(done),
   'updated_at', ARGV[3], 'ended_at', ARGV[3], 'lease_expires_at', '')
 redis.call('ZREM', KEYS[2], ARGV[1])
-keep_for(ARGV[5], KEYS[1], KEYS[3], KEYS[4])
+keep_for(ARGV[5], KEYS[1], KEYS[3], KEYS[4], KEYS[9])
 count_outcome(KEYS[6], KEYS[7], KEYS[8], ARGV[6], ARGV[7])
 return 1

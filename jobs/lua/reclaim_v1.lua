@@ -6,7 +6,7 @@
 -- KEYS[5] rq queue list  KEYS[6] rq started registry  KEYS[7] rq executions zset
 -- KEYS[8] rq failed registry  KEYS[9] reclaims counter  KEYS[10] items hash
 -- KEYS[11] failed-this-minute counter for the kind  KEYS[12] same for all kinds
--- KEYS[13] all-time totals hash  KEYS[14] failed index zset
+-- KEYS[13] all-time totals hash  KEYS[14] failed index zset  KEYS[15] payload copy
 -- ARGV[1] job_id  ARGV[2] now  ARGV[3] error text  ARGV[4] error-history entry JSON
 -- ARGV[5] ttl seconds  ARGV[6] enqueued_at (RQ's format)
 -- ARGV[7] expected token ('' = any token whose lease has expired)
@@ -44,7 +44,7 @@ else
   redis.call('HSET', KEYS[1], 'ended_at', ARGV[2])
   redis.call('HSET', KEYS[4], 'status', 'failed', 'retries_left', '0')
   redis.call('ZADD', KEYS[8], tonumber(ARGV[2]) + tonumber(ARGV[5]), ARGV[1])
-  keep_for(ARGV[5], KEYS[1], KEYS[3], KEYS[10], KEYS[4])
+  keep_for(ARGV[5], KEYS[1], KEYS[3], KEYS[10], KEYS[4], KEYS[15])
   count_outcome(KEYS[11], KEYS[12], KEYS[13], ARGV[8], ARGV[9])
   redis.call('ZADD', KEYS[14], tonumber(ARGV[2]), ARGV[1])
 end

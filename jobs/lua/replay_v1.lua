@@ -4,7 +4,8 @@
 -- either waiting for a slot of its rate limit (RQ promotes it: the caller then runs RQ's
 -- acquire step for each rate-limit key) or, for a job without a rate limit, on its queue.
 -- KEYS[1] failed index zset
--- then, per job in ARGV order: job hash, items hash, errors list, rq job hash,
+-- KEYS[2] active index zset
+-- then, per job in ARGV order: job hash, items hash, errors list, payload copy, rq job hash,
 --   rq failed registry zset, destination (mode 'limited': the rate limit's waiting zset;
 --   mode 'list': the rq queue list), and in mode 'limited' only: the rate limit's allowed zset
 -- ARGV[1] now (unix seconds)  ARGV[2] enqueued_at (RQ's format)
@@ -14,13 +15,14 @@
 -- 'missing' (no job hash) or 'rq-missing' (RQ's job hash expired: nothing to run).
 local now = ARGV[1]
 local out = {}
-local k = 2
+local k = 3
 local position = tonumber(ARGV[3])
 for a = 4, #ARGV, 2 do
   local job_id, mode = ARGV[a], ARGV[a + 1]
-  local job, items, errors, rq_job, rq_failed, dest = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5]
+  local job, items, errors, payload = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
+  local rq_job, rq_failed, dest = KEYS[k + 4], KEYS[k + 5], KEYS[k + 6]
   local allowed = nil
-  k = k + 6
+  k = k + 7
   if mode == 'limited' then
     allowed = KEYS[k]
     k = k + 1
@@ -42,7 +44,9 @@ for a = 4, #ARGV, 2 do
     redis.call('PERSIST', job)
     redis.call('PERSIST', items)
     redis.call('PERSIST', errors)
+    redis.call('PERSIST', payload)
     redis.call('ZREM', KEYS[1], job_id)
+    redis.call('ZADD', KEYS[2], tonumber(now), job_id)
 
     redis.call('HSET', rq_job, 'retries_left', tostring(math.max(0, max_attempts - 1)),
       'started_at', '', 'ended_at', '')

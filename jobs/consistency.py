@@ -1,0 +1,218 @@
+"""Keeping leash's state true when RQ's own tools act on leash's jobs.
+
+rq-dashboard's Requeue / Delete / Empty, ``rq requeue``, ``rq empty`` and a plain ``rq worker``
+change RQ's keys only. leash notices and makes its own state follow:
+
+    failed ──RQ requeue──────────────────────▶ queued  (a replay: attempts 0, checkpoints and
+                                                         error history kept, audit actor "rq")
+    queued ──deleted / emptied / RQ record gone──▶ failed  ("removed from the queue outside leash")
+    queued ──failed / canceled / stopped by RQ───▶ failed  (RQ's own error text)
+    an owner's slot held by a job that will not run ──▶ released
+
+``sweep`` does it for every job within one reaper tick (``Reaper.tick``); a worker that dequeues
+a requeued job replays it at once; a status read already tells the truth (``jobs.states``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from redis import Redis
+from rq.job import Job
+from rq.rate_limit import RateLimitRegistry
+from rq.results import Result
+from rq.serializers import JSONSerializer
+
+from . import clock, keys, scripts
+from .config import settings
+from .lease import error_entry, truncate
+
+log = logging.getLogger("leash.consistency")
+
+REMOVED = "removed from the queue outside leash: deleted or emptied in RQ (rq-dashboard, `rq empty`)"
+PLAIN_WORKER = "run by a plain RQ worker: start workers with `leash worker` (an `rq worker` holds no lease)"
+_ENDED_BY_RQ = {
+    "canceled": "canceled in RQ (rq-dashboard or RQ's job.cancel())",
+    "stopped": "stopped by RQ's stop command",
+    "failed": "failed in RQ",
+}
+#: RQ statuses of a job RQ's tools put back to run (a requeue of a failed leash job).
+REQUEUED_STATUSES = frozenset({"queued", "rate_limited"})
+#: A job canceled by leash is failed in leash a moment before RQ's cancel removes it from the
+#: queue; a requeue is only believed once the job has been failed for longer than this.
+SETTLE_SECONDS = 5.0
+#: Jobs checked per sweep; the sweep resumes where it stopped on the next tick.
+SWEEP_BATCH = 2000
+#: leash states of a job that will not run again (None: its record expired).
+ENDED = (None, "succeeded", "failed")
+OWNER_LIMIT_PREFIX = keys.owner_rate_limit_key("")
+
+
+def _text(value) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def requeued_by_rq(leash_state: str | None, rq_status: str | None, ended_at: float | None, now: float) -> bool:
+    """leash says failed but RQ put the job back to run: RQ's tools requeued it."""
+    return (leash_state == "failed" and rq_status in REQUEUED_STATUSES
+            and ended_at is not None and now - ended_at > SETTLE_SECONDS)
+
+
+def end_outside(connection: Redis, job_id: str, message: str, now: float | None = None) -> bool:
+    """Fail a still-queued job that RQ's tools ended; frees its owner's slot. True if done."""
+    now = clock.wall() if now is None else now
+    owner, kind, attempts = (_text(v) for v in connection.hmget(keys.job(job_id), "owner", "kind", "attempts"))
+    kind = kind or ""
+    ended = scripts.run(
+        connection, "end_outside_v1",
+        keys=[keys.job(job_id), keys.errors(job_id), keys.items(job_id), keys.payload(job_id),
+              keys.FAILED_INDEX, keys.ACTIVE] + keys.outcome_keys("failed", kind, now),
+        args=[job_id, now, message, error_entry(int(attempts or 0), message, now), settings().result_ttl,
+              f"failed:{kind}", keys.STATS_MINUTE_TTL],
+    )
+    if int(ended) and owner:
+        # RQ's own cancel: out of the waiting set, and the slot freed unless RQ still runs it.
+        RateLimitRegistry(keys.owner_rate_limit_key(owner), connection).cancel(job_id)
+    return bool(int(ended))
+
+
+def rq_error_text(connection: Redis, job_id: str, rq_status: str) -> str:
+    """What RQ recorded about how it ended the job (its latest failure's traceback if any)."""
+    headline = _ENDED_BY_RQ.get(rq_status, f"ended by RQ ({rq_status})")
+    try:
+        job = Job.fetch(job_id, connection=connection, serializer=JSONSerializer)
+        result = Result.fetch_latest(job, serializer=JSONSerializer)
+    except Exception:  # noqa: BLE001 - RQ's record is only a better error text; the headline stands alone
+        return headline
+    if result is not None and result.exc_string:
+        return truncate(f"{headline}: {result.exc_string.strip()}")
+    return headline
+
+
+def adopt_requeues(connection: Redis, job_ids: list[str], source: str) -> list[str]:
+    """Replay failed leash jobs that RQ's tools put back on a queue, as ``leash replay`` would
+    (through the owner's concurrency limit); returns the ids replayed."""
+    from .deadletter import replay, select  # imported here: deadletter imports this module
+
+    selection = select(connection, job_ids=job_ids)
+    if not selection.matched:
+        return []
+    with connection.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:  # RQ's requeue pushed it on its queue; the replay promotes it again
+            pipe.hget(keys.job(job_id), "queue")
+        queues = [_text(q) or settings().queue for q in pipe.execute()]
+        for job_id, queue in zip(job_ids, queues, strict=True):
+            pipe.lrem(keys.rq_queue(queue), 0, job_id)
+        pipe.execute()
+    outcome = replay(connection, selection.matched, actor="rq", selector={"source": source})
+    ids = [c.job_id for c in outcome.replayed]
+    if ids:
+        log.warning("%d job(s) requeued with RQ's tools were replayed (attempts reset): %s", len(ids), ", ".join(ids))
+    return ids
+
+
+def rebuild_rq_jobs(connection: Redis, job_ids: list[str]) -> set[str]:
+    """Recreate RQ's record (as failed) of leash jobs whose RQ job was deleted, from leash's
+    own copy of the payload, so a replay can run them again. Returns the ids rebuilt."""
+    from .enqueue import rq_job_for, rq_queue
+
+    with connection.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.hmget(keys.job(job_id), "kind", "owner", "max_attempts", "total", "queue")
+            pipe.get(keys.payload(job_id))
+        rows = pipe.execute()
+    rebuilt = set()
+    with connection.pipeline(transaction=False) as pipe:
+        for n, job_id in enumerate(job_ids):
+            (kind, owner, max_attempts, total, queue), payload = [_text(v) for v in rows[2 * n]], rows[2 * n + 1]
+            if kind is None or payload is None:
+                continue
+            q = rq_queue(connection, queue or settings().queue)
+            job = rq_job_for(q, job_id, kind, json.loads(payload), owner or "default", int(max_attempts or 1),
+                             int(total or 0))
+            job.origin = q.name
+            job.set_status("failed", pipeline=pipe)
+            job.save(pipeline=pipe)
+            rebuilt.add(job_id)
+        pipe.execute()
+    return rebuilt
+
+
+def sweep(connection: Redis, now: float | None = None, batch: int = SWEEP_BATCH) -> dict[str, int]:
+    """One consistency round over leash's active jobs and its owners' rate-limit slots."""
+    now = clock.wall() if now is None else now
+    counts = {"removed": 0, "ended_by_rq": 0, "requeued": 0, "slots_freed": 0}
+    requeued: list[str] = []
+    _sweep_active(connection, now, batch, counts, requeued)
+    _sweep_owner_slots(connection, now, counts, requeued)
+    if requeued:
+        counts["requeued"] = len(adopt_requeues(connection, list(dict.fromkeys(requeued)), "rq requeue"))
+    return counts
+
+
+def _read(connection: Redis, job_ids: list[str]) -> list[tuple[str | None, float | None, str | None]]:
+    """(leash state, leash ended_at, RQ status) per job, in one round trip."""
+    with connection.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.hmget(keys.job(job_id), "state", "ended_at")
+            pipe.hget(keys.rq_job(job_id), "status")
+        raw = pipe.execute()
+    out = []
+    for n in range(len(job_ids)):
+        state, ended_at = (_text(v) for v in raw[2 * n])
+        out.append((state, float(ended_at) if ended_at else None, _text(raw[2 * n + 1])))
+    return out
+
+
+def _sweep_active(connection: Redis, now: float, batch: int, counts: dict, requeued: list) -> None:
+    start = int(connection.get(keys.SWEEP_CURSOR) or 0)
+    job_ids = [_text(j) for j in connection.zrange(keys.ACTIVE, start, start + batch - 1)]
+    connection.set(keys.SWEEP_CURSOR, start + batch if len(job_ids) == batch else 0)
+    if not job_ids:
+        return
+    ended = []
+    for job_id, (state, ended_at, rq_status) in zip(job_ids, _read(connection, job_ids), strict=True):
+        if state == "queued" and rq_status is None:
+            if end_outside(connection, job_id, REMOVED, now=now):
+                counts["removed"] += 1
+                log.warning("job %s: %s", job_id, REMOVED)
+        elif state == "queued" and rq_status in _ENDED_BY_RQ:
+            if end_outside(connection, job_id, rq_error_text(connection, job_id, rq_status), now=now):
+                counts["ended_by_rq"] += 1
+                log.warning("job %s was %s in RQ; recorded as failed", job_id, rq_status)
+        elif state in ENDED:
+            ended.append(job_id)
+            if requeued_by_rq(state, rq_status, ended_at, now):
+                requeued.append(job_id)
+    if ended:
+        connection.zrem(keys.ACTIVE, *ended)
+
+
+def _sweep_owner_slots(connection: Redis, now: float, counts: dict, requeued: list) -> None:
+    """Every job holding or waiting for an owner's slot: requeued failed jobs are replayed,
+    and a slot held by a job that will not run (ended, deleted) is freed."""
+    limits = [_text(k) for k in connection.smembers(RateLimitRegistry.rl_keys_key)]
+    registries = [RateLimitRegistry(k, connection) for k in limits if k and k.startswith(OWNER_LIMIT_PREFIX)]
+    if not registries:
+        return
+    with connection.pipeline(transaction=False) as pipe:
+        for registry in registries:
+            pipe.zrange(registry.allowed_key, 0, -1)
+            pipe.zrange(registry.rate_limited_key, 0, -1)
+        members = pipe.execute()
+    for n, registry in enumerate(registries):
+        allowed = [_text(j) for j in members[2 * n]]
+        waiting = [_text(j) for j in members[2 * n + 1]]
+        job_ids = allowed + waiting
+        if not job_ids:
+            continue
+        for job_id, (state, ended_at, rq_status) in zip(job_ids, _read(connection, job_ids), strict=True):
+            if requeued_by_rq(state, rq_status, ended_at, now):
+                requeued.append(job_id)
+            elif job_id in allowed and state in ENDED and rq_status not in ("queued", "started"):
+                registry.release_stale_and_enqueue(job_id)
+                if connection.zscore(registry.allowed_key, job_id) is None:
+                    counts["slots_freed"] += 1
+                    log.warning("freed the slot of owner limit %s held by job %s (%s), which will not run",
+                                registry.key, job_id, state or "gone")
