@@ -32,10 +32,10 @@ log = logging.getLogger("leash.consistency")
 
 REMOVED = "removed from the queue outside leash: deleted or emptied in RQ (rq-dashboard, `rq empty`)"
 PLAIN_WORKER = "run by a plain RQ worker: start workers with `leash worker` (an `rq worker` holds no lease)"
-_ENDED_BY_RQ = {
+ENDED_BY_RQ = {
     "canceled": "canceled in RQ (rq-dashboard or RQ's job.cancel())",
     "stopped": "stopped by RQ's stop command",
-    "failed": "failed in RQ",
+    "failed": "failed in RQ, outside `leash worker` (a plain `rq worker`?)",
 }
 #: RQ statuses of a job RQ's tools put back to run (a requeue of a failed leash job).
 REQUEUED_STATUSES = frozenset({"queued", "rate_limited"})
@@ -79,7 +79,7 @@ def end_outside(connection: Redis, job_id: str, message: str, now: float | None 
 
 def rq_error_text(connection: Redis, job_id: str, rq_status: str) -> str:
     """What RQ recorded about how it ended the job (its latest failure's traceback if any)."""
-    headline = _ENDED_BY_RQ.get(rq_status, f"ended by RQ ({rq_status})")
+    headline = ENDED_BY_RQ.get(rq_status, f"ended by RQ ({rq_status})")
     try:
         job = Job.fetch(job_id, connection=connection, serializer=JSONSerializer)
         result = Result.fetch_latest(job, serializer=JSONSerializer)
@@ -177,7 +177,7 @@ def _sweep_active(connection: Redis, now: float, batch: int, counts: dict, reque
             if end_outside(connection, job_id, REMOVED, now=now):
                 counts["removed"] += 1
                 log.warning("job %s: %s", job_id, REMOVED)
-        elif state == "queued" and rq_status in _ENDED_BY_RQ:
+        elif state == "queued" and rq_status in ENDED_BY_RQ:
             if end_outside(connection, job_id, rq_error_text(connection, job_id, rq_status), now=now):
                 counts["ended_by_rq"] += 1
                 log.warning("job %s was %s in RQ; recorded as failed", job_id, rq_status)

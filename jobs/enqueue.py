@@ -63,7 +63,7 @@ def resolve_queue(queue: str | None) -> str:
         return served[0]
     if not isinstance(queue, str) or queue not in served:
         raise InvalidJob(f"queue must be one of the queues this deployment serves (LEASH_QUEUE): "
-                         f"{', '.join(served)}; got {str(queue)[:80]!r}")
+                         f"{', '.join(served)}; got {json.dumps(queue)[:80]}")
     return queue
 
 

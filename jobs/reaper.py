@@ -1,4 +1,5 @@
-"""Taking back jobs whose lease ran out, and hard-stopping cancels that were not heeded.
+"""Taking back jobs whose lease ran out, hard-stopping cancels that were not heeded, and
+keeping leash's state true after RQ's own tools acted on its jobs (jobs/consistency.py).
 
 Every worker calls ``tick()`` — while busy (from its horse-monitoring loop) and while idle
 (its dequeue wakes every few seconds) — so no separate process is needed. A shared throttle

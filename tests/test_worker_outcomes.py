@@ -172,8 +172,10 @@ def test_a_redis_blip_under_a_job_hands_it_back_without_spending_an_attempt(conn
     assert conn.hget(keys.job(job_id), "handoffs") == b"1"
 
 
-def test_a_worker_on_several_queues_takes_them_in_order_and_never_holds_a_job_outside_a_list(conn, workers):
+def test_a_worker_on_several_queues_takes_them_in_order_and_never_holds_a_job_outside_a_list(conn, env, workers):
     from rq.intermediate_queue import IntermediateQueue
+
+    env.setenv("LEASH_QUEUE", "high,low")
 
     low, _ = enqueue(conn, "noop", {}, queue="low")
     high, _ = enqueue(conn, "noop", {}, queue="high")

@@ -1,0 +1,149 @@
+"""Submissions at the edges: the same idempotency key at once or after a stall, owners and keys
+that could run together, backoff as written, explicit queues, first in first out per owner."""
+
+from __future__ import annotations
+
+import json
+import signal
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from jobs import keys, states
+from jobs.cli import main
+from jobs.devserver import start_redis, stop
+from jobs.enqueue import enqueue, retry_intervals
+from jobs.errors import InvalidJob
+from tests.conftest import wait_for
+from tests.web_support import CLASSIFY, make_app
+
+ITEMS = {"items": ["a"], "labels": ["x", "y"]}
+
+
+def test_eight_clients_with_one_key_at_once_all_get_the_same_existing_job(conn):
+    app = make_app()
+    answers: list[tuple[int, str | None]] = []
+    lock = threading.Lock()
+
+    def post(key: str, barrier: threading.Barrier):
+        client = app.test_client()
+        barrier.wait()
+        response = client.post("/jobs", json=CLASSIFY, headers={"Idempotency-Key": key})
+        job_id = (response.get_json() or {}).get("job_id")
+        status = client.get(f"/jobs/{job_id}").status_code if job_id else None
+        with lock:
+            answers.append((response.status_code, job_id, status))
+
+    for round_ in range(30):
+        barrier = threading.Barrier(8)
+        threads = [threading.Thread(target=post, args=(f"round-{round_}", barrier)) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    assert len(answers) == 240
+    assert {code for code, _, _ in answers} <= {200, 202}
+    assert sum(code == 202 for code, _, _ in answers) == 30, "exactly one job per key"
+    assert {status for _, _, status in answers} == {200}, "the job exists whenever its key is visible"
+    assert conn.zcard(keys.owner_jobs("shared")) == 30
+
+
+def test_owner_and_key_cannot_run_together_into_one_key(conn):
+    first, _ = enqueue(conn, "classify", ITEMS, owner="team", idempotency_key="ops:k1")
+    second, created = enqueue(conn, "classify", ITEMS, owner="team:ops", idempotency_key="k1")
+    assert created and second != first
+
+
+def test_a_submission_cut_short_by_a_stalled_redis_leaves_nothing_and_the_retry_creates_the_job(env):
+    workdir = Path(tempfile.mkdtemp(prefix="leash-stall-"))
+    proc, url = start_redis(workdir)
+    try:
+        app = make_app(REDIS_URL=url, LEASH_REDIS_TIMEOUT=0.3)
+        client = app.test_client()
+        assert client.get("/jobs").status_code == 200  # connected before the stall
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            stalled = client.post("/jobs", json=CLASSIFY, headers={"Idempotency-Key": "retry-me"})
+            assert stalled.status_code == 503 and "Retry-After" in stalled.headers
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        retried = client.post("/jobs", json=CLASSIFY, headers={"Idempotency-Key": "retry-me"})
+        assert retried.status_code in (200, 202), retried.get_json()
+        job_id = retried.get_json()["job_id"]
+        assert client.get(f"/jobs/{job_id}").status_code == 200
+        again = client.post("/jobs", json=CLASSIFY, headers={"Idempotency-Key": "retry-me"})
+        assert (again.status_code, again.get_json()["job_id"]) == (200, job_id)
+    finally:
+        stop([proc], grace=5)
+
+
+@pytest.mark.parametrize(("max_attempts", "backoff", "expected"), [
+    (3, [10, 60, 300], [10, 60]),
+    (2, [10, 60, 300], [10]),
+    (5, [10, 60], [10, 60, 60, 60]),
+    (1, [10], []),
+])
+def test_backoff_values_are_used_in_the_order_written(conn, max_attempts, backoff, expected):
+    intervals = retry_intervals(max_attempts, backoff)
+    assert intervals == expected
+    # What RQ 3.0 picks for each retry (it counts retries_left down from max_attempts - 1).
+    job = Job(id="x", connection=conn)
+    job.retry_intervals = intervals
+    picked = []
+    for retries_left in range(max_attempts - 1, 0, -1):
+        job.retries_left = retries_left
+        picked.append(job.get_retry_interval())
+    assert picked == expected
+
+
+@pytest.mark.slow
+def test_measured_gaps_between_attempts_follow_the_backoff(conn, env, workers):
+    env.setenv("LEASH_RETRY_BACKOFF", "1,4,30")  # read when the job is enqueued
+    job_id, _ = enqueue(conn, "boom", {}, max_attempts=3)
+    workers.start()
+    wait_for(lambda: states.status(conn, job_id)["state"] == "failed", 30, message="all three attempts")
+    at = [json.loads(e)["at"] for e in conn.lrange(keys.errors(job_id), 0, -1)]
+    gaps = [b - a for a, b in zip(at, at[1:], strict=False)]
+    assert len(gaps) == 2
+    # RQ schedules to the whole second and its scheduler looks every second; the wrong order
+    # (RQ 3.0 counting from the end of the list) would give 4 s then 30 s.
+    assert 0.5 <= gaps[0] < 3, gaps
+    assert 3.5 <= gaps[1] < 7, gaps
+
+
+def test_jobs_go_to_the_first_queue_unless_another_served_one_is_named(conn, env):
+    env.setenv("LEASH_QUEUE", "high,low")
+    default, _ = enqueue(conn, "classify", ITEMS)
+    low, _ = enqueue(conn, "classify", ITEMS, queue="low")
+    assert conn.hget(keys.job(default), "queue") == b"high"
+    assert Job.fetch(low, connection=conn, serializer=JSONSerializer).origin == "low"
+    assert not any(b"high,low" in k for k in conn.keys("*"))
+    with pytest.raises(InvalidJob, match="high, low"):
+        enqueue(conn, "classify", ITEMS, queue="nope")
+
+    client = make_app().test_client()
+    refused = client.post("/jobs", json={**CLASSIFY, "queue": "nope"})
+    assert refused.status_code == 422 and "LEASH_QUEUE" in refused.get_json()["error"]
+    accepted = client.post("/jobs", json={**CLASSIFY, "queue": "low"})
+    assert accepted.status_code == 202
+    assert conn.hget(keys.job(accepted.get_json()["job_id"]), "queue") == b"low"
+
+    result = CliRunner().invoke(main, ["submit", "--labels", "a,b", "--queue", "nope", "-"], input="x\n")
+    assert result.exit_code == 2 and "LEASH_QUEUE" in result.output
+    result = CliRunner().invoke(main, ["submit", "--labels", "a,b", "--queue", "low", "--json", "-"], input="x\n")
+    assert conn.hget(keys.job(json.loads(result.output)["job_id"]), "queue") == b"low"
+
+
+@pytest.mark.slow
+def test_an_owners_jobs_start_in_the_order_they_were_submitted(conn, workers):
+    submitted = [enqueue(conn, "count", {"items": ["a"], "delay": 0}, owner="fifo")[0] for _ in range(30)]
+    workers.start("--no-scheduler")
+    wait_for(lambda: all(conn.hget(keys.job(j), "state") == b"succeeded" for j in submitted), 60,
+             message="all 30 jobs to succeed")
+    started = sorted(submitted, key=lambda j: float(conn.hget(keys.job(j), "started_at")))
+    assert started == submitted
