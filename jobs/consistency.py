@@ -44,6 +44,9 @@ REQUEUED_STATUSES = frozenset({"queued", "rate_limited"})
 SETTLE_SECONDS = 5.0
 #: Jobs checked per sweep; the sweep resumes where it stopped on the next tick.
 SWEEP_BATCH = 2000
+#: Waiting jobs checked per owner and sweep: the next to be promoted (a requeued job further
+#: back is still reported queued by a status read, and replayed when a worker dequeues it).
+WAITING_CHECKED = 100
 #: leash states of a job that will not run again (None: its record expired).
 ENDED = (None, "succeeded", "failed")
 OWNER_LIMIT_PREFIX = keys.owner_rate_limit_key("")
@@ -199,20 +202,21 @@ def _sweep_owner_slots(connection: Redis, now: float, counts: dict, requeued: li
     with connection.pipeline(transaction=False) as pipe:
         for registry in registries:
             pipe.zrange(registry.allowed_key, 0, -1)
-            pipe.zrange(registry.rate_limited_key, 0, -1)
+            pipe.zrange(registry.rate_limited_key, 0, WAITING_CHECKED - 1)
         members = pipe.execute()
+    holders: list[tuple[RateLimitRegistry, str, bool]] = []  # (registry, job id, holds a slot)
     for n, registry in enumerate(registries):
-        allowed = [_text(j) for j in members[2 * n]]
-        waiting = [_text(j) for j in members[2 * n + 1]]
-        job_ids = allowed + waiting
-        if not job_ids:
-            continue
-        for job_id, (state, ended_at, rq_status) in zip(job_ids, _read(connection, job_ids), strict=True):
-            if requeued_by_rq(state, rq_status, ended_at, now):
-                requeued.append(job_id)
-            elif job_id in allowed and state in ENDED and rq_status not in ("queued", "started"):
-                registry.release_stale_and_enqueue(job_id)
-                if connection.zscore(registry.allowed_key, job_id) is None:
-                    counts["slots_freed"] += 1
-                    log.warning("freed the slot of owner limit %s held by job %s (%s), which will not run",
-                                registry.key, job_id, state or "gone")
+        holders += [(registry, _text(j), True) for j in members[2 * n]]
+        holders += [(registry, _text(j), False) for j in members[2 * n + 1]]
+    if not holders:
+        return
+    rows = _read(connection, [job_id for _, job_id, _ in holders])
+    for (registry, job_id, holds_slot), (state, ended_at, rq_status) in zip(holders, rows, strict=True):
+        if requeued_by_rq(state, rq_status, ended_at, now):
+            requeued.append(job_id)
+        elif holds_slot and state in ENDED and rq_status not in ("queued", "started"):
+            registry.release_stale_and_enqueue(job_id)
+            if connection.zscore(registry.allowed_key, job_id) is None:
+                counts["slots_freed"] += 1
+                log.warning("freed the slot of owner limit %s held by job %s (%s), which will not run",
+                            registry.key, job_id, state or "gone")

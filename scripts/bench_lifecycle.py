@@ -13,6 +13,8 @@ Measures:
               on both sides), so process start-up is not counted.
   commands    per status read (``jobs.states.status``) and per heartbeat (``Attempt.heartbeat``),
               counted exactly with MONITOR: commands sent, commands run inside Lua, round trips.
+  sweep       one consistency round (``jobs.consistency.sweep``, run by a worker every reaper
+              tick): seconds and round trips with ``--sweep-jobs`` queued jobs over 100 owners.
   reclaim     seconds from SIGKILL of a worker (main process and work-horse) until the job runs
               again (leash, lease 5 s) or leaves ``started`` (RQ defaults, capped).
 
@@ -157,6 +159,24 @@ def throughput_round(children: Children, own: OwnRedis, conn, n: int, leash_firs
     return results
 
 
+def sweep_cost(url: str, conn, n: int) -> dict:
+    """One consistency sweep over ``n`` queued jobs (the reaper's per-tick check against RQ's
+    tools), after the lazy clean-up of jobs that ended (a first round)."""
+    from jobs import consistency
+
+    conn.flushdb()
+    for i in range(n):
+        enqueue(conn, "noop", {}, owner=owner(i))
+    consistency.sweep(conn)
+    started = time.perf_counter()
+    consistency.sweep(conn)
+    seconds = time.perf_counter() - started
+    counted = count_commands(url, lambda: consistency.sweep(conn))
+    conn.flushdb()
+    return {"jobs": n, "ms": round(seconds * 1000, 1), "round_trips": counted.per(1)["round_trips"],
+            "commands": counted.per(1)["commands_total"]}
+
+
 # --- commands per status read and per heartbeat -----------------------------------------
 
 
@@ -253,6 +273,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rq-cap", type=float, default=120.0, help="seconds to wait for RQ's reclaim")
     parser.add_argument("--lease", type=float, default=5.0, help="leash lease seconds for the reclaim test")
+    parser.add_argument("--sweep-jobs", type=int, default=2000, help="queued jobs for the sweep measurement")
     parser.add_argument("--time-limit", type=float, default=1200.0, help="abort the whole run after this")
     args = parser.parse_args()
 
@@ -274,6 +295,7 @@ def main() -> int:
         tput = {side: args.jobs / statistics.median(r[side]["span"] for r in rounds) for side in ("leash", "rq")}
         wall = {side: statistics.median(r[side]["wall"] for r in rounds) for side in ("leash", "rq")}
         cmds = read_and_heartbeat_commands(own.url, conn)
+        sweep = sweep_cost(own.url, conn, args.sweep_jobs)
         leash_reclaim_s = leash_reclaim(children, own, conn, args.lease)
         rq_reclaim_s = rq_reclaim(children, own, conn, args.rq_cap)
     finally:
@@ -296,6 +318,7 @@ def main() -> int:
         "throughput_ratio": ratio(tput["leash"], tput["rq"]),
         "burst_wall_s": {k: round(v, 2) for k, v in wall.items()},
         "commands": cmds,
+        "sweep": sweep,
         "reclaim_s": {"leash": round(leash_reclaim_s, 2), "leash_lease_s": args.lease,
                       "rq": round(rq_reclaim_s, 2) if rq_reclaim_s is not None else None, "rq_cap_s": args.rq_cap},
     }
@@ -316,6 +339,8 @@ def main() -> int:
          "RQ has no job heartbeat"),
         ("heartbeat (checkpoint): trips / sent / in Lua", f"{cmds['heartbeat_checkpoint']['round_trips']} / "
          f"{cmds['heartbeat_checkpoint']['commands_sent']} / {cmds['heartbeat_checkpoint']['commands_in_lua']}", "n/a", ""),
+        (f"consistency sweep, {sweep['jobs']} queued jobs", f"{sweep['ms']} ms, {sweep['round_trips']} trips",
+         "n/a", f"{sweep['commands']} commands, once per reaper tick"),
         ("reclaim after SIGKILL, s", f"{leash_reclaim_s:.1f} (lease {args.lease:g} s)", rq_reclaim_text,
          "RQ worst case ~900 s"),
     ]
