@@ -20,7 +20,7 @@ from rq.rate_limit import RateLimit, RateLimitRegistry
 from rq.serializers import JSONSerializer
 
 from . import clock, keys, kinds
-from .config import settings
+from .config import Settings, settings
 from .errors import InvalidJob
 
 EXECUTE = "jobs.runner.execute"
@@ -56,9 +56,9 @@ def retry_intervals(max_attempts: int, backoff: list[int]) -> list[int]:
     return [backoff[min(n, len(backoff) - 1)] for n in range(max_attempts - 1)]
 
 
-def resolve_queue(queue: str | None) -> str:
+def resolve_queue(queue: str | None, served: list[str] | None = None) -> str:
     """The queue a job goes to: one the deployment serves (LEASH_QUEUE), the first by default."""
-    served = settings().queues
+    served = served or settings().queues
     if queue is None or queue == "":
         return served[0]
     if not isinstance(queue, str) or queue not in served:
@@ -67,9 +67,10 @@ def resolve_queue(queue: str | None) -> str:
     return queue
 
 
-def rq_job_for(q: Queue, job_id: str, kind: str, payload: dict, owner: str, max_attempts: int, total: int):
+def rq_job_for(q: Queue, job_id: str, kind: str, payload: dict, owner: str, max_attempts: int, total: int,
+               s: Settings | None = None):
     """RQ's side of a leash job (also rebuilt by a replay when RQ's record was deleted)."""
-    s = settings()
+    s = s or settings()
     retry = Retry(max=max_attempts - 1, interval=retry_intervals(max_attempts, s.retry_backoff)) \
         if max_attempts > 1 else None
     return q.create_job(
@@ -129,7 +130,7 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
     s = settings()
     max_attempts = s.max_attempts if max_attempts is None else max_attempts
     total = _validate(kind, payload, owner, max_attempts, idempotency_key)
-    queue_name = resolve_queue(queue)
+    queue_name = resolve_queue(queue, s.queues)
     idem_key = keys.idempotency(owner, idempotency_key) if idempotency_key else None
     q = rq_queue(connection, queue_name)
     for _ in range(5):
@@ -143,7 +144,7 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
                     return existing.decode(), False
                 pipe.multi()
                 pipe.set(idem_key, job_id, ex=s.result_ttl)
-            _write_job(pipe, q, job_id, kind, payload, owner, max_attempts, total, stamp)
+            _write_job(pipe, q, job_id, kind, payload, owner, max_attempts, total, stamp, s)
             try:
                 pipe.execute()
             except WatchError:
@@ -153,7 +154,7 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
 
 
 def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str,
-               max_attempts: int, total: int, now: float) -> None:
+               max_attempts: int, total: int, now: float, s: Settings) -> None:
     """leash's record and RQ's rate-limited job, queued on one transaction: no crash can leave
     either alone."""
     # Counters (attempts, token, done, handoffs, defers) start absent, meaning 0.
@@ -165,4 +166,4 @@ def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str
     pipe.zadd(keys.owner_jobs(owner), {job_id: now})
     pipe.zadd(keys.ACTIVE, {job_id: now})
     pipe.sadd(q.redis_queues_keys, q.key)  # as RQ's enqueue_job does: `rq info`, dashboards
-    wait_for_slot(q, rq_job_for(q, job_id, kind, payload, owner, max_attempts, total), pipe, score=now)
+    wait_for_slot(q, rq_job_for(q, job_id, kind, payload, owner, max_attempts, total, s), pipe, score=now)
