@@ -8,7 +8,6 @@ forbids ``unique`` with ``rate_limit``, so the idempotency key is leash's own ke
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 
@@ -20,6 +19,7 @@ from rq.serializers import JSONSerializer
 from . import clock, keys, kinds
 from .config import settings
 from .errors import InvalidJob
+from .limits import check_payload
 
 EXECUTE = "jobs.runner.execute"
 _SAFE = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
@@ -50,12 +50,7 @@ def _validate(kind: str, payload, owner: str, max_attempts: int, idempotency_key
     if not isinstance(kind, str):
         raise InvalidJob("'kind' must be a string")
     definition = kinds.get(kind)
-    if not isinstance(payload, dict):
-        raise InvalidJob("the payload must be a JSON object")
-    try:
-        json.dumps(payload, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidJob(f"the payload is not JSON-serialisable: {exc}") from None
+    check_payload(payload)  # an object, within LEASH_MAX_PAYLOAD_BYTES and _DEPTH
     if not isinstance(owner, str) or not _SAFE.match(owner):
         raise InvalidJob("owner must be 1-200 characters of letters, digits and _.:@-")
     if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or not 1 <= max_attempts <= 100:
