@@ -97,7 +97,7 @@ def limits() -> Limits:
     return Limits(
         max_items=_int("LEASH_MAX_ITEMS", 1000, minimum=1),
         max_item_chars=_int("LEASH_MAX_ITEM_CHARS", 10_000, minimum=1),
-        max_labels=_int("LEASH_MAX_LABELS", 20, minimum=2),
+        max_labels=_int("LEASH_MAX_LABELS", 20, minimum=1),
         max_label_chars=_int("LEASH_MAX_LABEL_CHARS", 40, minimum=1),
         max_template_chars=_int("LEASH_MAX_TEMPLATE_CHARS", 20_000, minimum=10),
         # The JSON payload as stored (compact, non-ASCII escaped); the HTTP body limit

@@ -113,9 +113,10 @@ def classify(ctx: JobContext, payload: dict) -> dict[str, Any]:
 
 @classify.validator
 def _validate_classify(payload: dict) -> int:
-    check_fields(payload, ("items", "labels"))
     check_labels(payload)
-    return len(validate_items(payload))
+    total = len(validate_items(payload))
+    check_fields(payload, ("items", "labels"))  # after the required ones: a missing field is a 400
+    return total
 
 
 @kind("prompt")
@@ -134,6 +135,7 @@ def prompt(ctx: JobContext, payload: dict) -> dict[str, Any]:
 
 @prompt.validator
 def _validate_prompt(payload: dict) -> int:
-    check_fields(payload, ("items", "template"))
     check_template(payload)
-    return len(validate_items(payload))
+    total = len(validate_items(payload))
+    check_fields(payload, ("items", "template"))
+    return total

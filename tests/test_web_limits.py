@@ -107,3 +107,8 @@ def test_csv_problems_are_a_422_on_the_upload_field(browser, conn, content, mess
 def test_a_csv_with_nul_bytes_and_quoted_newlines_is_read(browser, conn):
     response = upload(browser, b'text\n"two\nlines"\nnul\x00inside\n')
     assert response.status_code == 303
+
+
+def test_a_missing_field_is_a_400_even_beside_an_unknown_one(client, conn):
+    response = post(client, {"kind": "classify", "labels": ["a", "b"], "odd name": 1})
+    assert response.status_code == 400 and "missing field 'items'" in response.get_json()["error"]
