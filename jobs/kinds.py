@@ -24,8 +24,11 @@ from .context import JobContext
 from .errors import InvalidJob, ItemError
 from .limits import check_fields, check_items, check_labels, check_template
 
-#: The default of LEASH_MAX_ITEMS (config.limits() has the value in force).
+# The defaults of LEASH_MAX_ITEMS, LEASH_MAX_ITEM_CHARS and LEASH_MAX_TEMPLATE_CHARS;
+# config.limits() has the values in force.
 MAX_ITEMS = 1000
+MAX_ITEM_CHARS = 10_000
+MAX_TEMPLATE_CHARS = 20_000
 
 
 @dataclass

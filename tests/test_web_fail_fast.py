@@ -19,7 +19,7 @@ import pytest
 
 from jobs.devserver import start_redis
 from tests.conftest import wait_for
-from tests.web_support import CLASSIFY, make_app
+from tests.web_support import CLASSIFY, basic, make_app
 
 pytestmark = pytest.mark.slow
 
@@ -154,3 +154,16 @@ def test_32_concurrent_requests_under_gunicorn_during_a_stall(stallable_redis, w
     assert _quantile(first_latencies, 0.99) <= REDIS_TIMEOUT + 1
     assert statistics.median(known_latencies) < 0.1
     assert recovery < 1.0
+
+
+def test_rq_dashboard_pages_are_a_503_at_once_while_the_stall_is_known(stallable_redis):
+    client = make_app(REDIS_URL=stallable_redis.url, LEASH_REDIS_TIMEOUT=REDIS_TIMEOUT,
+                      LEASH_DASHBOARD_USER="ops", LEASH_DASHBOARD_PASSWORD="ops-password-123").test_client()
+    auth = basic("ops", "ops-password-123")
+    assert client.get("/rq/", headers=auth).status_code == 200
+    stallable_redis.stall()
+    assert client.get("/healthz").status_code == 503  # the first timeout: the stall is known
+    refused = client.get("/rq/", headers={"Accept": "application/json"})
+    assert refused.status_code == 401  # still no dashboard without its password
+    response, took = _timed(lambda: client.get("/rq/", headers={"Accept": "application/json", **auth}))
+    assert response.status_code == 503 and response.headers["Retry-After"] and took < 0.1

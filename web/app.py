@@ -94,6 +94,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     CSRFProtect(app)
     errors.init_app(app)
     dashboard.init_app(app)
+    app.before_request(_dashboard_fails_fast)
     app.before_request(_csrf_policy)
     app.register_blueprint(api.bp)
     app.register_blueprint(pages.bp)
@@ -129,6 +130,15 @@ def _body_limit():
     length = request.content_length
     if length is not None and length > current_app.config["MAX_CONTENT_LENGTH"]:
         raise RequestEntityTooLarge()
+
+
+def _dashboard_fails_fast():
+    """rq-dashboard has its own Redis client, outside the breaker: while the app knows Redis
+    is unreachable, its pages are a 503 at once too, instead of holding a thread each."""
+    if request.blueprint == dashboard.BLUEPRINT:
+        from flask import current_app
+
+        current_app.extensions["leash_redis"].breaker.check()
 
 
 def _csrf_policy():
