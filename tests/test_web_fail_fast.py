@@ -70,9 +70,10 @@ def test_after_the_first_timeout_requests_are_a_503_at_once_and_recover_when_red
     for response, took in later:
         assert response.status_code == 503 and response.headers["Retry-After"], response.data
         assert "unreachable" in response.get_json()["error"]
-        assert took < 0.1, took
+        assert took < REDIS_TIMEOUT / 2, took  # never a wait for Redis (a loaded machine may be slow)
+    assert statistics.median(took for _, took in later) < 0.1
     metrics, took = _timed(lambda: client.get("/metrics"))
-    assert metrics.status_code == 200 and b"leash_redis_up 0.0" in metrics.data and took < 0.1
+    assert metrics.status_code == 200 and b"leash_redis_up 0.0" in metrics.data and took < REDIS_TIMEOUT / 2
 
     stallable_redis.resume()
     resumed = time.monotonic()
@@ -89,7 +90,7 @@ def test_a_refused_connection_also_opens_the_breaker_and_a_restart_closes_it(sta
     stallable_redis.proc.wait(timeout=10)
     assert client.get("/healthz").status_code == 503
     response, took = _timed(lambda: client.get("/healthz"))
-    assert response.status_code == 503 and took < 0.1
+    assert response.status_code == 503 and took < REDIS_TIMEOUT / 2
     stallable_redis.proc, _ = start_redis(tmp_path, port=int(port))
     # The pooled sockets died with the old server; the first requests after it returns succeed anyway.
     wait_for(lambda: client.get("/healthz").status_code == 200, 5, interval=0.02, message="recovery")
@@ -166,4 +167,4 @@ def test_rq_dashboard_pages_are_a_503_at_once_while_the_stall_is_known(stallable
     refused = client.get("/rq/", headers={"Accept": "application/json"})
     assert refused.status_code == 401  # still no dashboard without its password
     response, took = _timed(lambda: client.get("/rq/", headers={"Accept": "application/json", **auth}))
-    assert response.status_code == 503 and response.headers["Retry-After"] and took < 0.1
+    assert response.status_code == 503 and response.headers["Retry-After"] and took < REDIS_TIMEOUT / 2
