@@ -16,6 +16,13 @@ import tempfile
 graceful_timeout = 25
 timeout = 30
 
+# gunicorn 25+ opens a control socket for `gunicornc` at one path per user
+# ($XDG_RUNTIME_DIR/gunicorn.ctl or ~/.gunicorn/gunicorn.ctl), shared by every gunicorn that
+# user runs: a second app's server would take it over. Off, unless
+# LEASH_GUNICORN_CONTROL_SOCKET names a path for this server alone.
+control_socket = os.environ.get("LEASH_GUNICORN_CONTROL_SOCKET") or ""
+control_socket_disable = not control_socket
+
 _made_dir = None
 if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     _made_dir = tempfile.mkdtemp(prefix="leash-prometheus-")

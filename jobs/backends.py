@@ -43,6 +43,7 @@ _LEXICON = {
     "question": {"how", "why", "what", "when", "where", "?"},
 }
 _WORD = re.compile(r"[a-z0-9']+|\?")
+LOCAL_ANSWER_CHARS = 200
 
 
 class LocalBackend:
@@ -73,7 +74,8 @@ class LocalBackend:
         if self.delay_s:
             time.sleep(self.delay_s)
         words = prompt.split()
-        return f"[local] {len(words)} words: " + " ".join(reversed(words[-12:]))
+        # Bounded like a model's answer (max_tokens), however long the prompt's words are.
+        return (f"[local] {len(words)} words: " + " ".join(reversed(words[-12:])))[:LOCAL_ANSWER_CHARS]
 
 
 _BACKENDS = {"local": LocalBackend}

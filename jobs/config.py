@@ -83,6 +83,41 @@ def settings() -> Settings:
         handoff_grace=_float("LEASH_HANDOFF_GRACE", 20.0, minimum=0.0),
         cancel_grace=_float("LEASH_CANCEL_GRACE", 10.0, minimum=0.0),
         local_delay_ms=_int("LEASH_LOCAL_DELAY_MS", 0),
-        error_max_chars=_int("LEASH_ERROR_MAX_CHARS", 4000, minimum=200),
+        # Bytes of a stored error as JSON: head and tail of the traceback, small enough for the
+        # job's hash (under 2 KB) and every status answer.
+        error_max_chars=_int("LEASH_ERROR_MAX_CHARS", 1000, minimum=200),
         max_defers=_int("LEASH_MAX_DEFERS", 10, minimum=0),
+    )
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one job may ask for. Checked before anything is written; each rejection names
+    its limit and the setting that raises it."""
+
+    max_items: int
+    max_item_chars: int
+    max_labels: int
+    max_label_chars: int
+    max_template_chars: int
+    max_payload_bytes: int
+    max_payload_depth: int
+    max_summary_bytes: int
+
+
+def limits() -> Limits:
+    return Limits(
+        max_items=_int("LEASH_MAX_ITEMS", 1000, minimum=1),
+        max_item_chars=_int("LEASH_MAX_ITEM_CHARS", 10_000, minimum=1),
+        max_labels=_int("LEASH_MAX_LABELS", 20, minimum=1),
+        max_label_chars=_int("LEASH_MAX_LABEL_CHARS", 40, minimum=1),
+        max_template_chars=_int("LEASH_MAX_TEMPLATE_CHARS", 20_000, minimum=10),
+        # The JSON payload as stored (compact, non-ASCII escaped); the HTTP body limit
+        # (LEASH_MAX_BODY_BYTES) is checked first, before the body is even read.
+        max_payload_bytes=_int("LEASH_MAX_PAYLOAD_BYTES", 1024 * 1024, minimum=1024),
+        # Deep nesting costs stack in every JSON encoder on the way (RQ's included).
+        max_payload_depth=_int("LEASH_MAX_PAYLOAD_DEPTH", 32, minimum=2),
+        # A job's summary sits in its hash, read by every status poll: it must not grow with
+        # the input (classify's counts per label are bounded by the label limits).
+        max_summary_bytes=_int("LEASH_MAX_SUMMARY_BYTES", 1024, minimum=256),
     )

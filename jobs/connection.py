@@ -13,14 +13,14 @@ def redis_url() -> str:
     return os.environ.get("REDIS_URL") or DEFAULT_URL
 
 
-def connect(url: str | None = None, **kwargs) -> Redis:
+def connect(url: str | None = None, client_class: type[Redis] = Redis, **kwargs) -> Redis:
     url = url or redis_url()
     if url.startswith("rediss://"):
         # Heroku Redis presents a self-signed certificate.
         kwargs.setdefault("ssl_cert_reqs", None)
     kwargs.setdefault("health_check_interval", 30)
     kwargs.setdefault("socket_connect_timeout", 5)
-    return Redis.from_url(url, **kwargs)
+    return client_class.from_url(url, **kwargs)
 
 
 def connect_checked(url: str | None = None):

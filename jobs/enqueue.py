@@ -13,8 +13,8 @@ import re
 import secrets
 
 from redis import Redis
-from rq import Queue, Retry
 from redis.exceptions import WatchError
+from rq import Queue, Retry
 from rq.job import JobStatus
 from rq.rate_limit import RateLimit, RateLimitRegistry
 from rq.serializers import JSONSerializer
@@ -22,6 +22,7 @@ from rq.serializers import JSONSerializer
 from . import clock, keys, kinds
 from .config import Settings, settings
 from .errors import InvalidJob
+from .limits import check_payload
 
 EXECUTE = "jobs.runner.execute"
 _SAFE = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
@@ -102,12 +103,7 @@ def _validate(kind: str, payload, owner: str, max_attempts: int, idempotency_key
     if not isinstance(kind, str):
         raise InvalidJob("'kind' must be a string")
     definition = kinds.get(kind)
-    if not isinstance(payload, dict):
-        raise InvalidJob("the payload must be a JSON object")
-    try:
-        json.dumps(payload, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidJob(f"the payload is not JSON-serialisable: {exc}") from None
+    check_payload(payload)  # an object, within LEASH_MAX_PAYLOAD_BYTES and _DEPTH
     if not isinstance(owner, str) or not _SAFE.match(owner):
         raise InvalidJob("owner must be 1-200 characters of letters, digits and _.:@-")
     if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or not 1 <= max_attempts <= 100:

@@ -22,7 +22,10 @@ from typing import Any
 from .backends import get_backend
 from .context import JobContext
 from .errors import InvalidJob, ItemError
+from .limits import check_fields, check_items, check_labels, check_template
 
+# The defaults of LEASH_MAX_ITEMS, LEASH_MAX_ITEM_CHARS and LEASH_MAX_TEMPLATE_CHARS;
+# config.limits() has the values in force.
 MAX_ITEMS = 1000
 MAX_ITEM_CHARS = 10_000
 MAX_TEMPLATE_CHARS = 20_000
@@ -78,20 +81,10 @@ def get(name: str) -> Kind:
         raise InvalidJob(f"unknown kind {name!r}; known kinds: {', '.join(sorted(KINDS))}") from None
 
 
-def validate_items(payload: dict, max_items: int = MAX_ITEMS, max_chars: int = MAX_ITEM_CHARS) -> list[str]:
-    items = payload.get("items")
-    if not isinstance(items, list):
-        raise InvalidJob("'items' must be a list of strings")
-    if not items:
-        raise InvalidJob("'items' is empty; give at least one item")
-    if len(items) > max_items:
-        raise InvalidJob(f"too many items: {len(items)} (at most {max_items})")
-    for i, item in enumerate(items):
-        if not isinstance(item, str):
-            raise InvalidJob(f"items[{i}] must be a string, got {type(item).__name__}")
-        if len(item) > max_chars:
-            raise InvalidJob(f"items[{i}] is {len(item)} characters long (at most {max_chars})")
-    return items
+def validate_items(payload: dict, max_items: int | None = None, max_chars: int | None = None) -> list[str]:
+    """``payload["items"]``: a non-empty list of strings within LEASH_MAX_ITEMS and
+    LEASH_MAX_ITEM_CHARS (or the limits given); raises InvalidJob saying which limit."""
+    return check_items(payload, max_items, max_chars)
 
 
 def _item_or_error(fn: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -123,12 +116,10 @@ def classify(ctx: JobContext, payload: dict) -> dict[str, Any]:
 
 @classify.validator
 def _validate_classify(payload: dict) -> int:
-    labels = payload.get("labels")
-    if not isinstance(labels, list) or not labels or not all(isinstance(x, str) and x.strip() for x in labels):
-        raise InvalidJob("'labels' must be a non-empty list of non-empty strings")
-    if len(set(labels)) != len(labels):
-        raise InvalidJob("'labels' contains duplicates")
-    return len(validate_items(payload))
+    check_labels(payload)
+    total = len(validate_items(payload))
+    check_fields(payload, ("items", "labels"))  # after the required ones: a missing field is a 400
+    return total
 
 
 @kind("prompt")
@@ -147,11 +138,7 @@ def prompt(ctx: JobContext, payload: dict) -> dict[str, Any]:
 
 @prompt.validator
 def _validate_prompt(payload: dict) -> int:
-    template = payload.get("template")
-    if not isinstance(template, str) or not template.strip():
-        raise InvalidJob("'template' must be a non-empty string containing {item}")
-    if "{item}" not in template:
-        raise InvalidJob("'template' must contain {item}, where each item goes")
-    if len(template) > MAX_TEMPLATE_CHARS:
-        raise InvalidJob(f"'template' is {len(template)} characters long (at most {MAX_TEMPLATE_CHARS})")
-    return len(validate_items(payload))
+    check_template(payload)
+    total = len(validate_items(payload))
+    check_fields(payload, ("items", "template"))
+    return total

@@ -29,13 +29,34 @@ def error_entry(attempt: int, message: str, now: float) -> str:
     return json.dumps({"attempt": attempt, "at": now, "error": message})
 
 
+def _json_cost(char: str) -> int:
+    """Bytes one character takes in a JSON answer (``\n`` 2, ``é`` 6, an emoji 12)."""
+    return 1 if " " <= char <= "~" and char not in '"\\' else len(json.dumps(char)) - 2
+
+
 def truncate(text: str, limit: int | None = None) -> str:
+    """At most ``limit`` (LEASH_ERROR_MAX_CHARS) bytes as JSON, so a failed job's hash and
+    status answer stay small whatever the error says."""
     limit = limit or settings().error_max_chars
-    if len(text) <= limit:
+    costs = [_json_cost(char) for char in text]
+    if sum(costs) <= limit:
         return text
     # Keep the head (what failed) and the tail (where): the middle of a traceback is noise.
-    head = limit // 3
-    return text[:head] + "\n... [truncated] ...\n" + text[-(limit - head - 22) :]
+    marker = "\n... [truncated] ...\n"
+    budget = limit - sum(_json_cost(char) for char in marker)
+    head = _fit(costs, budget // 3)
+    tail = _fit(costs[::-1], budget - sum(costs[:head]))
+    return text[:head] + marker + (text[-tail:] if tail else "")
+
+
+def _fit(costs: list[int], budget: int) -> int:
+    """How many leading characters fit in ``budget``."""
+    used = count = 0
+    for cost in costs:
+        if used + cost > budget:
+            break
+        used, count = used + cost, count + 1
+    return count
 
 
 def describe(exc: BaseException) -> str:
@@ -135,10 +156,10 @@ class Attempt:
     def finish(self, result: dict, now: float | None = None) -> None:
         now = clock.wall() if now is None else now
         ok, retried = self._run(
-            "finish_v1",
+            "finish_v2",
             self._common_keys() + [keys.items(self.job_id), keys.errors(self.job_id), keys.REJECTED_WRITES]
             + keys.outcome_keys("succeeded", self.kind, now) + [keys.payload(self.job_id)],
-            [self.job_id, self.token, now, json.dumps(result), settings().result_ttl,
+            [self.job_id, self.token, now, json.dumps(result, separators=(",", ":")), settings().result_ttl,
              f"succeeded:{self.kind}", keys.STATS_MINUTE_TTL],
         )
         if int(ok) != 1 and not (retried and self.landed("succeeded")):

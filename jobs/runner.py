@@ -3,7 +3,8 @@
 The worker claimed the job (an ``Attempt`` with a fencing token) before forking; this maps
 how the kind's function ended onto a fenced transition, then lets RQ do its bookkeeping:
 
-    returned         -> finish   (succeeded; refused if the lease was lost)
+    returned         -> finish   (succeeded; refused if the lease was lost; a summary over
+                                  LEASH_MAX_SUMMARY_BYTES fails the job instead)
     PermanentError   -> fail     (failed at once)
     Canceled         -> fail     (failed, error "canceled")
     other exception  -> fail     (queued again while attempts remain, else failed)
@@ -26,8 +27,9 @@ from rq import Retry, get_current_job
 from . import consistency, keys, kinds
 from .config import settings
 from .context import JobContext
-from .errors import Canceled, HandOff, LeaseLost, PermanentError, PlainWorker, RetryLater
+from .errors import Canceled, HandOff, InvalidJob, LeaseLost, PermanentError, PlainWorker, RetryLater
 from .lease import Attempt, describe
+from .limits import check_summary
 
 _current: Attempt | None = None
 
@@ -49,6 +51,7 @@ def execute(kind_name: str, payload: dict) -> dict[str, Any]:
     ctx = JobContext(attempt, payload)
     try:
         summary = kind.func(ctx, payload) or {}
+        _check_summary(summary)
         attempt.finish(summary)
         return summary
     except LeaseLost:
@@ -82,6 +85,14 @@ def _refuse_plain_worker() -> None:
         job.retries_left = 0
         consistency.end_outside(job.connection, job.id, consistency.PLAIN_WORKER)
     raise PlainWorker(consistency.PLAIN_WORKER)
+
+
+def _check_summary(summary) -> None:
+    """A summary too big for the job's hash is the kind's bug: no retry changes it."""
+    try:
+        check_summary(summary)
+    except (InvalidJob, TypeError, ValueError) as exc:
+        raise PermanentError(str(exc)) from None
 
 
 def _defer(attempt: Attempt, exc: RetryLater) -> Retry:

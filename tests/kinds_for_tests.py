@@ -112,3 +112,17 @@ def redis_blip(ctx, payload):
         ctx.connection.set(f"test:blipped:{ctx.job_id}", 1)
         raise redis.exceptions.ConnectionError("Connection reset by peer")
     return {"attempt": ctx.attempt.number}
+
+
+@kind("big_summary")
+def big_summary(ctx, payload):
+    """Returns a summary that grows with its input: the runner must refuse to store it."""
+    return {"echo": payload.get("text", "") * 100}
+
+
+@kind("long_error")
+def long_error(ctx, payload):
+    """Fails with an error far longer than the job's hash may hold, in characters that JSON
+    escapes to 12 bytes each."""
+    ctx.progress(0, total=1)
+    raise PermanentError("\U0001F600" * 3000 + "\n" + "x" * 5000)

@@ -72,7 +72,9 @@ def test_a_submission_cut_short_by_a_stalled_redis_leaves_nothing_and_the_retry_
             assert stalled.status_code == 503 and "Retry-After" in stalled.headers
         finally:
             proc.send_signal(signal.SIGCONT)
-        retried = client.post("/jobs", json=CLASSIFY, headers={"Idempotency-Key": "retry-me"})
+        # The client retries with the same key, as the 503 told it to, until Redis answers again.
+        retried = wait_for(lambda: (r := client.post("/jobs", json=CLASSIFY, headers={"Idempotency-Key": "retry-me"}))
+                           .status_code != 503 and r, 10, interval=0.2, message="Redis to answer again")
         assert retried.status_code in (200, 202), retried.get_json()
         job_id = retried.get_json()["job_id"]
         assert client.get(f"/jobs/{job_id}").status_code == 200

@@ -193,7 +193,7 @@ def test_a_write_whose_reply_was_lost_in_a_redis_blip_is_not_mistaken_for_a_zomb
 
     monkeypatch.setattr(scripts, "run", lossy_run)
     attempt.finish({"items": 3}, now=1001.0)  # must not raise LeaseLost
-    assert calls == ["finish_v1", "finish_v1"]
+    assert calls == ["finish_v2", "finish_v2"]
     assert attempt.outcome == "succeeded"
     assert states.status(conn, job_id)["state"] == "succeeded"
 

@@ -1,14 +1,18 @@
-"""Property: whatever is posted to the API, the answer is never a 5xx, and every error is
-JSON with a non-empty message."""
+"""Property: whatever is posted to the API or the form, the answer is never a 5xx, and every
+error is JSON with a non-empty message."""
 
 from __future__ import annotations
 
+import io
 import json
+from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.web_support import CLASSIFY, make_app
+from jobs.config import limits
+from jobs.limits import json_size
+from tests.web_support import CLASSIFY, HTML, csrf_from, make_app
 
 JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30)
 JSON_VALUES = st.recursive(JSON_SCALARS, lambda children: st.lists(children, max_size=5)
@@ -63,3 +67,82 @@ def test_random_job_ids_and_query_strings_never_get_a_5xx(conn, path, query):
     for url in (f"/jobs/{path}", f"/jobs/{path}/result?{query}", f"/jobs?{query}"):
         _check(client.get(url))
     _check(client.post(f"/jobs/{path}/cancel"))
+
+
+# Classes of input that once gave a 5xx or unbounded storage: JSON nested around the parser's
+# limit, CSV uploads with long cells, bad bytes and broken quotes, huge or odd labels. Each
+# test counts what it sent and prints it (run with -s; the figures are in docs/BENCHMARKS.md).
+
+def _report(name: str, statuses: Counter) -> None:
+    print(f"\nfuzz {name}: {sum(statuses.values())} requests, statuses {dict(sorted(statuses.items()))}")
+    assert statuses and max(statuses) < 500
+
+
+def test_json_nested_near_the_parsers_limit_never_gets_a_5xx(conn):
+    statuses: Counter = Counter()
+    client = make_app().test_client()
+
+    @_settings
+    @given(depth=st.integers(1, 64) | st.integers(900, 1100) | st.integers(2000, 20_000),
+           opener=st.sampled_from(["[", '{"a":', '[{"b":']), where=st.sampled_from(["items", "labels", "extra"]))
+    def post_nested(depth, opener, where):
+        closer = {"[": "]", '{"a":': "}", '[{"b":': "}]"}[opener]
+        body = dict(CLASSIFY)
+        body.pop(where, None)
+        text = json.dumps(body)[:-1] + f', "{where}": ' + opener * depth + '"x"' + closer * depth + "}"
+        response = client.post("/jobs", data=text, headers={"Content-Type": "application/json"})
+        _check(response)
+        statuses[response.status_code] += 1
+
+    post_nested()
+    _report("deep JSON", statuses)
+
+
+CSV_CELLS = st.text(max_size=40) | st.sampled_from(['"', '""', '"open', 'a"b', "\x00", "\r", "\n", ",", "\ufeff"]) \
+    | st.integers(10_000, 200_000).map(lambda n: "L" * n)
+
+
+def test_csv_uploads_with_long_cells_bad_bytes_and_broken_quotes_never_get_a_5xx(conn):
+    statuses: Counter = Counter()
+    browser = make_app().test_client()
+    token = csrf_from(browser.get("/", headers=HTML).data)
+
+    @_settings
+    @given(rows=st.lists(st.lists(CSV_CELLS, min_size=1, max_size=4), max_size=6),
+           encoding=st.sampled_from(["utf-8", "utf-16", "latin-1", "cp1252"]), raw_tail=st.binary(max_size=8),
+           number=st.integers(0, 10**9))
+    def upload(rows, encoding, raw_tail, number):
+        text = "text,other\n" + "\n".join(",".join(cells) for cells in rows)
+        content = text.encode(encoding, errors="replace") + raw_tail
+        response = browser.post("/", headers=HTML, content_type="multipart/form-data", data={
+            "kind": "classify", "labels": "positive, negative", "items": "", "csrf_token": token,
+            "submission": f"fuzz-{number:010d}", "items_file": (io.BytesIO(content), "items.csv")})
+        assert response.status_code in (303, 413, 422), response.status_code  # 413: over LEASH_MAX_BODY_BYTES
+        statuses[response.status_code] += 1
+
+    upload()
+    _report("CSV uploads", statuses)
+
+
+LABELS = st.lists(st.text(max_size=60) | st.sampled_from(["x" * 100_000, "\U0001F600" * 40, "a\nb", "\t", " "]),
+                  max_size=30)
+
+
+def test_huge_and_odd_labels_are_refused_or_fit_the_summary_never_a_5xx(conn):
+    statuses: Counter = Counter()
+    client = make_app().test_client()
+    budget = limits()
+
+    @_settings
+    @given(labels=LABELS | st.integers(0, 5000).map(lambda n: [f"label {i}" for i in range(n)]))
+    def post_labels(labels):
+        response = client.post("/jobs", json={**CLASSIFY, "labels": labels})
+        _check(response)
+        statuses[response.status_code] += 1
+        if response.status_code == 202:  # accepted: the largest summary it can produce fits
+            worst = {"items": budget.max_items, "labels": dict.fromkeys(labels, budget.max_items),
+                     "errors": budget.max_items}
+            assert len(labels) <= budget.max_labels and json_size(worst) <= budget.max_summary_bytes
+
+    post_labels()
+    _report("labels", statuses)

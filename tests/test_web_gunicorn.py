@@ -1,14 +1,20 @@
 """The web app under a real gunicorn with two worker processes, as the Procfile runs it:
-metrics add up across processes, and a browser's session is valid in every process."""
+metrics add up across processes, a browser's session is valid in every process, and the server
+keeps gunicorn's control socket to itself."""
 
 from __future__ import annotations
 
 import http.client
 import re
+import shutil
+import tempfile
 import urllib.request
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import wait_for
 
 
 pytestmark = pytest.mark.slow
@@ -49,3 +55,24 @@ def test_a_browser_session_is_valid_in_every_worker_even_without_a_configured_se
     for _ in range(20):
         status, body, _ = _get(server, "/jobs", headers={"Accept": "application/json", "Cookie": cookie})
         assert status == 200
+
+
+def test_gunicorn_shares_no_control_socket_and_opens_its_own_only_when_asked(web_server):
+    # gunicorn's default would be $XDG_RUNTIME_DIR/gunicorn.ctl, else ~/.gunicorn/gunicorn.ctl:
+    # one socket for every gunicorn of the user. Short paths: a unix socket's is at most 107 bytes.
+    base = Path(tempfile.mkdtemp(prefix="lw"))
+    try:
+        home, runtime = base / "home", base / "run"
+        home.mkdir()
+        runtime.mkdir()
+        isolated = {"HOME": str(home), "XDG_RUNTIME_DIR": str(runtime)}
+        web_server(workers=1, extra_env=isolated)
+        assert not (runtime / "gunicorn.ctl").exists() and not (home / ".gunicorn").exists()
+
+        own = base / "web.ctl"
+        web_server(workers=1, extra_env={**isolated, "LEASH_GUNICORN_CONTROL_SOCKET": str(own)})
+        wait_for(lambda: own.is_socket(), 10, message="the control socket at the configured path")
+        assert own.stat().st_mode & 0o077 == 0  # the owner's alone
+        assert not (runtime / "gunicorn.ctl").exists() and not (home / ".gunicorn").exists()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

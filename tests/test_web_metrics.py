@@ -57,3 +57,26 @@ def test_metrics_still_answer_when_redis_is_down(conn):
     found = samples(make_app(REDIS_URL="redis://127.0.0.1:1/0").test_client().get("/metrics"))
     assert found[("leash_redis_up", ())] == 0
     assert ("leash_queue_depth", (("queue", "leash"),)) not in found
+
+
+def test_metrics_content_type_names_its_charset_once(client, conn):
+    content_type = client.get("/metrics").headers["Content-Type"]
+    assert content_type.count("charset") == 1 and content_type.startswith("text/plain; version=")
+
+
+def test_with_a_metrics_token_only_a_scraper_presenting_it_sees_the_numbers(conn):
+    client = make_app(LEASH_METRICS_TOKEN="scrape-token-0123456789").test_client()
+    for headers in ({}, {"Authorization": "Bearer wrong-token"}, {"Authorization": "Basic c2NyYXBlOng="},
+                    {"Authorization": "Bearer scrape-token-012345678"}):
+        refused = client.get("/metrics", headers=headers)
+        assert refused.status_code == 401 and refused.headers["WWW-Authenticate"].startswith("Bearer")
+        assert "LEASH_METRICS_TOKEN" in refused.get_json()["error"] and b"leash_" not in refused.data
+    found = samples(client.get("/metrics", headers={"Authorization": "Bearer scrape-token-0123456789"}))
+    assert found[("leash_redis_up", ())] == 1
+
+
+def test_metrics_token_comes_from_the_environment(env, conn):
+    env.setenv("LEASH_METRICS_TOKEN", "from-the-env-0123456789")
+    client = make_app().test_client()
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", headers={"Authorization": "Bearer from-the-env-0123456789"}).status_code == 200

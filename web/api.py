@@ -36,6 +36,7 @@ OPTIONS = ("kind", "max_attempts", "queue")
 _IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
 _QUOTED_FIELD = re.compile(r"'([A-Za-z_][A-Za-z0-9_]*)'")
 MAX_JOB_ID = 200
+_ASCII_DIGITS = re.compile(r"[0-9]{1,12}")
 
 
 def redis_conn() -> Redis:
@@ -84,10 +85,10 @@ def int_arg(name: str, default: int, minimum: int, maximum: int) -> int:
     raw = request.args.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(f"'{name}' must be an integer from {minimum} to {maximum}, got {raw!r}") from None
+    # ASCII digits only: int() would also take "٣", "5_000", "+5" and " 5".
+    if not _ASCII_DIGITS.fullmatch(raw):
+        raise BadRequest(f"'{name}' must be an integer from {minimum} to {maximum}, got {raw[:40]!r}")
+    value = int(raw)
     if not minimum <= value <= maximum:
         raise BadRequest(f"'{name}' must be an integer from {minimum} to {maximum}, got {value}")
     return value

@@ -11,7 +11,10 @@ Configuration comes from the environment (``test_config`` overrides it in tests)
     LEASH_DASHBOARD_USER/_PASSWORD  mount rq-dashboard at /rq behind basic auth
     LEASH_DEV=1                     (set by ``leash dev``) mount rq-dashboard without a password
     LEASH_SECURE_COOKIES=1          cookies only over HTTPS (set it in production)
-    LEASH_REDIS_TIMEOUT             seconds before an unanswered Redis call is a 503 (default 5)
+    LEASH_REDIS_TIMEOUT             seconds before an unanswered Redis call is a 503 (default 5);
+                                    after one, every request is a 503 at once until Redis
+                                    answers again (web.redis_guard)
+    LEASH_METRICS_TOKEN             GET /metrics needs 'Authorization: Bearer <it>'; unset: open
     LEASH_IMPORTS                   modules that register job kinds
 """
 
@@ -27,9 +30,9 @@ from flask_wtf.csrf import CSRFProtect
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from jobs import kinds
-from jobs.connection import connect
 
 from . import api, auth, dashboard, errors, metrics, pages
+from .redis_guard import guarded_connection
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,7 @@ def _config_from_env() -> dict:
         "SESSION_COOKIE_SECURE": os.environ.get("LEASH_SECURE_COOKIES") == "1",
         # A request must not hang on a Redis that accepts connections but does not answer.
         "LEASH_REDIS_TIMEOUT": float(os.environ.get("LEASH_REDIS_TIMEOUT") or 5),
+        "LEASH_METRICS_TOKEN": os.environ.get("LEASH_METRICS_TOKEN") or None,
     }
 
 
@@ -83,13 +87,14 @@ def create_app(test_config: dict | None = None) -> Flask:
         log.warning("LEASH_API_TOKENS is not set: the API is open and its callers share one owner "
                     "(development only)")
     kinds.import_kinds()
-    app.extensions["leash_redis"] = connect(app.config["REDIS_URL"], socket_timeout=app.config["LEASH_REDIS_TIMEOUT"])
+    app.extensions["leash_redis"] = guarded_connection(app.config["REDIS_URL"], app.config["LEASH_REDIS_TIMEOUT"])
 
     metrics.init_app(app)  # first, so its timer starts before any hook can answer early
     app.before_request(_body_limit)
     CSRFProtect(app)
     errors.init_app(app)
     dashboard.init_app(app)
+    app.before_request(_dashboard_fails_fast)
     app.before_request(_csrf_policy)
     app.register_blueprint(api.bp)
     app.register_blueprint(pages.bp)
@@ -125,6 +130,15 @@ def _body_limit():
     length = request.content_length
     if length is not None and length > current_app.config["MAX_CONTENT_LENGTH"]:
         raise RequestEntityTooLarge()
+
+
+def _dashboard_fails_fast():
+    """rq-dashboard has its own Redis client, outside the breaker: while the app knows Redis
+    is unreachable, its pages are a 503 at once too, instead of holding a thread each."""
+    if request.blueprint == dashboard.BLUEPRINT:
+        from flask import current_app
+
+        current_app.extensions["leash_redis"].breaker.check()
 
 
 def _csrf_policy():

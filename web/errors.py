@@ -7,11 +7,13 @@ from __future__ import annotations
 import logging
 
 import redis
-from flask import Flask, Response, jsonify, render_template, request
+from flask import Flask, Response, current_app, jsonify, render_template, request
 from flask_wtf.csrf import CSRFError
 from werkzeug.exceptions import HTTPException, InternalServerError, default_exceptions
 
 from jobs.errors import NoSuchJob
+
+from .redis_guard import RedisUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +84,13 @@ def init_app(app: Flask) -> None:
     @app.errorhandler(redis.exceptions.ConnectionError)
     @app.errorhandler(redis.exceptions.TimeoutError)
     def redis_unreachable(exc: Exception):
-        log.warning("redis unreachable during %s %s: %s", request.method, request.path, exc)
+        if isinstance(exc, RedisUnavailable):
+            log.debug("redis still unreachable: %s %s answered 503 at once", request.method, request.path)
+        else:
+            log.warning("redis unreachable during %s %s: %s", request.method, request.path, exc)
+            breaker = getattr(current_app.extensions.get("leash_redis"), "breaker", None)
+            if breaker is not None:
+                breaker.trip(exc)  # also failures outside the guarded calls (e.g. a WATCH)
         return error_response(503, f"the job store (Redis) is unreachable; try again in {RETRY_AFTER_SECONDS} "
                                    "seconds (resubmit with the same Idempotency-Key to avoid a duplicate job)",
                               {"Retry-After": str(RETRY_AFTER_SECONDS)})

@@ -14,6 +14,7 @@ from wtforms import HiddenField, SelectField, StringField, TextAreaField
 from wtforms.validators import Regexp
 
 from jobs import kinds
+from jobs.config import limits
 
 CSV_TEXT_COLUMNS = ("text", "item", "items", "input", "prompt")
 
@@ -48,7 +49,11 @@ class SubmitForm(FlaskForm):
                 self.items_file.errors.append("the file is not UTF-8 text; save it as UTF-8 and upload again")
                 return None
             if upload.filename.lower().endswith(".csv"):
-                return _csv_items(text)
+                try:
+                    return _csv_items(text)
+                except CsvProblem as problem:
+                    self.items_file.errors.append(str(problem))
+                    return None
             return _lines(text)
         return _lines(self.items.data or "")
 
@@ -57,8 +62,21 @@ def _lines(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
+class CsvProblem(ValueError):
+    """The upload is not CSV we can read; the message says where and how to fix it."""
+
+
 def _csv_items(text: str) -> list[str]:
-    rows = [row for row in csv.reader(io.StringIO(text)) if any(cell.strip() for cell in row)]
+    # strict: an unterminated quote is an error, not one giant item swallowing the rest.
+    reader = csv.reader(io.StringIO(text), strict=True)
+    try:
+        rows = [row for row in reader if any(cell.strip() for cell in row)]
+    except csv.Error as exc:
+        if "field larger than field limit" in str(exc):
+            raise CsvProblem(f"line {reader.line_num}: a cell is longer than {csv.field_size_limit()} characters; "
+                             f"items may be at most {limits().max_item_chars} (LEASH_MAX_ITEM_CHARS)") from None
+        raise CsvProblem(f"line {reader.line_num}: the file is not valid CSV ({exc}); check its quotes, "
+                         "or upload a .txt with one item per line") from None
     if not rows:
         return []
     header = [cell.strip().lower() for cell in rows[0]]

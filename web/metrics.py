@@ -7,12 +7,16 @@ Two kinds of numbers:
 - the queue's state, read from Redis at scrape time by ``RedisCollector`` in one round trip:
   the same answer from every process, so it needs no multiprocess bookkeeping.
 
+``LEASH_METRICS_TOKEN`` set: a scrape must send ``Authorization: Bearer <token>`` (Prometheus:
+``authorization: {credentials: <token>}``); unset, /metrics is open.
+
 If Redis cannot be reached the scrape still answers, with ``leash_redis_up 0``: a scrape that
 fails looks like a dead web process, not an unreachable store.
 """
 
 from __future__ import annotations
 
+import hmac
 import os
 import time
 
@@ -22,6 +26,7 @@ from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, 
                                generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
+from werkzeug.exceptions import Unauthorized
 
 from jobs import clock, keys
 from jobs.config import settings
@@ -106,9 +111,28 @@ def _record(response: Response) -> Response:
     return response
 
 
+class MetricsTokenRequired(Unauthorized):
+    description = "GET /metrics needs 'Authorization: Bearer <LEASH_METRICS_TOKEN>'"
+
+    def get_headers(self, environ=None, scope=None):
+        return [*super().get_headers(environ, scope), ("WWW-Authenticate", 'Bearer realm="leash metrics"')]
+
+
+def _check_token() -> None:
+    """With LEASH_METRICS_TOKEN set, only a scraper presenting it sees the numbers."""
+    expected = current_app.config.get("LEASH_METRICS_TOKEN")
+    if not expected:
+        return
+    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip().encode(), expected.encode()):
+        raise MetricsTokenRequired()
+
+
 @bp.get("/metrics")
 def metrics():
-    return Response(generate_latest(current_app.extensions["leash_metrics"]), mimetype=CONTENT_TYPE_LATEST)
+    _check_token()
+    # content_type, not mimetype: CONTENT_TYPE_LATEST already carries its charset.
+    return Response(generate_latest(current_app.extensions["leash_metrics"]), content_type=CONTENT_TYPE_LATEST)
 
 
 def init_app(app: Flask) -> None:

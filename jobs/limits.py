@@ -1,0 +1,145 @@
+"""What one job may cost: the checks behind the limits in ``config.limits()``.
+
+Every check runs before anything is written, and every rejection is an ``InvalidJob`` whose
+message names the field, the limit and the setting that raises it, e.g.
+``too many items: 1200 (at most 1000, LEASH_MAX_ITEMS)``. The web app answers them with a
+422 (a 400 when a required field is missing altogether).
+
+Sizes are counted the way they are stored: a payload or summary as compact JSON with
+non-ASCII characters escaped (as the job hash holds a summary; RQ's JSON serializer adds a
+space per separator), strings in characters.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from .config import limits
+from .errors import InvalidJob
+
+
+def json_size(value: Any) -> int:
+    """Bytes of ``value`` as stored: compact JSON, non-ASCII escaped."""
+    return len(json.dumps(value, separators=(",", ":"), allow_nan=False))
+
+
+def nesting_depth(value: Any) -> int:
+    """How deeply lists and objects nest (a scalar is 0), without recursion: the value may
+    be nested far deeper than Python's stack allows."""
+    deepest = 0
+    pending: list[tuple[Any, int]] = [(value, 0)]
+    while pending:
+        node, depth = pending.pop()
+        if isinstance(node, dict):
+            children: Iterable[Any] = node.values()
+        elif isinstance(node, list | tuple):
+            children = node
+        else:
+            deepest = max(deepest, depth)
+            continue
+        deepest = max(deepest, depth + 1)
+        pending.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def check_payload(payload: Any) -> None:
+    """An object, nested at most LEASH_MAX_PAYLOAD_DEPTH levels, JSON-serialisable and at most
+    LEASH_MAX_PAYLOAD_BYTES bytes as stored."""
+    if not isinstance(payload, dict):
+        raise InvalidJob("the payload must be a JSON object")
+    limit = limits()
+    depth = nesting_depth(payload)
+    if depth > limit.max_payload_depth:
+        raise InvalidJob(f"the payload nests {depth} levels deep (at most {limit.max_payload_depth}, "
+                         "LEASH_MAX_PAYLOAD_DEPTH)")
+    try:
+        size = json_size(payload)
+    except (TypeError, ValueError) as exc:
+        raise InvalidJob(f"the payload is not JSON-serialisable: {exc}") from None
+    if size > limit.max_payload_bytes:
+        raise InvalidJob(f"the payload is {size} bytes as JSON (at most {limit.max_payload_bytes}, "
+                         "LEASH_MAX_PAYLOAD_BYTES): send fewer or shorter items, or split the batch")
+
+
+def check_fields(payload: dict, known: Iterable[str]) -> None:
+    """Fields a kind does not read are refused, never stored."""
+    unknown = sorted(name for name in payload if name not in set(known))
+    if unknown:
+        shown = ", ".join(repr(name[:40]) for name in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        raise InvalidJob(f"unknown field{'s' if len(unknown) > 1 else ''} {shown}: this kind reads only "
+                         f"{', '.join(repr(name) for name in known)} (and the options 'kind', 'max_attempts', 'queue')")
+
+
+def check_items(payload: dict, max_items: int | None = None, max_chars: int | None = None) -> list[str]:
+    """A non-empty list of at most LEASH_MAX_ITEMS strings of at most LEASH_MAX_ITEM_CHARS
+    characters each."""
+    limit = limits()
+    max_items = limit.max_items if max_items is None else max_items
+    max_chars = limit.max_item_chars if max_chars is None else max_chars
+    items = payload.get("items")
+    if not isinstance(items, list):
+        raise InvalidJob("'items' must be a list of strings")
+    if not items:
+        raise InvalidJob("'items' is empty; give at least one item")
+    if len(items) > max_items:
+        raise InvalidJob(f"too many items: {len(items)} (at most {max_items}, LEASH_MAX_ITEMS): "
+                         "split the batch into several jobs")
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise InvalidJob(f"items[{i}] must be a string, got {type(item).__name__}")
+        if len(item) > max_chars:
+            raise InvalidJob(f"items[{i}] is {len(item)} characters long (at most {max_chars}, "
+                             "LEASH_MAX_ITEM_CHARS)")
+    return items
+
+
+def check_labels(payload: dict) -> list[str]:
+    """At most LEASH_MAX_LABELS distinct printable labels of at most LEASH_MAX_LABEL_CHARS
+    characters. The job's summary counts items per label, so the labels must also fit in
+    LEASH_MAX_SUMMARY_BYTES however many items there are."""
+    limit = limits()
+    labels = payload.get("labels")
+    if not isinstance(labels, list) or not labels or not all(isinstance(x, str) and x.strip() for x in labels):
+        raise InvalidJob("'labels' must be a non-empty list of non-empty strings")
+    if len(labels) > limit.max_labels:
+        raise InvalidJob(f"too many labels: {len(labels)} (at most {limit.max_labels}, LEASH_MAX_LABELS)")
+    for i, label in enumerate(labels):
+        if len(label) > limit.max_label_chars:
+            raise InvalidJob(f"labels[{i}] is {len(label)} characters long (at most {limit.max_label_chars}, "
+                             "LEASH_MAX_LABEL_CHARS)")
+        if not label.isprintable():
+            raise InvalidJob(f"labels[{i}] contains a control character (a line break, tab, ...)")
+    if len(set(labels)) != len(labels):
+        raise InvalidJob("'labels' contains duplicates")
+    # The largest summary these labels can produce: every label counted max_items times.
+    worst = {"items": limit.max_items, "labels": dict.fromkeys(labels, limit.max_items), "errors": limit.max_items}
+    if json_size(worst) > limit.max_summary_bytes:
+        raise InvalidJob(f"the labels take {json_size(labels)} bytes as JSON, too many for the job's summary "
+                         f"(at most {limit.max_summary_bytes} bytes with a count per label, "
+                         "LEASH_MAX_SUMMARY_BYTES; non-ASCII characters take 6-12 bytes): use fewer or shorter labels")
+    return labels
+
+
+def check_template(payload: dict) -> str:
+    limit = limits()
+    template = payload.get("template")
+    if not isinstance(template, str) or not template.strip():
+        raise InvalidJob("'template' must be a non-empty string containing {item}")
+    if "{item}" not in template:
+        raise InvalidJob("'template' must contain {item}, where each item goes")
+    if len(template) > limit.max_template_chars:
+        raise InvalidJob(f"'template' is {len(template)} characters long (at most {limit.max_template_chars}, "
+                         "LEASH_MAX_TEMPLATE_CHARS)")
+    return template
+
+
+def check_summary(summary: Any) -> None:
+    """A kind's summary must stay small: it is stored in the job's hash and sent with every
+    status answer. Per-item results have their own address (``ctx.for_each``)."""
+    size = json_size(summary)
+    limit = limits().max_summary_bytes
+    if size > limit:
+        raise InvalidJob(f"the job's summary is {size} bytes as JSON (at most {limit}, LEASH_MAX_SUMMARY_BYTES): "
+                         "return per-item results through ctx.for_each and a small summary")

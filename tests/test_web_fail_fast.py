@@ -1,0 +1,170 @@
+"""While Redis does not answer, the web app says so at once: after the first timeout every
+request is a 503 with Retry-After in milliseconds, until a background probe sees Redis answer
+again (within a second). Redis is stalled with SIGSTOP: it accepts connections, answers
+nothing, exactly like a hung or partitioned server.
+
+Run with ``-s`` to see the latencies (they are in docs/BENCHMARKS.md)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from jobs.devserver import start_redis
+from tests.conftest import wait_for
+from tests.web_support import CLASSIFY, basic, make_app
+
+pytestmark = pytest.mark.slow
+
+REDIS_TIMEOUT = 2.0
+
+
+class StallableRedis:
+    """A redis-server of the test's own that can be stopped (SIGSTOP) and resumed."""
+
+    def __init__(self, workdir):
+        self.proc, self.url = start_redis(workdir)
+
+    def stall(self) -> None:
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def close(self) -> None:
+        self.resume()
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def stallable_redis(tmp_path, env):
+    server = StallableRedis(tmp_path)
+    yield server
+    server.close()
+
+
+def _timed(call):
+    started = time.monotonic()
+    response = call()
+    return response, time.monotonic() - started
+
+
+def test_after_the_first_timeout_requests_are_a_503_at_once_and_recover_when_redis_answers(stallable_redis):
+    client = make_app(REDIS_URL=stallable_redis.url, LEASH_REDIS_TIMEOUT=REDIS_TIMEOUT).test_client()
+    job_id = client.post("/jobs", json=CLASSIFY).get_json()["job_id"]
+    stallable_redis.stall()
+
+    first, first_took = _timed(lambda: client.get(f"/jobs/{job_id}"))
+    assert first.status_code == 503 and first.headers["Retry-After"]
+    assert REDIS_TIMEOUT * 0.9 <= first_took <= REDIS_TIMEOUT + 1
+    later = [_timed(lambda: client.get(f"/jobs/{job_id}")) for _ in range(20)]
+    later += [_timed(lambda: client.post("/jobs", json=CLASSIFY)) for _ in range(5)]
+    for response, took in later:
+        assert response.status_code == 503 and response.headers["Retry-After"], response.data
+        assert "unreachable" in response.get_json()["error"]
+        assert took < REDIS_TIMEOUT / 2, took  # never a wait for Redis (a loaded machine may be slow)
+    assert statistics.median(took for _, took in later) < 0.1
+    metrics, took = _timed(lambda: client.get("/metrics"))
+    assert metrics.status_code == 200 and b"leash_redis_up 0.0" in metrics.data and took < REDIS_TIMEOUT / 2
+
+    stallable_redis.resume()
+    resumed = time.monotonic()
+    wait_for(lambda: client.get(f"/jobs/{job_id}").status_code == 200, 5, interval=0.02, message="recovery")
+    assert time.monotonic() - resumed < 1.0
+    assert client.post("/jobs", json=CLASSIFY).status_code == 202
+
+
+def test_a_refused_connection_also_opens_the_breaker_and_a_restart_closes_it(stallable_redis, tmp_path):
+    client = make_app(REDIS_URL=stallable_redis.url, LEASH_REDIS_TIMEOUT=REDIS_TIMEOUT).test_client()
+    assert client.get("/healthz").status_code == 200
+    port = stallable_redis.url.rsplit(":", 1)[1].split("/")[0]
+    stallable_redis.proc.kill()
+    stallable_redis.proc.wait(timeout=10)
+    assert client.get("/healthz").status_code == 503
+    response, took = _timed(lambda: client.get("/healthz"))
+    assert response.status_code == 503 and took < REDIS_TIMEOUT / 2
+    stallable_redis.proc, _ = start_redis(tmp_path, port=int(port))
+    # The pooled sockets died with the old server; the first requests after it returns succeed anyway.
+    wait_for(lambda: client.get("/healthz").status_code == 200, 5, interval=0.02, message="recovery")
+    assert client.post("/jobs", json=CLASSIFY).status_code == 202
+
+
+def _burst(url_host: int, path: str, count: int) -> list[tuple[int, float, str | None]]:
+    def one(_):
+        connection = http.client.HTTPConnection("127.0.0.1", url_host, timeout=30)
+        started = time.monotonic()
+        try:
+            connection.request("GET", path, headers={"Accept": "application/json"})
+            response = connection.getresponse()
+            body = response.read()
+            took = time.monotonic() - started
+            if response.status == 503:
+                assert json.loads(body)["error"]
+            return response.status, took, response.getheader("Retry-After")
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        return list(pool.map(one, range(count)))
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def test_32_concurrent_requests_under_gunicorn_during_a_stall(stallable_redis, web_server):
+    server = web_server(workers=2, extra_env={"REDIS_URL": stallable_redis.url,
+                                              "LEASH_REDIS_TIMEOUT": str(REDIS_TIMEOUT)})
+    client = make_app(REDIS_URL=stallable_redis.url).test_client()
+    job_id = client.post("/jobs", json=CLASSIFY).get_json()["job_id"]
+    path = f"/jobs/{job_id}"
+    assert all(status == 200 for status, _, _ in _burst(server.port, path, 32))  # both workers' pools warm
+
+    stallable_redis.stall()
+    try:
+        first = _burst(server.port, path, 32)
+        known = _burst(server.port, path, 32)
+    finally:
+        stallable_redis.resume()
+    resumed = time.monotonic()
+
+    def recovered():
+        # Ten answers in a row, whichever worker takes them.
+        return all(status == 200 for status, _, _ in _burst(server.port, path, 10))
+
+    wait_for(recovered, 10, interval=0.02, message="both workers to answer again")
+    recovery = time.monotonic() - resumed
+
+    first_latencies = [took for _, took, _ in first]
+    known_latencies = [took for _, took, _ in known]
+    print(f"\nstall, 32 concurrent requests, LEASH_REDIS_TIMEOUT={REDIS_TIMEOUT:g}: "
+          f"first burst p50 {statistics.median(first_latencies) * 1000:.0f} ms, "
+          f"p99 {_quantile(first_latencies, 0.99) * 1000:.0f} ms, max {max(first_latencies) * 1000:.0f} ms; "
+          f"once known p50 {statistics.median(known_latencies) * 1000:.1f} ms, "
+          f"p99 {_quantile(known_latencies, 0.99) * 1000:.1f} ms; recovery {recovery * 1000:.0f} ms")
+    assert all(status == 503 and retry_after for status, _, retry_after in first + known)
+    assert _quantile(first_latencies, 0.99) <= REDIS_TIMEOUT + 1
+    assert statistics.median(known_latencies) < 0.1
+    assert recovery < 1.0
+
+
+def test_rq_dashboard_pages_are_a_503_at_once_while_the_stall_is_known(stallable_redis):
+    client = make_app(REDIS_URL=stallable_redis.url, LEASH_REDIS_TIMEOUT=REDIS_TIMEOUT,
+                      LEASH_DASHBOARD_USER="ops", LEASH_DASHBOARD_PASSWORD="ops-password-123").test_client()
+    auth = basic("ops", "ops-password-123")
+    assert client.get("/rq/", headers=auth).status_code == 200
+    stallable_redis.stall()
+    assert client.get("/healthz").status_code == 503  # the first timeout: the stall is known
+    refused = client.get("/rq/", headers={"Accept": "application/json"})
+    assert refused.status_code == 401  # still no dashboard without its password
+    response, took = _timed(lambda: client.get("/rq/", headers={"Accept": "application/json", **auth}))
+    assert response.status_code == 503 and response.headers["Retry-After"] and took < REDIS_TIMEOUT / 2
