@@ -1,7 +1,7 @@
 """Errors to Sentry: with ``SENTRY_DSN`` set (and ``pip install 'leash[sentry]'``), the web app
-reports unhandled errors (sentry-sdk's Flask integration) and workers report failed attempts
-(its RQ integration reports a job's last, failing attempt; ``report_retried_attempt`` the
-attempts before it that will be retried). Every event is tagged with the job id, kind, owner
+reports unhandled errors (sentry-sdk's Flask integration) and workers report every failed
+attempt (its RQ integration, and ``report_failed_attempt`` for the attempts it would not see
+as failures because leash retries them). Every event is tagged with the job id, kind, owner
 and attempt it is about (``jobs.logs.job_context``).
 
 Not reported, because nothing failed: a deploy's hand-off (``HandOff``), an attempt that lost
@@ -40,7 +40,10 @@ def init(component: str) -> bool:
     except ImportError:
         log.warning("SENTRY_DSN is set but sentry-sdk is not installed: pip install 'leash[sentry]'")
         return False
-    sentry_sdk.init(dsn=dsn, integrations=[FlaskIntegration(), RqIntegration()], before_send=_before_send)
+    # Only these two: the auto-enabled ones would, e.g., report every 429 the OpenAI SDK raises,
+    # which leash waits out or retries by design.
+    sentry_sdk.init(dsn=dsn, integrations=[FlaskIntegration(), RqIntegration()], auto_enabling_integrations=False,
+                    before_send=_before_send)
     scope = sentry_sdk.get_global_scope()
     scope.set_tag("component", component)
     scope.add_event_processor(_tag_with_job)
@@ -50,7 +53,7 @@ def init(component: str) -> bool:
 
 def init_worker(worker) -> None:
     if init("worker"):
-        worker.push_exc_handler(report_retried_attempt)
+        worker.push_exc_handler(report_failed_attempt)
 
 
 def _before_send(event, hint):
@@ -68,13 +71,16 @@ def _tag_with_job(event, hint):
     return event
 
 
-def report_retried_attempt(job, exc_type, exc_value, traceback) -> bool:
-    """RQ exception handler (runs in the work-horse): report a failed attempt that will be
-    retried. The RQ integration reports only the attempt after which the job stays failed."""
+def report_failed_attempt(job, exc_type, exc_value, traceback) -> bool:
+    """RQ exception handler (runs in the work-horse): report an attempt that failed, whether
+    it will be retried or not. The RQ integration reports only what RQ itself thinks is a
+    last attempt (it reads RQ's retry counter before leash has set it), so leash reports
+    every failed attempt; when both report one, sentry-sdk's default deduplication (the same
+    exception object) keeps one event."""
     from . import runner
 
     attempt = runner.current()
-    if attempt is not None and attempt.outcome == "retry" and not isinstance(exc_value, NOT_FAILURES):
+    if attempt is not None and attempt.outcome in ("retry", "failed") and not isinstance(exc_value, NOT_FAILURES):
         import sentry_sdk
 
         sentry_sdk.capture_exception((exc_type, exc_value, traceback))
