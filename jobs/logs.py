@@ -89,11 +89,18 @@ class JobContextFilter(logging.Filter):
         return True
 
 
+#: Extra fields of other libraries' lines left out: RQ attaches a failed job's whole payload
+#: (up to LEASH_MAX_BODY_BYTES) to its error line; the job id identifies it.
+LEFT_OUT = ("arguments", "kwargs")
+
+
 def json_formatter() -> logging.Formatter:
+    from pythonjsonlogger.core import RESERVED_ATTRS
     from pythonjsonlogger.json import JsonFormatter
 
     return JsonFormatter("{asctime}{levelname}{name}{message}", style="{",
-                         rename_fields={"asctime": "time", "levelname": "level", "name": "logger"})
+                         rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+                         reserved_attrs=[*RESERVED_ATTRS, *LEFT_OUT])
 
 
 def make_handler(fmt: str, stream=None) -> logging.Handler:
