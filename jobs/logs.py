@@ -4,7 +4,7 @@
 ``LEASH_LOG_FORMAT=json`` prints every line of the web app (gunicorn's own lines too) and of the
 worker (its work-horses and scheduler too) as one JSON object, through python-json-logger::
 
-    {"time": "...", "level": "INFO", "logger": "rq.worker", "message": "...",
+    {"level": "INFO", "logger": "rq.worker", "message": "...", "time": "2026-01-31T12:00:00.123456+00:00",
      "job_id": "...", "attempt": 2, "kind": "classify", "owner": "alice"}
 
 ``job_id``, ``attempt``, ``kind`` and ``owner`` are there whenever a line is about a job: in a
@@ -98,8 +98,9 @@ def json_formatter() -> logging.Formatter:
     from pythonjsonlogger.core import RESERVED_ATTRS
     from pythonjsonlogger.json import JsonFormatter
 
-    return JsonFormatter("{asctime}{levelname}{name}{message}", style="{",
-                         rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+    # timestamp="time": ISO 8601 in UTC, e.g. 2026-01-31T12:00:00.123456+00:00
+    return JsonFormatter("{levelname}{name}{message}", style="{", timestamp="time",
+                         rename_fields={"levelname": "level", "name": "logger"},
                          reserved_attrs=[*RESERVED_ATTRS, *LEFT_OUT])
 
 
