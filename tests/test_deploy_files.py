@@ -1,5 +1,6 @@
 """A push builds: the files Heroku's Python buildpack (and Dokku, and Render) read are there,
-agree with pyproject.toml, and describe the processes the Procfile runs."""
+agree with pyproject.toml, and describe the processes the Procfile runs: app.json for Heroku
+and Dokku, render.yaml for Render."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from importlib import metadata
 from pathlib import Path
 
 import jsonschema
+import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -169,3 +171,30 @@ def test_every_variable_in_app_json_is_one_leash_reads():
                                                ROOT / "gunicorn.conf.py"])
     unknown = [name for name in app_json()["env"] if f'"{name}"' not in source]
     assert unknown == []
+
+
+def render_services() -> dict[str, dict]:
+    blueprint = yaml.safe_load((ROOT / "render.yaml").read_text())
+    return {service["type"]: service for service in blueprint["services"]}
+
+
+def test_render_yaml_runs_the_procfile_commands_from_requirements_txt():
+    services = render_services()
+    assert {kind: services[kind]["startCommand"] for kind in ("web", "worker")} == procfile()
+    for kind in ("web", "worker"):
+        assert services[kind]["runtime"] == "python"
+        assert services[kind]["buildCommand"] == "pip install -r requirements.txt"
+        redis_url = next(v for v in services[kind]["envVars"] if v["key"] == "REDIS_URL")
+        assert redis_url["fromService"] == {"type": "keyvalue", "name": services["keyvalue"]["name"],
+                                            "property": "connectionString"}
+    assert services["web"]["healthCheckPath"] == "/healthz"
+
+
+def test_render_yaml_keeps_jobs_from_eviction_and_generates_the_secret():
+    services = render_services()
+    assert services["keyvalue"]["maxmemoryPolicy"] == "noeviction"
+    assert services["keyvalue"]["ipAllowList"] == []
+    web_env = {v["key"]: v for v in services["web"]["envVars"]}
+    assert web_env["SECRET_KEY"] == {"key": "SECRET_KEY", "generateValue": True}
+    for name in ("LEASH_API_TOKENS", "LEASH_DASHBOARD_USER", "LEASH_DASHBOARD_PASSWORD"):
+        assert web_env[name] == {"key": name, "sync": False}  # asked for at deploy time
