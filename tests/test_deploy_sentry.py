@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -14,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from jobs import enqueue, states
+from jobs import cancel, enqueue, states
 from tests.conftest import REDIS_URL, ROOT, wait_for
 
 pytestmark = pytest.mark.slow
@@ -113,6 +114,26 @@ def test_a_permanent_failure_is_one_event_and_a_success_none(conn, workers, env,
     assert len(events) == 1 and events[0]["tags"]["attempt"] == "1" and events[0]["tags"]["owner"] == "bob"
     assert events[0]["exception"]["values"][-1]["type"] == "PermanentError"
     assert sentry.matching(job_id=fine) == []
+
+
+def test_a_cancel_and_a_deploy_hand_off_are_not_reported(conn, workers, env, sentry):
+    worker = workers.start(extra_env={"SENTRY_DSN": sentry.dsn})
+    canceled, _ = enqueue(conn, "count", {"items": [f"i{n}" for n in range(100)], "delay": 0.1}, owner="gus")
+    wait_for(lambda: states.status(conn, canceled)["done"] >= 1, 30, message="the first job to be running")
+    cancel(conn, canceled)
+    wait_for(lambda: states.status(conn, canceled)["state"] == "failed", 30, message="the cancel to land")
+
+    handed_off, _ = enqueue(conn, "count", {"items": [f"i{n}" for n in range(100)], "delay": 0.1}, owner="gus")
+    wait_for(lambda: states.status(conn, handed_off)["done"] >= 1, 30, message="the second job to be running")
+    worker.send_signal(signal.SIGTERM)  # a deploy: the job goes back to the queue
+    worker.wait(timeout=30)
+    assert states.status(conn, handed_off)["state"] == "queued"
+
+    # The worker flushed its events before it exited; a failure in the same run does reach Sentry.
+    workers.start(extra_env={"SENTRY_DSN": sentry.dsn})
+    failing, _ = enqueue(conn, "permanent", {"items": ["x"]}, owner="gus")
+    wait_for(lambda: sentry.matching(job_id=failing), 60, message="the later failure to reach Sentry")
+    assert sentry.matching(job_id=canceled) == [] and sentry.matching(job_id=handed_off) == []
 
 
 WEB_SCRIPT = """
