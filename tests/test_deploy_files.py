@@ -100,7 +100,11 @@ def test_every_package_leash_needs_at_run_time_is_pinned():
         if name in needed or (requirement.marker and not requirement.marker.evaluate({"extra": ""})):
             continue
         needed.add(name)
-        for line in metadata.requires(requirement.name) or []:
+        try:
+            requires = metadata.requires(requirement.name) or []
+        except metadata.PackageNotFoundError:
+            raise AssertionError(f"{requirement.name} is not installed here: pip install -e '.[test]'") from None
+        for line in requires:
             child = Requirement(line)
             if child.marker is None or child.marker.evaluate({"extra": ""}):
                 todo.append(child)
