@@ -141,8 +141,9 @@ def gunicorn_logconfig() -> dict:
         "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json", "filters": ["job"],
                                 "stream": "ext://sys.stderr"}},
         "root": {"level": "INFO", "handlers": ["stderr"]},
+        # No level: gunicorn has already set them from --log-level.
         "loggers": {
-            "gunicorn.error": {"level": "INFO", "handlers": [], "propagate": True},
-            "gunicorn.access": {"level": "INFO", "handlers": [], "propagate": True},
+            "gunicorn.error": {"handlers": [], "propagate": True},
+            "gunicorn.access": {"handlers": [], "propagate": True},
         },
     }
