@@ -12,6 +12,8 @@ Configuration comes from the environment (``test_config`` overrides it in tests)
     LEASH_SECURE_COOKIES=1          cookies only over HTTPS (set it in production)
     LEASH_REDIS_TIMEOUT             seconds before an unanswered Redis call is a 503 (default 5)
     LEASH_IMPORTS                   modules that register job kinds
+    LEASH_LOG_FORMAT                text (default) or json (jobs/logs.py)
+    SENTRY_DSN                      report unhandled errors to Sentry (jobs/reporting.py)
 """
 
 from __future__ import annotations
