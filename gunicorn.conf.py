@@ -5,11 +5,15 @@ Several worker processes answer /metrics in turn, so prometheus-client's multipr
 on: each process writes its counters to files in ``PROMETHEUS_MULTIPROC_DIR`` and a scrape
 sums them. Without the variable, a fresh directory is made (it must be set before any worker
 imports prometheus-client), and a dead worker's live gauges are dropped on ``child_exit``.
+
+Outside ``leash dev`` (``LEASH_DEV=1``) a missing ``SECRET_KEY`` stops the server with one line;
+``LEASH_LOG_FORMAT=json`` makes gunicorn's own lines JSON like the app's (jobs/logs.py).
 """
 
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 
 # Heroku sends SIGKILL 30 s after SIGTERM: finish in-flight requests well before that.
@@ -34,11 +38,26 @@ else:
         if name.endswith(".db") and name.startswith(("counter_", "gauge_", "histogram_", "summary_")):
             os.remove(os.path.join(os.environ["PROMETHEUS_MULTIPROC_DIR"], name))
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the app's packages, before gunicorn adds them
+from jobs import logs  # noqa: E402
+
 if not (os.environ.get("SECRET_KEY") or os.environ.get("LEASH_SECRET_KEY")):
-    # Every worker must sign sessions with the same key, or a browser's owner id would be
-    # valid in one worker and not the next. The app still warns: restarts forget sessions.
+    if os.environ.get("LEASH_DEV") != "1":
+        # Checked here, in the master, so a deploy without it stops with one line, not a traceback per worker.
+        from web.app import SECRET_KEY_MISSING
+
+        sys.stderr.write(SECRET_KEY_MISSING + "\n")
+        raise SystemExit(1)
+    # leash dev: every worker must sign sessions with the same key, or a browser's owner id
+    # would be valid in one worker and not the next.
     os.environ["LEASH_SECRET_KEY"] = secrets.token_urlsafe(32)
-    os.environ["LEASH_SECRET_KEY_GENERATED"] = "1"
+
+try:
+    if logs.log_format() == "json":
+        logconfig_dict = logs.gunicorn_logconfig()
+except ValueError as exc:
+    sys.stderr.write(f"{exc}\n")
+    raise SystemExit(1) from None
 
 
 def child_exit(server, worker):

@@ -4,12 +4,11 @@ in ``--help``; ``REDIS_URL`` selects Redis for all commands."""
 from __future__ import annotations
 
 import json
-import logging
 import sys
 
 import click
 
-from . import states
+from . import logs, reporting, states
 from .connection import connect_checked
 from .enqueue import enqueue
 from .errors import InvalidJob, NoSuchJob
@@ -54,10 +53,14 @@ def worker(queues, burst, name, scheduler, log_level, imports):
     except ImportError as exc:
         raise click.UsageError(f"cannot import job kinds: {exc}") from None
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        logs.configure(log_level)  # LEASH_LOG_FORMAT: text or json
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     conn = connect_checked()
     names = [q.strip() for spec in (queues or settings().queues) for q in spec.split(",") if q.strip()]
     w = LeashWorker(names, connection=conn, name=name)  # names: it builds its own LeashQueue objects
+    reporting.init_worker(w)  # SENTRY_DSN
     w.work(burst=burst, with_scheduler=scheduler, logging_level=log_level.upper())
 
 

@@ -1,4 +1,10 @@
-"""How leash reaches Redis: ``REDIS_URL`` (Heroku's ``rediss://`` needs ``ssl_cert_reqs=none``)."""
+"""How leash reaches Redis: ``REDIS_URL``.
+
+``rediss://`` (TLS) does not check the server's certificate unless the URL asks for it:
+Heroku Redis presents a self-signed one that cannot be checked. Options in the URL win over
+these defaults (redis-py merges them last), so ``rediss://...?ssl_cert_reqs=required`` (plus
+``&ssl_ca_certs=/path/to/ca.pem`` for a private CA) turns checking on.
+"""
 
 from __future__ import annotations
 

@@ -1,12 +1,16 @@
 """The web app under a real gunicorn with two worker processes, as the Procfile runs it:
-metrics add up across processes, a browser's session is valid in every process, and the server
-keeps gunicorn's control socket to itself."""
+metrics add up across processes, a browser's session is valid in every process, the server
+keeps gunicorn's control socket to itself, and without SECRET_KEY (outside ``leash dev``) it does
+not start at all."""
 
 from __future__ import annotations
 
 import http.client
+import os
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 import urllib.request
 from pathlib import Path
@@ -14,7 +18,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import wait_for
+from jobs.devserver import free_port
+from tests.conftest import ROOT, wait_for
+from tests.web_support import make_app
+from web.app import SecretKeyMissing
 
 
 pytestmark = pytest.mark.slow
@@ -45,10 +52,11 @@ def _healthz_count(server) -> float:
                if sample.name == "leash_http_requests_total" and sample.labels.get("route") == "/healthz")
 
 
-def test_a_browser_session_is_valid_in_every_worker_even_without_a_configured_secret(web_server):
+def test_under_leash_dev_a_browser_session_is_valid_in_every_worker_without_a_configured_secret(web_server):
     # With API tokens configured, GET /jobs without a valid session is a 401: every 200 below
-    # is a worker that accepted the cookie another worker signed.
-    server = web_server(workers=2, secret_key=None, extra_env={"LEASH_API_TOKENS": "ci=ci-token-0123456789abcdef"})
+    # is a worker that accepted the cookie another worker signed with the key made for this run.
+    server = web_server(workers=2, secret_key=None,
+                        extra_env={"LEASH_API_TOKENS": "ci=ci-token-0123456789abcdef", "LEASH_DEV": "1"})
     status, body, response = _get(server, "/", headers={"Accept": "text/html"})
     assert status == 200
     cookie = re.search(r"leash_session=[^;]+", response.getheader("Set-Cookie")).group(0)
@@ -76,3 +84,19 @@ def test_gunicorn_shares_no_control_socket_and_opens_its_own_only_when_asked(web
         assert not (runtime / "gunicorn.ctl").exists() and not (home / ".gunicorn").exists()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+def test_outside_leash_dev_the_web_server_refuses_to_start_without_a_secret_key_in_one_line(conn):
+    env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "LEASH_SECRET_KEY", "LEASH_DEV")}
+    env["PYTHONPATH"] = str(ROOT)
+    result = subprocess.run(
+        [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{free_port()}", "web.app:create_app()"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "SECRET_KEY is not set" in lines[0] and "heroku config:set SECRET_KEY=" in lines[0]
+
+
+def test_create_app_outside_leash_dev_refuses_without_a_secret_key(conn):
+    with pytest.raises(SecretKeyMissing, match="SECRET_KEY is not set"):
+        make_app(SECRET_KEY=None)
+    assert make_app(SECRET_KEY=None, LEASH_DEV=True).config["SECRET_KEY"]

@@ -4,8 +4,7 @@ Configuration comes from the environment (``test_config`` overrides it in tests)
 
     REDIS_URL                       the job store
     SECRET_KEY / LEASH_SECRET_KEY   signs the session cookie that carries a browser's owner id;
-                                    unset: a random key per process (development only: owners
-                                    are forgotten on restart)
+                                    required, except under ``leash dev`` (a random key per run)
     LEASH_API_TOKENS                owner=token,... for the API; unset: open API, one shared owner
     LEASH_MAX_BODY_BYTES            request body limit (default 1 MiB), checked before parsing
     LEASH_DASHBOARD_USER/_PASSWORD  mount rq-dashboard at /rq behind basic auth
@@ -16,6 +15,8 @@ Configuration comes from the environment (``test_config`` overrides it in tests)
                                     answers again (web.redis_guard)
     LEASH_METRICS_TOKEN             GET /metrics needs 'Authorization: Bearer <it>'; unset: open
     LEASH_IMPORTS                   modules that register job kinds
+    LEASH_LOG_FORMAT                text (default) or json (jobs/logs.py)
+    SENTRY_DSN                      report unhandled errors to Sentry (jobs/reporting.py)
 """
 
 from __future__ import annotations
@@ -31,12 +32,19 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from jobs import kinds
 
-from . import api, auth, dashboard, errors, metrics, pages
+from . import api, auth, dashboard, errors, metrics, observability, pages
 from .redis_guard import guarded_connection
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY = 1024 * 1024
+#: The one line the web app (and gunicorn.conf.py) stops with outside ``leash dev``.
+SECRET_KEY_MISSING = ("SECRET_KEY is not set; set it to a long random value shared by every web process, e.g. "
+                      "heroku config:set SECRET_KEY=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')")
+
+
+class SecretKeyMissing(RuntimeError):
+    pass
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
@@ -76,10 +84,13 @@ def create_app(test_config: dict | None = None) -> Flask:
     )
     if test_config:
         app.config.update(test_config)
-    if not app.config["SECRET_KEY"] or os.environ.get("LEASH_SECRET_KEY_GENERATED") == "1":
-        log.warning("SECRET_KEY is not set: browser sessions (and so browser users' jobs) are forgotten "
-                    "when the web server restarts; set SECRET_KEY in production")
-        app.config["SECRET_KEY"] = app.config["SECRET_KEY"] or secrets.token_urlsafe(32)
+    observability.init_app(app)  # LEASH_LOG_FORMAT, SENTRY_DSN: before anything logs
+    if not app.config["SECRET_KEY"]:
+        if not app.config["LEASH_DEV"]:
+            # A random key per process would forget browsers' sessions (their jobs) on every
+            # restart and flip owners between processes: refuse instead.
+            raise SecretKeyMissing(SECRET_KEY_MISSING)
+        app.config["SECRET_KEY"] = secrets.token_urlsafe(32)  # leash dev: sessions last until it stops
     # Werkzeug caps form fields separately (500 kB); one limit for every kind of body.
     app.config["MAX_FORM_MEMORY_SIZE"] = app.config["MAX_CONTENT_LENGTH"]
     app.config["LEASH_TOKENS"] = auth.parse_tokens(app.config["LEASH_API_TOKENS"])

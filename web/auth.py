@@ -18,7 +18,7 @@ import hmac
 import re
 import secrets
 
-from flask import current_app, request, session
+from flask import current_app, g, request, session
 from werkzeug.exceptions import Unauthorized
 
 #: The owner of every request in open mode (no LEASH_API_TOKENS) that has no session.
@@ -89,7 +89,7 @@ def browser_owner() -> str:
         owner = "browser:" + secrets.token_urlsafe(12)
         session["owner"] = owner
         session.permanent = True
-    return owner
+    return _known(owner)
 
 
 def request_owner() -> str:
@@ -100,14 +100,19 @@ def request_owner() -> str:
         owner = _owner_for_token(token)
         if owner is None:
             raise TokenRequired("unknown API token; check the token in 'Authorization: Bearer <token>'")
-        return owner
+        return _known(owner)
     owner = session.get("owner")
     if isinstance(owner, str) and _OWNER.match(owner):
-        return owner
+        return _known(owner)
     if _tokens():
         raise TokenRequired("missing API token: send 'Authorization: Bearer <token>' "
                             "(tokens are configured in LEASH_API_TOKENS)")
-    return SHARED_OWNER
+    return _known(SHARED_OWNER)
+
+
+def _known(owner: str) -> str:
+    g.leash_owner = owner  # for log lines and error reports about this request (web/observability.py)
+    return owner
 
 
 def csrf_required() -> bool:

@@ -1,0 +1,149 @@
+"""Log lines for people or for machines.
+
+``LEASH_LOG_FORMAT=text`` (the default) prints ``time logger LEVEL message``.
+``LEASH_LOG_FORMAT=json`` prints every line of the web app (gunicorn's own lines too) and of the
+worker (its work-horses and scheduler too) as one JSON object, through python-json-logger::
+
+    {"level": "INFO", "logger": "rq.worker", "message": "...", "time": "2026-01-31T12:00:00.123456+00:00",
+     "job_id": "...", "attempt": 2, "kind": "classify", "owner": "alice"}
+
+``job_id``, ``attempt``, ``kind`` and ``owner`` are there whenever a line is about a job: in a
+worker while it runs an attempt, in the web app while a request names a job or an owner.
+The same context tags errors sent to Sentry (``jobs.reporting``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable
+
+FORMATS = ("text", "json")
+TEXT_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+CONTEXT_FIELDS = ("job_id", "attempt", "kind", "owner")
+
+#: Functions returning what the current line is about (a dict with some CONTEXT_FIELDS).
+#: The worker's attempt is always asked; the web app adds its request (web/observability.py).
+_providers: list[Callable[[], dict]] = []
+
+
+def log_format() -> str:
+    value = (os.environ.get("LEASH_LOG_FORMAT") or "text").strip().lower()
+    if value not in FORMATS:
+        raise ValueError(f"LEASH_LOG_FORMAT must be one of {', '.join(FORMATS)}, got {value!r}")
+    return value
+
+
+def add_context_provider(provider: Callable[[], dict]) -> None:
+    if provider not in _providers:
+        _providers.append(provider)
+
+
+def job_context() -> dict:
+    """What the current line (or error) is about; never raises, never waits long."""
+    context: dict = {}
+    for provider in [_attempt_context, *_providers]:
+        try:
+            found = provider()
+        except Exception:  # context is a nicety: it must never cost a log line
+            continue
+        for name, value in found.items():
+            if value not in (None, "") and name not in context:
+                context[name] = value
+    return context
+
+
+def _attempt_context() -> dict:
+    from . import runner
+
+    attempt = runner.current()  # set in the worker while it runs an attempt, and in its work-horse
+    if attempt is None:
+        return {}
+    return {"job_id": attempt.job_id, "attempt": attempt.number, "kind": attempt.kind, "owner": _owner(attempt)}
+
+
+def _owner(attempt) -> str | None:
+    """The job's owner, read once per attempt and process (one HGET) and kept on the attempt."""
+    if "owner" not in attempt.extra:
+        attempt.extra["owner"] = None  # set first: the read below may log, and must not recurse
+        import redis
+
+        from . import keys
+
+        try:
+            raw = attempt.connection.hget(keys.job(attempt.job_id), "owner")
+        except redis.exceptions.RedisError:
+            return None
+        attempt.extra["owner"] = raw.decode() if isinstance(raw, bytes) else raw
+    return attempt.extra["owner"]
+
+
+class JobContextFilter(logging.Filter):
+    """Adds job_id / attempt / kind / owner to a record when the line is about a job."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for name, value in job_context().items():
+            if not hasattr(record, name):
+                setattr(record, name, value)
+        return True
+
+
+#: Extra fields of other libraries' lines left out: RQ attaches a failed job's whole payload
+#: (up to LEASH_MAX_BODY_BYTES) to its error line; the job id identifies it.
+LEFT_OUT = ("arguments", "kwargs")
+
+
+def json_formatter() -> logging.Formatter:
+    from pythonjsonlogger.core import RESERVED_ATTRS
+    from pythonjsonlogger.json import JsonFormatter
+
+    # timestamp="time": ISO 8601 in UTC, e.g. 2026-01-31T12:00:00.123456+00:00
+    return JsonFormatter("{levelname}{name}{message}", style="{", timestamp="time",
+                         rename_fields={"levelname": "level", "name": "logger"},
+                         reserved_attrs=[*RESERVED_ATTRS, *LEFT_OUT])
+
+
+def make_handler(fmt: str, stream=None) -> logging.Handler:
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.addFilter(JobContextFilter())
+    handler.setFormatter(json_formatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    handler._leash = True  # type: ignore[attr-defined]
+    return handler
+
+
+def configure(level: str | int = "INFO", fmt: str | None = None) -> None:
+    """Send every logger's lines to stderr in the chosen format (replacing an earlier call's
+    handler, so calling it twice never doubles lines)."""
+    fmt = fmt or log_format()
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if getattr(h, "_leash", False)]:
+        root.removeHandler(handler)
+    root.addHandler(make_handler(fmt))
+    root.setLevel(level.upper() if isinstance(level, str) else level)
+
+
+def configure_web() -> None:
+    """For the web app: JSON lines when asked and nobody (gunicorn.conf.py) has set logging up.
+    Plain text leaves logging as the server has it."""
+    if log_format() == "json" and not logging.getLogger().handlers:
+        configure("INFO", "json")
+
+
+def gunicorn_logconfig() -> dict:
+    """gunicorn's ``logconfig_dict`` for JSON lines: its own loggers hand their lines to the
+    root handler, which writes JSON to stderr like the app's."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "filters": {"job": {"()": JobContextFilter}},
+        "formatters": {"json": {"()": json_formatter}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json", "filters": ["job"],
+                                "stream": "ext://sys.stderr"}},
+        "root": {"level": "INFO", "handlers": ["stderr"]},
+        # No level: gunicorn has already set them from --log-level.
+        "loggers": {
+            "gunicorn.error": {"handlers": [], "propagate": True},
+            "gunicorn.access": {"handlers": [], "propagate": True},
+        },
+    }
