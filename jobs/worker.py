@@ -314,12 +314,20 @@ class LeashWorker(Worker):
             self.scheduler.closed = True  # from now on nothing may start it again
         if self.horse_pid and self._attempt is not None:
             self._handoff_deadline = clock.monotonic() + settings().handoff_grace
-            # Check the grace period every second from now on, not every few seconds.
-            self.job_monitoring_interval = 1
             try:
                 os.kill(self.horse_pid, signal.SIGTERM)  # the horse hands off at its next heartbeat
             except ProcessLookupError:
                 pass
+
+    def _shutdown(self):
+        super()._shutdown()  # idle: raises StopRequested; busy: the work-horse is handing off
+        if self._handoff_deadline is not None:
+            # The work-horse's monitor wakes every few seconds (an alarm); from now on every
+            # second, so the grace period is kept to the second. Only a pending alarm is
+            # shortened, once this handler has done its work.
+            self.job_monitoring_interval = 1
+            if signal.getitimer(signal.ITIMER_REAL)[0] > 1:
+                signal.setitimer(signal.ITIMER_REAL, 1)
 
     def request_force_stop(self, signum, frame):
         # A second signal: do not leave the job "started" as RQ would; release it now.

@@ -34,7 +34,7 @@ def log_not_a_failure(attempt: Attempt, exc: BaseException | None, how: str = "a
                     attempt.job_id, type(exc).__name__, exc, _progress(attempt))
     elif isinstance(exc, Canceled):
         log.info("job %s canceled: %s items done", attempt.job_id, _progress(attempt))
-    elif isinstance(exc, LeaseLost):
+    elif attempt.outcome == "superseded" and isinstance(exc, (LeaseLost, HandOff, *REDIS_DOWN)):
         log.warning("job %s: attempt %s lost its lease (the job was reclaimed); it stopped without writing",
                     attempt.job_id, attempt.number)
     else:

@@ -10,8 +10,10 @@ on a Redis of the script's own, brings it to a moment, sends SIGTERM, and measur
                       the job has run a random 0-8 s (past the worker's periodic checks)
              between  a job of short items (50 ms), signalled 0.3-1.5 s in
              idle     no job: the worker waiting on its queue
+             stuck    mid-item, with --stuck-grace shorter than the item: the work-horse
+                      cannot reach a checkpoint in time, so the worker stops it itself
 
-A trial passes when the worker exits with status 0 within LEASH_HANDOFF_GRACE + 5 s, no
+A trial passes when the worker exits with status 0 within its LEASH_HANDOFF_GRACE + 5 s, no
 process it started is left, the scheduler lock is free, it started exactly one scheduler,
 the job (if any) is queued with no attempt counted, the log has exactly one "handed back"
 line for it and no ERROR and no traceback. A worker still running at grace + 5 s counts as hung and is
@@ -40,7 +42,7 @@ from jobs import keys, states
 from jobs.enqueue import enqueue
 
 LOCK = keys.rq_scheduler_lock("leash")
-VARIANTS = [(target, moment) for target in ("group", "main") for moment in ("busy", "between", "idle")]
+VARIANTS = [(target, moment) for target in ("group", "main") for moment in ("busy", "between", "idle", "stuck")]
 
 
 def parse_args(argv=None):
@@ -48,6 +50,7 @@ def parse_args(argv=None):
     p.add_argument("--trials", type=int, default=60)
     p.add_argument("--item-seconds", type=float, default=3.0, help="per-item latency of busy trials")
     p.add_argument("--grace", type=float, default=20.0, help="LEASH_HANDOFF_GRACE for the workers")
+    p.add_argument("--stuck-grace", type=float, default=1.0, help="LEASH_HANDOFF_GRACE of stuck trials")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--json", help="also write the trials here")
     return p.parse_args(argv)
@@ -64,8 +67,9 @@ def trial(redis_url: str, children: Children, target: str, moment: str, args, rn
           log_path: Path) -> dict:
     conn = redis.Redis.from_url(redis_url)
     conn.flushdb()
-    delay_ms = int(args.item_seconds * 1000) if moment == "busy" else 50
-    env = worker_env(redis_url, LEASH_HANDOFF_GRACE=str(args.grace), LEASH_LOCAL_DELAY_MS=str(delay_ms),
+    delay_ms = 50 if moment == "between" else int(args.item_seconds * 1000)
+    grace = args.stuck_grace if moment == "stuck" else args.grace
+    env = worker_env(redis_url, LEASH_HANDOFF_GRACE=str(grace), LEASH_LOCAL_DELAY_MS=str(delay_ms),
                      LEASH_LEASE_SECONDS=str(max(30.0, 3 * args.item_seconds)))
     with open(log_path, "wb") as out:
         worker = children.start([sys.executable, "-m", "jobs.cli", "worker", "--log-level", "INFO"], env,
@@ -78,7 +82,8 @@ def trial(redis_url: str, children: Children, target: str, moment: str, args, rn
         items = [f"item {i}" for i in range(40)]
         job_id, _ = enqueue(conn, "classify", {"items": items, "labels": ["a", "b"]})
         wait_until(lambda: conn.hget(keys.job(job_id), "state") == b"running", 30)
-        time.sleep(rng.uniform(0, 8) if moment == "busy" else rng.uniform(0.3, 1.5))
+        pause = {"busy": (0, 8), "between": (0.3, 1.5), "stuck": (0, args.item_seconds - args.stuck_grace)}[moment]
+        time.sleep(rng.uniform(*pause))
     family = [worker.pid, *children.descendants(worker.pid)]
     done_at_signal = int(conn.hget(keys.job(job_id), "done") or 0) if job_id else 0
     sent = time.monotonic()
@@ -87,7 +92,7 @@ def trial(redis_url: str, children: Children, target: str, moment: str, args, rn
     else:
         worker.send_signal(signal.SIGTERM)
     try:
-        code = worker.wait(timeout=args.grace + 5)
+        code = worker.wait(timeout=grace + 5)
     except subprocess.TimeoutExpired:
         code = None
     seconds = time.monotonic() - sent
@@ -97,7 +102,7 @@ def trial(redis_url: str, children: Children, target: str, moment: str, args, rn
     log_text = log_path.read_text(errors="replace")
     job = states.status(conn, job_id) if job_id else None
     result = {
-        "target": target, "moment": moment, "exit_code": code, "seconds": round(seconds, 2),
+        "target": target, "moment": moment, "grace": grace, "exit_code": code, "seconds": round(seconds, 2),
         "left_running": [pid for pid in family if alive(pid)],
         "lock_held": conn.get(LOCK) is not None,
         "schedulers_started": log_text.count("Scheduler for leash started"),
@@ -130,7 +135,7 @@ def trial(redis_url: str, children: Children, target: str, moment: str, args, rn
 
 def summarise(results: list[dict], args) -> None:
     print()
-    print(f"{'target':6} {'moment':8} {'trials':>6} {'passed':>6} {'hung':>4} "
+    print(f"{'target':6} {'moment':8} {'grace':>5} {'trials':>6} {'passed':>6} {'hung':>4} "
           f"{'exit s: median':>14} {'p95':>6} {'max':>6}")
     for target, moment in VARIANTS:
         rows = [r for r in results if (r["target"], r["moment"]) == (target, moment)]
@@ -138,12 +143,12 @@ def summarise(results: list[dict], args) -> None:
             continue
         times = sorted(r["seconds"] for r in rows)
         p95 = times[min(len(times) - 1, int(round(0.95 * (len(times) - 1))))]
-        print(f"{target:6} {moment:8} {len(rows):6} {sum(not r['problems'] for r in rows):6} "
+        print(f"{target:6} {moment:8} {rows[0]['grace']:5g} {len(rows):6} {sum(not r['problems'] for r in rows):6} "
               f"{sum('hung' in r['problems'] for r in rows):4} {statistics.median(times):14.2f} "
               f"{p95:6.2f} {times[-1]:6.2f}")
     failed = [r for r in results if r["problems"]]
-    print(f"\n{len(results) - len(failed)} of {len(results)} trials passed; "
-          f"grace {args.grace:g} s, limit {args.grace + 5:g} s; slowest exit {max(r['seconds'] for r in results):.2f} s")
+    print(f"\n{len(results) - len(failed)} of {len(results)} trials passed (limit: grace + 5 s); "
+          f"slowest exit {max(r['seconds'] for r in results):.2f} s")
 
 
 def main(argv=None) -> int:
