@@ -153,6 +153,11 @@ class LeashWorker(Worker):
         except redis.exceptions.RedisError:
             return
         if state != b"running" or (token or b"").decode() != attempt.token:
+            if self._handoff_deadline is not None:
+                # Handing off: the work-horse has just released the job and is finishing up
+                # (or, if it was reclaimed, learns so at its next heartbeat); the grace
+                # deadline above still bounds it.
+                return
             log.warning("job %s was reclaimed from this worker; stopping its work-horse", attempt.job_id)
             attempt.outcome = "superseded"
             self.kill_horse()
