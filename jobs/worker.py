@@ -28,6 +28,7 @@ import os
 import signal
 
 import redis
+from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
 from rq.exceptions import StopRequested
 from rq.job import Job, JobStatus
 from rq.queue import Queue
@@ -39,6 +40,8 @@ from .config import settings
 from .dequeue import LeashQueue
 from .enqueue import EXECUTE
 from .reaper import Reaper, release_rate_limit_slot
+from .scheduler import LeashScheduler
+from .worker_log import log_not_a_failure
 
 log = logging.getLogger("leash.worker")
 
@@ -113,8 +116,11 @@ class LeashWorker(Worker):
 
     def _restart_dead_scheduler(self) -> None:
         """RQ restarts a dead scheduler (retry backoff) only in maintenance, every 10 minutes;
-        after a Redis outage killed it, or the worker holding its lock died, check more often."""
-        if self.scheduler is None or clock.monotonic() - self._scheduler_checked_at < self.scheduler_check_seconds:
+        after a Redis outage killed it, or the worker holding its lock died, check more often.
+        Never once shutdown has begun: that scheduler would only delay the exit."""
+        if self.scheduler is None or self.scheduler.closed or self._shutdown_requested_date is not None:
+            return
+        if clock.monotonic() - self._scheduler_checked_at < self.scheduler_check_seconds:
             return
         self._scheduler_checked_at = clock.monotonic()
         process = self.scheduler._process
@@ -147,6 +153,11 @@ class LeashWorker(Worker):
         except redis.exceptions.RedisError:
             return
         if state != b"running" or (token or b"").decode() != attempt.token:
+            if self._handoff_deadline is not None:
+                # Handing off: the work-horse has just released the job and is finishing up
+                # (or, if it was reclaimed, learns so at its next heartbeat); the grace
+                # deadline above still bounds it.
+                return
             log.warning("job %s was reclaimed from this worker; stopping its work-horse", attempt.job_id)
             attempt.outcome = "superseded"
             self.kill_horse()
@@ -249,6 +260,7 @@ class LeashWorker(Worker):
             attempt.fail("canceled", permanent=True)
         elif self._handoff_deadline is not None:
             attempt.release()
+            log_not_a_failure(attempt, None, how="after the grace period")
         else:
             message = f"worker process died: {exc_string.strip() or 'no exit status'}"
             new_state = attempt.abandon(message)
@@ -268,7 +280,44 @@ class LeashWorker(Worker):
             self.cleanup_execution(job, pipeline=pipe, execution=execution)
             pipe.execute()
 
-    # --- shutdown: hand the job off ---------------------------------------------------
+    def handle_exception(self, job: Job, *exc_info):
+        # In the work-horse: RQ logs every exception a job raised as an ERROR with its
+        # traceback. An attempt that gave its job back (deploy hand-off, Redis blip) or lost
+        # its lease did not fail: one line, so log-based alerts see only real failures.
+        attempt = runner.current()
+        if attempt is not None and log_not_a_failure(attempt, exc_info[1]):
+            return
+        super().handle_exception(job, *exc_info)
+
+    # --- shutdown: hand the job off, stop the scheduler --------------------------------
+
+    def _start_scheduler(self, burst=False, logging_level="INFO", date_format=DEFAULT_LOGGING_DATE_FORMAT,
+                         log_format=DEFAULT_LOGGING_FORMAT):
+        # RQ's own, with a scheduler that a shutdown always stops (jobs/scheduler.py).
+        self.scheduler = LeashScheduler(
+            self.queues, connection=self.connection, serializer=self.serializer, date_format=date_format,
+            log_format=log_format, logging_level=logging_level if logging_level is not None else self.log.level)
+        if not self.scheduler.acquire_locks():
+            return
+        if not burst:
+            self.scheduler.start()
+            return
+        try:  # a burst worker moves the due jobs once, in this process
+            self.scheduler.register_birth()
+            self.scheduler.enqueue_scheduled_jobs()
+        finally:
+            self.scheduler.release_locks()
+            self.scheduler.register_death()
+
+    def stop_scheduler(self):
+        # RQ calls this from the SIGTERM handler while a job runs (ask it to stop; do not
+        # block the handler) and from teardown, where close() has already waited.
+        self.scheduler.close(wait=False)
+
+    def teardown(self):
+        if not self.is_horse and self.scheduler is not None:
+            self.scheduler.close()  # bounded: repeats the SIGTERM, kills, releases its locks
+        super().teardown()
 
     def setup_work_horse_signals(self):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -276,12 +325,24 @@ class LeashWorker(Worker):
 
     def handle_warm_shutdown_request(self):
         super().handle_warm_shutdown_request()
+        if self.scheduler is not None:
+            self.scheduler.closed = True  # from now on nothing may start it again
         if self.horse_pid and self._attempt is not None:
             self._handoff_deadline = clock.monotonic() + settings().handoff_grace
             try:
                 os.kill(self.horse_pid, signal.SIGTERM)  # the horse hands off at its next heartbeat
             except ProcessLookupError:
                 pass
+
+    def _shutdown(self):
+        super()._shutdown()  # idle: raises StopRequested; busy: the work-horse is handing off
+        if self._handoff_deadline is not None:
+            # The work-horse's monitor wakes every few seconds (an alarm); from now on every
+            # second, so the grace period is kept to the second. Only a pending alarm is
+            # shortened, once this handler has done its work.
+            self.job_monitoring_interval = 1
+            if signal.getitimer(signal.ITIMER_REAL)[0] > 1:
+                signal.setitimer(signal.ITIMER_REAL, 1)
 
     def request_force_stop(self, signum, frame):
         # A second signal: do not leave the job "started" as RQ would; release it now.
@@ -290,7 +351,7 @@ class LeashWorker(Worker):
             self.kill_horse()
             self.wait_for_horse()
             attempt.release()
-            log.warning("cold shutdown: released job %s back to its queue", attempt.job_id)
+            log_not_a_failure(attempt, None, how="at a cold shutdown")
         raise SystemExit()
 
 
