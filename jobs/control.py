@@ -20,8 +20,13 @@ def cancel(connection: Redis, job_id: str, now: float | None = None) -> str:
     Returns the state the job was in."""
     now = clock.wall() if now is None else now
     s = settings()
-    attempts, kind = connection.hmget(keys.job(job_id), "attempts", "kind")
+    attempts, kind, before = connection.hmget(keys.job(job_id), "attempts", "kind", "state")
     kind = (kind or b"").decode()
+    if before == b"queued":
+        # RQ's side first: should this process die between the two steps, the job is canceled
+        # in RQ and still queued in leash, which the consistency sweep records as canceled; the
+        # other order would leave a job failed in leash but queued in RQ, which reads as a requeue.
+        _cancel_in_rq(connection, job_id)
     state = scripts.run(
         connection, "cancel_v1",
         keys=[keys.job(job_id), keys.CANCELS, keys.items(job_id), keys.errors(job_id)]
@@ -32,10 +37,14 @@ def cancel(connection: Redis, job_id: str, now: float | None = None) -> str:
     state = state.decode() if isinstance(state, bytes) else state
     if state == "missing":
         raise NoSuchJob(f"no such job: {job_id}")
-    if state == "queued":
-        try:
-            # RQ removes it from its queue or rate-limit wait set and frees its slot.
-            Job.fetch(job_id, connection=connection, serializer=JSONSerializer).cancel()
-        except (NoSuchJobError, InvalidJobOperation):
-            pass
+    if state == "queued" and before != b"queued":
+        _cancel_in_rq(connection, job_id)  # it went back to the queue since we looked
     return state
+
+
+def _cancel_in_rq(connection: Redis, job_id: str) -> None:
+    try:
+        # RQ removes it from its queue or rate-limit wait set and frees its slot.
+        Job.fetch(job_id, connection=connection, serializer=JSONSerializer).cancel()
+    except (NoSuchJobError, InvalidJobOperation):
+        pass

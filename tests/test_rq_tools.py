@@ -192,3 +192,16 @@ def test_rq_info_and_suspend_resume_leave_leash_state_alone(conn, workers):
     assert state(conn, job_id)["state"] == "queued"
     rq("resume")
     wait_for(lambda: state(conn, job_id)["state"] == "succeeded", 20, message="the job to run after resume")
+
+
+def test_a_canceled_queued_job_is_never_mistaken_for_a_requeue(conn):
+    from jobs import control
+
+    job_id, _ = enqueue(conn, "count", {"items": ["a"]})
+    assert control.cancel(conn, job_id) == "queued"
+    assert conn.hget(keys.rq_job(job_id), "status") == b"canceled"
+    later = float(conn.hget(keys.job(job_id), "ended_at")) + 3600
+    assert consistency.sweep(conn, now=later)["requeued"] == 0
+    s = states.status(conn, job_id, now=later)
+    assert (s["state"], s["error"]) == ("failed", "canceled")
+    assert slots(conn) == ([], [])
