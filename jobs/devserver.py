@@ -97,7 +97,7 @@ def run_dev(port: int, n_workers: int) -> int:
                "--workers", "1", "--log-level", "warning", "web.app:create_app()"],
         env=env, start_new_session=True,
     )
-    workers = [subprocess.Popen(exe + ["jobs.cli", "worker"], env=env, start_new_session=True)
+    workers = [subprocess.Popen(exe + ["cli", "worker"], env=env, start_new_session=True)
                for _ in range(n_workers)]
     print(f"leash is running at http://127.0.0.1:{port}/  (Redis: {url}; Ctrl-C stops everything)", flush=True)
     stopping = {"now": False}

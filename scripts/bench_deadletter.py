@@ -144,7 +144,7 @@ def main() -> int:
         print(f"  {group['count']:>6}  {group['kind']:<10} {group['error']}")
 
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "jobs.cli", "failures", "--since", "all", "--json"], check=True,
+    subprocess.run([sys.executable, "-m", "cli", "failures", "--since", "all", "--json"], check=True,
                    stdout=subprocess.DEVNULL, cwd=ROOT)
     print(f"`leash failures --since all --json` as a command (process start included): "
           f"{time.perf_counter() - start:.2f} s")

@@ -138,7 +138,7 @@ def throughput_round(children: Children, own: OwnRedis, conn, n: int, leash_firs
     def leash_side():
         conn.flushdb()
         ids = [enqueue(conn, "noop", {}, owner=owner(i))[0] for i in range(n)]
-        wall = run_burst(children, [sys.executable, "-m", "jobs.cli", "worker", "--burst",
+        wall = run_burst(children, [sys.executable, "-m", "cli", "worker", "--burst",
                                     "--log-level", "WARNING"], env, timeout=300)
         ok = sum(1 for i in ids if conn.hget(keys.job(i), "state") == b"succeeded")
         if ok != n:
@@ -211,7 +211,7 @@ def leash_reclaim(children: Children, own: OwnRedis, conn, lease_seconds: float)
     env = worker_env(own.url, LEASH_LEASE_SECONDS=str(lease_seconds), LEASH_LOCAL_DELAY_MS="300")
     procs = {}
     for name in ("reclaim-a", "reclaim-b"):
-        procs[name] = children.start([sys.executable, "-m", "jobs.cli", "worker", "--name", name,
+        procs[name] = children.start([sys.executable, "-m", "cli", "worker", "--name", name,
                                       "--log-level", "ERROR"], env)
     items = [f"item {i}" for i in range(60)]
     job_id, _ = enqueue(conn, "classify", {"items": items, "labels": ["a", "b"]})

@@ -103,7 +103,7 @@ def main() -> int:
 
         def do_run():
             for _i in range(args.workers):
-                procs.append(children.start([sys.executable, "-m", "jobs.cli", "worker", "--log-level", "WARNING"], env))
+                procs.append(children.start([sys.executable, "-m", "cli", "worker", "--log-level", "WARNING"], env))
             # One HGET per round on the outcome totals, so watching costs next to nothing.
             done = wait_until(lambda: int(client.hget(keys.STATS_TOTALS, "succeeded:classify") or 0) >= len(ids),
                               600, interval=0.5)

@@ -101,7 +101,7 @@ class Chaos:
         name = f"chaos-w{self.serial}"
         log = open(self.redis.dir / f"{name}.log", "wb")
         self.workers[name] = self.children.start(
-            [sys.executable, "-m", "jobs.cli", "worker", "--name", name], self.env(),
+            [sys.executable, "-m", "cli", "worker", "--name", name], self.env(),
             stdout=log, stderr=log)
         return name
 

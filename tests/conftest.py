@@ -90,7 +90,7 @@ class Workers:
         env.update(extra_env or {})
         env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "jobs.cli", "worker", "--log-level", "WARNING", *args],
+            [sys.executable, "-m", "cli", "worker", "--log-level", "WARNING", *args],
             env=env, cwd=ROOT, start_new_session=True,
         )
         self.procs.append(proc)

@@ -8,7 +8,7 @@ import json
 from click.testing import CliRunner
 
 from jobs import lease, states
-from jobs.cli import main
+from cli import main
 from jobs.watch import poll_delay, watch_job
 
 

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from jobs import alerts, keys
-from jobs.cli import main
+from cli import main
 from jobs.enqueue import enqueue
 from jobs.stats import window_counts
 from tests.conftest import wait_for

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from jobs import keys
-from jobs.cli import main
+from cli import main
 from jobs.failures import normalise, report
 from jobs.synthetic import FailedJob, traceback_text, write_failed_jobs
 

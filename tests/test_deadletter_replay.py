@@ -10,7 +10,7 @@ from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
 from jobs import deadletter, keys, lease, states
-from jobs.cli import main
+from cli import main
 from jobs.enqueue import enqueue
 from jobs.synthetic import FailedJob, traceback_text, write_failed_jobs
 from tests.conftest import wait_for

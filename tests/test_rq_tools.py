@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from jobs import consistency, deadletter, failures, keys, states
-from jobs.cli import main
+from cli import main
 from jobs.enqueue import enqueue
 from tests.conftest import REDIS_URL, ROOT, wait_for
 from tests.kinds_for_tests import item_calls

@@ -12,8 +12,8 @@ import sys
 
 import click
 
-from . import alerts, clock, deadletter, durations, failures
-from .connection import connect_checked
+from jobs import alerts, clock, deadletter, durations, failures
+from jobs.connection import connect_checked
 
 #: Above this many jobs, replay asks before acting (unless --yes).
 CONFIRM_ABOVE = 10

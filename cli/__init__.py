@@ -8,11 +8,12 @@ import sys
 
 import click
 
-from . import logs, reporting, states
-from .connection import connect_checked
-from .enqueue import enqueue
-from .errors import InvalidJob, NoSuchJob
-from .watch import watch_job
+from jobs import logs, reporting, states
+from jobs.connection import connect_checked
+from jobs.enqueue import enqueue
+from jobs.errors import InvalidJob, NoSuchJob
+
+from jobs.watch import watch_job
 
 
 
@@ -23,7 +24,7 @@ class NotFound(click.ClickException):
 @click.group(context_settings={"auto_envvar_prefix": "LEASH", "help_option_names": ["-h", "--help"]})
 def main() -> None:
     """leash: a queue for long-running AI jobs whose states are never wrong."""
-    from .config import settings
+    from jobs.config import settings
 
     try:
         settings()  # a bad LEASH_* variable is a message and exit 2, not a traceback later
@@ -44,9 +45,9 @@ def main() -> None:
               help="Module(s) that register your job kinds (comma-separated in the env var).")
 def worker(queues, burst, name, scheduler, log_level, imports):
     """Run a worker (RQ Worker with leases, reaping and deploy hand-off)."""
-    from .config import settings
-    from .kinds import import_kinds
-    from .worker import LeashWorker
+    from jobs.config import settings
+    from jobs.kinds import import_kinds
+    from jobs.worker import LeashWorker
 
     try:
         import_kinds(imports)
@@ -133,13 +134,13 @@ def watch(job_id):
 def dev(port, n_workers):
     """Run Redis (REDIS_URL, a redis-server on PATH, or the bundled one), the web app and
     workers on this machine; Ctrl-C stops all of it."""
-    from .devserver import run_dev
+    from jobs.devserver import run_dev
 
     sys.exit(run_dev(port=port, n_workers=n_workers))
 
 
 # Dead-letter commands (failures, alert, replay) live in their own module.
-from .cli_deadletter import register as _register_deadletter  # noqa: E402
+from .deadletter import register as _register_deadletter  # noqa: E402
 
 _register_deadletter(main)
 
