@@ -9,7 +9,7 @@ import sys
 import click
 
 from jobs import logs, reporting, states
-from jobs.connection import connect_checked
+from .connection import connect_checked
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob, NoSuchJob
 

@@ -13,7 +13,7 @@ import sys
 import click
 
 from jobs import alerts, clock, deadletter, durations, failures
-from jobs.connection import connect_checked
+from .connection import connect_checked
 
 #: Above this many jobs, replay asks before acting (unless --yes).
 CONFIRM_ABOVE = 10

@@ -61,7 +61,9 @@ class Check:
 
 
 def check(connection: Redis, window: float = 3600, max_failures: int | None = None,
-          max_ratio: float | None = None, kind: str | None = None, now: float | None = None) -> Check:
+          max_ratio: float | None = None, kind: str | None = None, now: float | None = None,
+          include_canceled: bool = False) -> Check:
+    """The failure rate over ``window``; canceled jobs are not failures unless included."""
     if not 0 < window <= MAX_WINDOW:
         raise ValueError(f"the window must be longer than 0 and at most {render(MAX_WINDOW)} "
                          "(outcome counters are kept two days)")
@@ -71,7 +73,8 @@ def check(connection: Redis, window: float = 3600, max_failures: int | None = No
         raise ValueError("--max-ratio must be between 0 and 1")
     now = clock.wall() if now is None else now
     counts = window_counts(connection, int(window), kind=kind, now=now)
-    result = Check(window, kind, counts["failed"], counts["succeeded"], max_failures, max_ratio, now)
+    failed = counts["failed"] + (counts["canceled"] if include_canceled else 0)
+    result = Check(window, kind, failed, counts["succeeded"], max_failures, max_ratio, now)
     if max_failures is not None and result.failed > max_failures:
         result.breaches.append(f"{result.failed} failures > --max-failures {max_failures}")
     if max_ratio is not None and result.ratio > max_ratio:

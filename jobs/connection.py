@@ -28,16 +28,3 @@ def connect(url: str | None = None, client_class: type[Redis] = Redis, **kwargs)
     kwargs.setdefault("socket_connect_timeout", 5)
     return client_class.from_url(url, **kwargs)
 
-
-def connect_checked(url: str | None = None):
-    """A connection for the command line: pinged once, so an unreachable Redis is one clear
-    message (click turns the exception into exit status 1) instead of a traceback later."""
-    import click
-    import redis
-
-    conn = connect(url)
-    try:
-        conn.ping()
-    except redis.exceptions.RedisError as exc:
-        raise click.ClickException(f"cannot reach Redis ({exc}); set REDIS_URL") from None
-    return conn

@@ -9,7 +9,7 @@ from rq.serializers import JSONSerializer
 
 from . import clock, keys, scripts
 from .config import settings
-from .errors import NoSuchJob
+from .errors import CANCELED, NoSuchJob
 from .lease import error_entry
 
 
@@ -30,9 +30,9 @@ def cancel(connection: Redis, job_id: str, now: float | None = None) -> str:
     state = scripts.run(
         connection, "cancel_v1",
         keys=[keys.job(job_id), keys.CANCELS, keys.items(job_id), keys.errors(job_id)]
-        + keys.outcome_keys("failed", kind, now) + [keys.FAILED_INDEX, keys.payload(job_id)],
+        + keys.outcome_keys("canceled", kind, now) + [keys.FAILED_INDEX, keys.payload(job_id)],
         args=[job_id, now, now + s.cancel_grace, s.result_ttl,
-              error_entry(int(attempts or 0), "canceled", now), f"failed:{kind}", keys.STATS_MINUTE_TTL],
+              error_entry(int(attempts or 0), CANCELED, now), f"canceled:{kind}", keys.STATS_MINUTE_TTL],
     )
     state = state.decode() if isinstance(state, bytes) else state
     if state == "missing":

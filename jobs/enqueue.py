@@ -149,6 +149,24 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
     raise InvalidJob("the idempotency key is being used by many submissions at once; retry")
 
 
+#: Characters of each submitted option (a template, a label) kept in the job hash for status
+#: reads, which must stay small; the whole payload has its own key.
+PARAM_CHARS = 500
+
+
+def submitted_params(payload: dict) -> str:
+    """The payload without its items (labels, template...), each string cut to PARAM_CHARS."""
+    def cut(value):
+        if isinstance(value, str):
+            return value if len(value) <= PARAM_CHARS else value[:PARAM_CHARS] + "…"
+        if isinstance(value, list):
+            return [cut(v) for v in value[:50]]
+        return value
+
+    return json.dumps({name: cut(value) for name, value in payload.items() if name != "items"},
+                      separators=(",", ":"), ensure_ascii=False)
+
+
 def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str,
                max_attempts: int, total: int, now: float, s: Settings) -> None:
     """leash's record and RQ's rate-limited job, queued on one transaction: no crash can leave
@@ -157,6 +175,7 @@ def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str
     pipe.hset(keys.job(job_id), mapping={
         "kind": kind, "owner": owner, "queue": q.name, "state": "queued",
         "max_attempts": max_attempts, "total": total, "created_at": now, "updated_at": now,
+        "params": submitted_params(payload),
     })
     pipe.set(keys.payload(job_id), json.dumps(payload, separators=(",", ":")))
     pipe.zadd(keys.owner_jobs(owner), {job_id: now})

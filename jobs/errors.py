@@ -28,6 +28,10 @@ class LeaseLost(LeashError):
     """This attempt no longer holds the job's lease; another attempt owns it now."""
 
 
+#: The error text of a canceled job (it ends in ``failed``, the terminal state, flagged canceled).
+CANCELED = "canceled"
+
+
 class Canceled(LeashError):
     """canceled"""
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from redis import Redis
 
 from . import clock, keys, scripts
+from .details import is_canceled
 
 GROUP_CHARS = 80
 #: Characters of the first line read before normalising (placeholders are shorter than what
@@ -175,13 +176,16 @@ def _fetch_heads(connection: Redis, job_ids: list[str], limit: int) -> list:
 
 
 def report(connection: Redis, since: float | None = 24 * 3600, kind: str | None = None,
-           now: float | None = None) -> dict:
-    """Groups, biggest first, and the number of failed jobs they cover."""
+           now: float | None = None, include_canceled: bool = False) -> dict:
+    """Groups, biggest first, and the number of failed jobs they cover; canceled jobs are
+    left out unless ``include_canceled``."""
     groups: dict[tuple[str, str], Group] = {}
     seen: dict[str, str] = {}  # raw head -> normalised (repeated heads are common)
     total = 0
     for head in iter_heads(connection, failed_ids(connection, since, now=now)):
         if head is None or (kind is not None and head.kind != kind):
+            continue
+        if not include_canceled and is_canceled(head.first_line):
             continue
         text = seen.get(head.first_line)
         if text is None:

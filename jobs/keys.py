@@ -57,8 +57,14 @@ def errors(job_id: str) -> str:
     return f"{PREFIX}errors:{job_id}"
 
 
+def history(job_id: str) -> str:
+    """List of this job's attempts as they started (attempt, at, worker) and, for those given
+    back without an error, how they ended (attempt, at, ended: handed off | deferred)."""
+    return f"{PREFIX}history:{job_id}"
+
+
 def stats_minute(outcome: str, kind: str, minute: int) -> str:
-    """Count of jobs that ended in ``outcome`` (succeeded|failed) during one minute
+    """Count of jobs that ended in ``outcome`` (succeeded|failed|canceled) during one minute
     (unix time // 60); ``kind`` "_all" counts every kind."""
     return f"{PREFIX}stats:{outcome}:{kind}:{minute}"
 

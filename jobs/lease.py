@@ -22,7 +22,7 @@ from rq.utils import utcformat
 
 from . import clock, keys, scripts
 from .config import settings
-from .errors import LeaseLost
+from .errors import CANCELED, LeaseLost
 
 
 def error_entry(attempt: int, message: str, now: float) -> str:
@@ -170,13 +170,15 @@ class Attempt:
     def fail(self, message: str, permanent: bool, now: float | None = None) -> str:
         """Record this attempt's error; returns the new state (queued or failed)."""
         now = clock.wall() if now is None else now
+        # A cancel ends in failed too, but is counted apart: alerts are about failures.
+        outcome = "canceled" if message == CANCELED else "failed"
         reply, retried = self._run(
             "fail_v1",
             self._common_keys() + [keys.items(self.job_id), keys.errors(self.job_id), keys.REJECTED_WRITES]
-            + keys.outcome_keys("failed", self.kind, now) + [keys.FAILED_INDEX, keys.payload(self.job_id)],
+            + keys.outcome_keys(outcome, self.kind, now) + [keys.FAILED_INDEX, keys.payload(self.job_id)],
             [self.job_id, self.token, now, message, 1 if permanent else 0,
              settings().result_ttl, error_entry(self.number, message, now),
-             f"failed:{self.kind}", keys.STATS_MINUTE_TTL],
+             f"{outcome}:{self.kind}", keys.STATS_MINUTE_TTL],
         )
         if int(reply[0]) != 1 and retried:
             landed = self.landed("queued", "failed")
@@ -203,6 +205,7 @@ class Attempt:
                 keys.rq_started(self.queue, self.connection),
                 keys.rq_executions(self.job_id, self.connection),
                 keys.REJECTED_WRITES,
+                keys.history(self.job_id),
             ],
             [self.job_id, self.token, now, utcformat(rq_now()), "1" if requeue else "0"],
         )
@@ -226,8 +229,10 @@ def claim(connection: Redis, job_id: str, queue: str, worker: str,
     now = clock.wall() if now is None else now
     lease_seconds = settings().lease_seconds
     reply = scripts.run(
-        connection, "claim_v1", keys=[keys.job(job_id), keys.LEASES],
-        args=[job_id, now, lease_seconds, worker],
+        connection, "claim_v1", keys=[keys.job(job_id), keys.LEASES, keys.history(job_id)],
+        # The history outlives the job's record by a margin: the record's TTL starts when the
+        # job ends, which is after its last claim.
+        args=[job_id, now, lease_seconds, worker, 2 * settings().result_ttl],
     )
     if int(reply[0]) != 1:
         return None

@@ -23,6 +23,7 @@ from typing import Any
 from redis import Redis
 
 from . import clock, keys
+from .details import details
 from .consistency import REMOVED, requeued_by_rq
 from .errors import NoSuchJob
 
@@ -42,7 +43,10 @@ _RQ_ENDED = {"failed": "failed in RQ", "stopped": "stopped by RQ's stop command"
              "canceled": "canceled in RQ", None: REMOVED}
 
 FIELDS = ("job_id", "kind", "state", "done", "total", "result", "error", "stale", "attempts",
-          "max_attempts", "created_at", "updated_at", "lease_expires_at")
+          "max_attempts", "created_at", "updated_at", "lease_expires_at",
+          # What a person watching the job wants to know (see ``details``).
+          "canceled", "error_summary", "started_at", "finished_at", "elapsed_seconds", "items_per_second",
+          "eta_seconds", "labels", "template", "results_url", "waiting", "next_retry_at", "history")
 
 
 def _text(value: bytes | str | None) -> str | None:
@@ -74,22 +78,42 @@ def decide(leash_state: str, rq_status: str | None, lease_expires_at: float | No
 def read(connection: Redis, job_id: str) -> tuple[dict, str | None]:
     """What the adapter needs, in one round trip: leash's job hash and RQ's status. Never
     reads the item results. The hash is empty for an unknown (or expired) job."""
+    raw, rq_status, _, _ = read_with_history(connection, job_id)
+    return raw, rq_status
+
+
+def read_with_history(connection: Redis, job_id: str) -> tuple[dict, str | None, list, list]:
+    """``read`` plus the job's error and attempt history lists, still one round trip."""
     with connection.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.job(job_id))
         pipe.hget(keys.rq_job(job_id), "status")
-        raw, rq_status = pipe.execute()
-    return raw, _text(rq_status)
+        pipe.lrange(keys.errors(job_id), 0, -1)
+        pipe.lrange(keys.history(job_id), 0, -1)
+        raw, rq_status, errors, history = pipe.execute()
+    return raw, _text(rq_status), errors, history
 
 
 def status(connection: Redis, job_id: str, now: float | None = None) -> dict[str, Any]:
-    """The status fields of one job, in one round trip."""
-    raw, rq_status = read(connection, job_id)
+    """The status fields of one job: one round trip (two for a job waiting for a retry, to
+    read when RQ's scheduler will bring it back)."""
+    raw, rq_status, errors, history = read_with_history(connection, job_id)
     if not raw:
         raise NoSuchJob(f"no such job: {job_id}")
-    return from_raw(job_id, raw, rq_status, now=now)
+    return from_raw(job_id, raw, rq_status, now=now, errors=errors, history=history,
+                    retry_at=retry_time(connection, job_id, raw, rq_status))
 
 
-def from_raw(job_id: str, raw: dict, rq_status: str | None, now: float | None = None) -> dict[str, Any]:
+def retry_time(connection: Redis, job_id: str, raw: dict, rq_status: str | None) -> float | None:
+    """When RQ's scheduler brings back a job waiting for its retry (None for any other job)."""
+    if rq_status != "scheduled":
+        return None
+    queue = _text(raw.get(b"queue") or raw.get("queue"))
+    return connection.zscore(keys.rq_scheduled(queue or "leash", connection), job_id) if queue else None
+
+
+def from_raw(job_id: str, raw: dict, rq_status: str | None, now: float | None = None,
+             errors: list | None = None, history: list | None = None,
+             retry_at: float | None = None) -> dict[str, Any]:
     now = clock.wall() if now is None else now
     h = {_text(k): _text(v) for k, v in raw.items()}
     lease_expires_at = _float(h.get("lease_expires_at"))
@@ -119,5 +143,4 @@ def from_raw(job_id: str, raw: dict, rq_status: str | None, now: float | None = 
         "created_at": clock.iso(_float(h.get("created_at"))),
         "updated_at": clock.iso(_float(h.get("updated_at"))),
         "lease_expires_at": clock.iso(lease_expires_at) if state == State.RUNNING else None,
-    }
-
+    } | details(job_id, h, state.value, error, rq_status, now, errors or [], history or [], retry_at)

@@ -10,14 +10,14 @@ from . import clock, keys
 
 def window_counts(connection: Redis, seconds: int, kind: str | None = None,
                   now: float | None = None) -> dict[str, int]:
-    """Succeeded and failed counts over the last ``seconds`` (whole minutes, this one
+    """Succeeded, failed and canceled counts over the last ``seconds`` (whole minutes, this one
     included), for one kind or all kinds."""
     now = clock.wall() if now is None else now
     last = int(now // 60)
     minutes = range(last - max(1, -(-seconds // 60)) + 1, last + 1)
     label = kind or "_all"
     counts = {}
-    for outcome in ("succeeded", "failed"):
+    for outcome in ("succeeded", "failed", "canceled"):
         values = connection.mget([keys.stats_minute(outcome, label, m) for m in minutes])
         counts[outcome] = sum(int(v) for v in values if v is not None)
     return counts

@@ -145,7 +145,9 @@ def test_status_is_one_round_trip_and_never_reads_items(conn):
     conn.pipeline = recording_pipeline
     fields = states.status(conn, job_id)
     assert round_trips == ["pipeline"], "one status read is one round trip"
-    assert commands == [("HGETALL", keys.job(job_id)), ("HGET", keys.rq_job(job_id))]
+    # The job hash, RQ's status and the two short history lists (errors, attempts): never the items.
+    assert commands == [("HGETALL", keys.job(job_id)), ("HGET", keys.rq_job(job_id)),
+                        ("LRANGE", keys.errors(job_id)), ("LRANGE", keys.history(job_id))]
     assert fields["result"] == {"summary": {"items": 3}, "url": f"/jobs/{job_id}/result"}
     assert conn.memory_usage(keys.job(job_id)) < 2048, "the job hash stays small however large the results"
     assert conn.memory_usage(keys.items(job_id)) > 150_000

@@ -1,0 +1,118 @@
+"""Which Redis a ``leash`` command talks to, and what it says when that Redis is wrong.
+
+``REDIS_URL`` if set; else the URL that a running ``leash dev`` recorded (said once on
+stderr, so nobody wonders which Redis answered); else ``redis://127.0.0.1:6379/0``. A URL
+that is not a Redis URL is one line and exit status 2; an unreachable Redis is one line
+that names the URL tried.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import click
+import redis
+
+from jobs.connection import DEFAULT_URL, connect
+
+#: Where ``leash dev`` writes the addresses it uses, for the other commands to find.
+RECORD_NAME = "dev.json"
+
+
+class BadRedisUrl(click.ClickException):
+    exit_code = 2
+
+
+def record_path() -> Path:
+    """``$XDG_STATE_HOME/leash/dev.json`` (``~/.local/state/leash/dev.json`` by default)."""
+    state_home = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state_home) / "leash" / RECORD_NAME
+
+
+def read_record() -> dict:
+    try:
+        record = json.loads(record_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def write_record(redis_url: str, web_url: str, pid: int) -> Path:
+    path = record_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"redis_url": redis_url, "web_url": web_url, "pid": pid}))
+    tmp.replace(path)  # readers never see half a file
+    return path
+
+
+def remove_record(pid: int) -> None:
+    """Forget the record if it is still ours (a second ``leash dev`` may have replaced it)."""
+    if read_record().get("pid") == pid:
+        record_path().unlink(missing_ok=True)
+
+
+def shown(url: str) -> str:
+    """The URL with its password masked, for messages."""
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = parts.netloc.replace(":" + parts.password + "@", ":***@", 1)
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+def check_url(url: str, origin: str) -> None:
+    """Raise ``BadRedisUrl`` (exit 2) unless ``url`` is a URL redis-py can use."""
+    example = "redis://localhost:6379/0"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parsing the port is what raises for "host:abc"
+    except ValueError as exc:
+        raise BadRedisUrl(f"{origin} {shown(url)!r} is not a Redis URL ({exc}); write it like {example}") from None
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise BadRedisUrl(f"{origin} {shown(url)!r} is not a Redis URL: it must start with redis://, rediss:// "
+                          f"or unix://, e.g. {example}")
+
+
+_said: set[str] = set()
+
+
+def resolve() -> tuple[str, str]:
+    """(the URL, where it came from) — says so on stderr, once, when it came from the record."""
+    if os.environ.get("REDIS_URL"):
+        return os.environ["REDIS_URL"], "REDIS_URL"
+    recorded = read_record().get("redis_url")
+    if isinstance(recorded, str) and recorded:
+        if recorded not in _said:
+            _said.add(recorded)
+            click.echo(f"leash: using the Redis of `leash dev`, {shown(recorded)} "
+                       f"(recorded in {record_path()}; set REDIS_URL to choose another)", err=True)
+        return recorded, f"the URL recorded by `leash dev` in {record_path()}"
+    return DEFAULT_URL, "the default Redis URL"
+
+
+def web_url() -> str:
+    """Where the web app answers, for printing a job's address: ``LEASH_WEB_URL``, else the
+    one ``leash dev`` recorded, else ``leash dev``'s default."""
+    configured = os.environ.get("LEASH_WEB_URL") or read_record().get("web_url") or "http://127.0.0.1:5000"
+    return str(configured).rstrip("/")
+
+
+def connect_checked() -> redis.Redis:
+    """A connection for the command line, pinged once: a bad or unreachable Redis is one
+    line naming the URL instead of a traceback later."""
+    url, origin = resolve()
+    check_url(url, "REDIS_URL" if origin == "REDIS_URL" else origin)
+    try:
+        conn = connect(url)
+        conn.ping()
+    except ValueError as exc:
+        raise BadRedisUrl(f"{shown(url)!r} is not a Redis URL ({exc}); write it like redis://localhost:6379/0") from None
+    except redis.exceptions.RedisError as exc:
+        hint = "is `leash dev` still running? " if origin != "REDIS_URL" and origin != "the default Redis URL" else ""
+        raise click.ClickException(f"cannot reach Redis at {shown(url)} ({exc}); {hint}set REDIS_URL") from None
+    conn.leash_url = shown(url)  # type: ignore[attr-defined]  # for errors later in the command
+    return conn

@@ -1,0 +1,145 @@
+"""The status fields a person watching a job wants beside the state: timing, speed, what was
+submitted, why it waits, and each attempt's story. Computed from what the status read already
+holds (the job hash, RQ's status, the error and attempt history lists); no extra reads.
+
+    canceled         a failed job that was canceled (the state machine still says failed)
+    error_summary    the first line of ``error``; the traceback stays in ``error``
+    started_at       when the first attempt started; finished_at: when the job ended
+    elapsed_seconds  from the first start to the end (or to now)
+    items_per_second over the current attempt (or the whole run once ended)
+    eta_seconds      at that rate, for the items left (running jobs only)
+    labels/template  as submitted
+    results_url      the per-item results, readable while the job runs
+    waiting          why a queued job is not running: the owner's limit, a retry, the queue
+    next_retry_at    when a job waiting for a retry comes back
+    history          one entry per attempt: when, worker, how it ended
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from . import clock
+from .config import settings
+from .errors import CANCELED
+
+#: How RQ's own cancel reads in leash (jobs/consistency.py).
+CANCELED_IN_RQ = "canceled in RQ"
+
+
+def is_canceled(error: str | None) -> bool:
+    return bool(error) and (error == CANCELED or error.startswith(CANCELED_IN_RQ))
+
+
+def first_line(text: str | None) -> str | None:
+    if not text:
+        return None
+    return text.strip().splitlines()[0] if text.strip() else text
+
+
+def _float(value: str | None) -> float | None:
+    try:
+        return float(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def _entries(raw: list) -> list[dict]:
+    out = []
+    for item in raw:
+        try:
+            entry = json.loads(item)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            out.append(entry)
+    return out
+
+
+def history(errors: list, starts: list, state: str, error: str | None) -> list[dict[str, Any]]:
+    """One entry per attempt, oldest first: {attempt, started_at, worker, ended_at, ended}.
+    ``ended`` is "running", "succeeded", "canceled", "handed off", "deferred", "lease
+    expired", or the first line of the attempt's error."""
+    errors_left = _entries(errors)
+    attempts: list[dict[str, Any]] = []
+    for entry in _entries(starts):
+        if "ended" in entry:  # a give-back (hand-off or deferral) of the latest attempt
+            if attempts and attempts[-1]["ended"] is None:
+                attempts[-1].update(ended=entry["ended"], ended_at=clock.iso(_float(entry.get("at"))))
+            continue
+        attempts.append({"attempt": entry.get("attempt"), "started_at": clock.iso(_float(entry.get("at"))),
+                         "worker": entry.get("worker"), "ended_at": None, "ended": None})
+    for attempt in attempts:
+        if attempt["ended"] is not None:
+            continue
+        match = next((e for e in errors_left if e.get("attempt") == attempt["attempt"]), None)
+        if match is not None:
+            errors_left.remove(match)
+            text = str(match.get("error") or "")
+            attempt["ended"] = "lease expired" if text.startswith("lease expired") else first_line(text)
+            attempt["ended_at"] = clock.iso(_float(match.get("at")))
+    if attempts and attempts[-1]["ended"] is None:
+        last = attempts[-1]
+        if state == "running":
+            last["ended"] = "running"
+        elif state == "succeeded":
+            last["ended"] = "succeeded"
+        elif state == "failed":
+            last["ended"] = "canceled" if is_canceled(error) else first_line(error)
+    # A cancel of a queued job ends no attempt: the errors left say so.
+    return attempts
+
+
+def waiting(state: str, rq_status: str | None, retry_at: float | None) -> str | None:
+    if state != "queued":
+        return None
+    if rq_status == "rate_limited":
+        limit = settings().owner_concurrency
+        return (f"owner limit reached: {limit} of {limit} jobs queued or running (LEASH_OWNER_CONCURRENCY); "
+                "it starts when one of them ends")
+    if rq_status == "scheduled":
+        when = clock.iso(retry_at) if retry_at else None
+        return f"waiting to retry at {when[:19].replace('T', ' ')} UTC" if when else "waiting to retry"
+    return "in the queue, waiting for a worker"
+
+
+def details(job_id: str, h: dict, state: str, error: str | None, rq_status: str | None, now: float,
+            errors: list, starts: list, retry_at: float | None) -> dict[str, Any]:
+    done, total = int(h.get("done") or 0), int(h.get("total") or 0)
+    first_start = _float(h.get("first_started_at")) or _float(h.get("started_at"))
+    ended_at = _float(h.get("ended_at")) if state in ("succeeded", "failed") else None
+    if ended_at is None and state in ("succeeded", "failed"):
+        ended_at = _float(h.get("updated_at"))
+    elapsed = None
+    if first_start is not None:
+        elapsed = max(0.0, (ended_at or now) - first_start)
+    rate = None
+    if state == "running":
+        # Over this attempt only: items an earlier attempt checkpointed did not take its time.
+        attempt_start = _float(h.get("started_at"))
+        progressed = done - int(h.get("done_at_start") or 0)
+        if attempt_start is not None and progressed > 0:
+            rate = progressed / max(now - attempt_start, 1e-3)
+    elif state == "succeeded" and elapsed:
+        rate = done / elapsed
+    eta = (total - done) / rate if state == "running" and rate and total >= done else None
+    try:
+        params = json.loads(h.get("params") or "{}")
+    except ValueError:
+        params = {}
+    return {
+        "canceled": state == "failed" and is_canceled(error),
+        "error_summary": first_line(error),
+        "started_at": clock.iso(first_start),
+        "finished_at": clock.iso(ended_at),
+        "elapsed_seconds": round(elapsed, 1) if elapsed is not None else None,
+        "items_per_second": round(rate, 3) if rate is not None else None,
+        "eta_seconds": round(eta, 1) if eta is not None else None,
+        "labels": params.get("labels"),
+        "template": params.get("template"),
+        "results_url": f"/jobs/{job_id}/result",
+        "waiting": waiting(state, rq_status, retry_at),
+        "next_retry_at": clock.iso(retry_at) if state == "queued" and retry_at else None,
+        "history": history(errors, starts, state, error),
+    }
