@@ -7,7 +7,7 @@ import pytest
 
 from jobs import keys
 from tests.web_support import CLASSIFY, HTML, TOKENS, bearer, csrf_from, finish_job
-from web.auth import SHARED_OWNER, parse_tokens
+from jobs.owners import SHARED_OWNER, parse_tokens
 
 
 def test_owner_b_gets_404_on_owner_a_job_its_result_and_its_cancel(token_app, conn):
@@ -48,8 +48,8 @@ def test_an_unknown_owner_never_sees_jobs_and_idempotency_keys_are_per_owner(tok
     assert [j["job_id"] for j in client.get("/jobs", headers=bearer("alice")).get_json()["jobs"]] == [alice["job_id"]]
 
 
-def test_browsers_are_owners_by_their_session_and_cannot_see_each_other(app, conn):
-    first, second = app.test_client(), app.test_client()
+def test_with_tokens_browsers_are_owners_by_their_session_and_cannot_see_each_other(token_app, conn):
+    first, second = token_app.test_client(), token_app.test_client()
     page = first.get("/", headers=HTML)
     response = first.post("/", data={"kind": "classify", "labels": "a, b", "items": "one\ntwo",
                                      "csrf_token": csrf_from(page.data), "submission": "submission-1"})
@@ -82,6 +82,20 @@ def test_open_mode_callers_share_one_owner_and_need_no_token(client, conn):
     assert conn.hget(keys.job(job_id), "owner").decode() == SHARED_OWNER
     ignored = client.get(f"/jobs/{job_id}", headers={"Authorization": "Bearer anything-at-all-here"})
     assert ignored.status_code == 200
+
+
+def test_open_mode_a_job_from_the_form_or_curl_is_visible_at_its_address_from_both(app, conn):
+    browser, curl = app.test_client(), app.test_client()
+    page = browser.get("/", headers=HTML)
+    posted = browser.post("/", data={"kind": "classify", "labels": "a, b", "items": "one\ntwo",
+                                     "csrf_token": csrf_from(page.data), "submission": "submission-1"})
+    from_form = posted.headers["Location"]
+    assert curl.get(from_form).status_code == 200  # no cookie at all, as curl
+    from_curl = curl.post("/jobs", json=CLASSIFY).get_json()["url"]
+    assert browser.get(from_curl, headers=HTML).status_code == 200
+    assert browser.get(f"{from_curl}/result").status_code == 200
+    listed = {j["job_id"] for j in curl.get("/jobs").get_json()["jobs"]}
+    assert {from_form.rsplit("/", 1)[1], from_curl.rsplit("/", 1)[1]} <= listed
 
 
 def test_token_requests_need_no_csrf_token(token_app, conn):

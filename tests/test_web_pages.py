@@ -45,7 +45,8 @@ def test_a_valid_submission_is_a_303_to_the_job_page(browser, conn):
     assert response.status_code == 303
     job_id = re.fullmatch(r"/jobs/([\w-]+)", response.headers["Location"]).group(1)
     assert payload_of(conn, job_id) == {"items": ["good film", "bad film"], "labels": ["positive", "negative"]}
-    assert conn.hget(keys.job(job_id), "owner").decode().startswith("browser:")
+    # Open mode (the default): the form's jobs belong to the one shared owner, like the CLI's and curl's.
+    assert conn.hget(keys.job(job_id), "owner").decode() == "shared"
 
 
 def test_submitting_the_same_form_twice_makes_one_job(browser, conn):

@@ -1,0 +1,116 @@
+"""``leash watch``: a job's progress on one terminal line until it ends.
+
+The bar is click's progress bar (percent, done/total); beside it leash's own figures from
+the status fields: items/s and ETA over the current attempt, elapsed time, stale, and the
+first line of the last error while the job is retried. The line is cut to the terminal's
+width minus one column, so it never wraps, and each redraw pads over the previous one. When
+the output is not a terminal (a log, a pipe) it prints one plain line per change instead.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from typing import TextIO
+
+import click
+
+from jobs.watch import TERMINAL, poll_delay
+
+BAR_TEMPLATE = "[%(bar)s] %(info)s"
+
+
+def clock_text(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def facts(fields: dict) -> str:
+    """What follows the bar: state, speed, ETA, elapsed, then what is wrong if anything."""
+    parts = ["canceled" if fields.get("canceled") else fields["state"]]
+    if fields.get("items_per_second"):
+        parts.append(f"{fields['items_per_second']:.1f} items/s")
+    if fields["state"] == "running":
+        parts.append(f"ETA {clock_text(fields.get('eta_seconds'))}")
+    if fields.get("elapsed_seconds") is not None:
+        parts.append(f"elapsed {clock_text(fields['elapsed_seconds'])}")
+    parts.append(f"attempt {fields['attempts']}/{fields['max_attempts']}")
+    if fields.get("stale"):
+        parts.append("STALE: the worker stopped reporting; it will be retried")
+    elif fields["state"] == "queued" and fields.get("waiting"):
+        parts.append(fields["waiting"])
+    if fields.get("error_summary") and not fields.get("canceled"):
+        parts.append(fields["error_summary"])
+    return " · ".join(parts)
+
+
+def fit(text: str, room: int) -> str:
+    room = max(room, 1)
+    return text if len(text) <= room else text[:room - 1] + "…"
+
+
+class JobLine:
+    """One job's progress line, redrawn in place on a terminal."""
+
+    def __init__(self, out: TextIO, columns: int | None = None, tty: bool | None = None):
+        self.out = out
+        self.columns = columns
+        self.tty = out.isatty() if tty is None else tty
+        self.bar = click.progressbar(length=1, file=out, show_pos=True, show_percent=True, show_eta=False,
+                                     bar_template=BAR_TEMPLATE, fill_char="#", empty_char="-",
+                                     item_show_func=lambda info: info)
+        self.bar._is_atty = self.tty  # click decides from the file; tests pass a StringIO
+        self.last_plain = None
+
+    def draw(self, fields: dict) -> None:
+        total, done = fields["total"] or 0, fields["done"] or 0
+        if fields["state"] == "succeeded" and not total:
+            total = done = 1
+        info = facts(fields)
+        if not self.tty:
+            percent = int(100 * done / total) if total else 0
+            line = f"{percent}% {done}/{total} {info}"
+            if line != self.last_plain:
+                self.last_plain = line
+                self.out.write(line + "\n")
+                self.out.flush()
+            return
+        columns = self.columns or shutil.get_terminal_size().columns
+        bar = self.bar
+        bar.length = max(total, 1)
+        bar.width = max(5, min(30, columns // 4))
+        bar.pos = min(done, bar.length)
+        bar.finished = False
+        # Everything but the info: "[" bar "] " pos "  " pct "  "
+        used = bar.width + 4 + len(bar.format_pos()) + len(bar.info_sep) + len(bar.format_pct()) + len(bar.info_sep)
+        bar.current_item = fit(info, columns - 1 - used)
+        if bar.max_width is not None:  # the terminal may have narrowed: never pad past its edge
+            bar.max_width = min(bar.max_width, columns - 1)
+        bar.render_progress()
+
+    def close(self) -> None:
+        if self.tty:
+            self.out.write("\n")
+            self.out.flush()
+
+
+def follow(fetch: Callable[[], dict], first: dict, out: TextIO, sleep: Callable[[float], None] = time.sleep,
+           clock: Callable[[], float] = time.monotonic, columns: int | None = None,
+           tty: bool | None = None) -> dict:
+    """Draw the job until it ends; returns its last status fields. Ctrl-C propagates."""
+    line = JobLine(out, columns=columns, tty=tty)
+    started = clock()
+    fields = first
+    try:
+        while True:
+            line.draw(fields)
+            if fields["state"] in TERMINAL:
+                return fields
+            sleep(poll_delay(clock() - started))
+            fields = fetch()
+    finally:
+        line.close()
