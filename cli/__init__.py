@@ -1,27 +1,30 @@
 """The ``leash`` command. Every option can also be set by the environment variable shown
-in ``--help``; ``REDIS_URL`` selects Redis for all commands."""
+in ``--help``. Redis is ``REDIS_URL``, else the one a running ``leash dev`` recorded (see
+cli/connection.py); any Redis error is one line naming the URL tried."""
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
+import redis
 
-from jobs import logs, reporting, states
-from .connection import connect_checked
-from jobs.enqueue import enqueue
-from jobs.errors import InvalidJob, NoSuchJob
+from jobs import logs, reporting
 
-from jobs.watch import watch_job
-
+from . import job_commands
+from .connection import connect_checked, resolve, shown
 
 
-class NotFound(click.ClickException):
-    exit_code = 2
+class LeashGroup(click.Group):
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except redis.exceptions.RedisError as exc:
+            # After the first ping: Redis went away, or refused a command. Say which Redis.
+            raise click.ClickException(f"Redis at {shown(resolve()[0])}: {exc}") from None
 
 
-@click.group(context_settings={"auto_envvar_prefix": "LEASH", "help_option_names": ["-h", "--help"]})
+@click.group(cls=LeashGroup, context_settings={"auto_envvar_prefix": "LEASH", "help_option_names": ["-h", "--help"]})
 def main() -> None:
     """leash: a queue for long-running AI jobs whose states are never wrong."""
     from jobs.config import settings
@@ -66,78 +69,29 @@ def worker(queues, burst, name, scheduler, log_level, imports):
 
 
 @main.command()
-@click.option("--kind", default="classify", show_default=True)
-@click.option("--labels", help="Comma-separated labels (classify).")
-@click.option("--template", help="Prompt template containing {item} (kind prompt).")
-@click.option("--owner", default="default", envvar="LEASH_OWNER", show_envvar=True, show_default=True)
-@click.option("--idempotency-key", help="Submitting again with the same key returns the first job.")
-@click.option("--max-attempts", type=int, help="Attempts before the job fails (default LEASH_MAX_ATTEMPTS).")
-@click.option("--queue", help="One of the queues in LEASH_QUEUE (default: the first).")
-@click.option("--json", "as_json", is_flag=True, help='Print {"job_id": ...}.')
-@click.argument("source", type=click.File("r"), default="-")
-def submit(kind, labels, template, owner, idempotency_key, max_attempts, queue, as_json, source):
-    """Enqueue one job; items are read one per line from SOURCE (a file, or - for stdin)."""
-    items = [line.rstrip("\n") for line in source if line.strip()]
-    payload: dict = {"items": items}
-    if labels is not None:
-        payload["labels"] = [x.strip() for x in labels.split(",") if x.strip()]
-    if template is not None:
-        payload["template"] = template
-    conn = connect_checked()
-    try:
-        job_id, created = enqueue(conn, kind, payload, owner=owner, max_attempts=max_attempts,
-                                  idempotency_key=idempotency_key, queue=queue)
-    except InvalidJob as exc:
-        raise click.UsageError(str(exc)) from None
-    if as_json:
-        click.echo(json.dumps({"job_id": job_id, "created": created}))
-    else:
-        click.echo(job_id if created else f"{job_id} (existing job for this idempotency key)")
-
-
-def _status_or_exit(conn, job_id):
-    try:
-        return states.status(conn, job_id)
-    except NoSuchJob:
-        raise NotFound(f"no such job: {job_id}") from None
-
-
-@main.command()
-@click.argument("job_id")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object with the status fields.")
-def status(job_id, as_json):
-    """Print a job's status."""
-    fields = _status_or_exit(connect_checked(), job_id)
-    if as_json:
-        click.echo(json.dumps(fields))
-        return
-    for name in states.FIELDS:
-        value = fields[name]
-        click.echo(f"{name:>17}: {json.dumps(value) if isinstance(value, dict) else value}")
-
-
-@main.command()
-@click.argument("job_id")
-def watch(job_id):
-    """Follow a job with a progress bar until it ends (polls 1 s for 10 s, then every 5 s)."""
-    conn = connect_checked()
-    fields = _status_or_exit(conn, job_id)
-    final = watch_job(lambda: states.status(conn, job_id), first=fields, out=sys.stdout)
-    if final["state"] == "failed":
-        click.echo(f"error: {final['error']}", err=True)
-        sys.exit(1)
-
-
-@main.command()
-@click.option("--port", default=5000, envvar="PORT", show_envvar=True, show_default=True)
+@click.option("--port", default=5000, type=click.IntRange(1, 65535), envvar="PORT", show_envvar=True,
+              show_default=True, help="The web app's port.")
 @click.option("--workers", "n_workers", default=1, envvar="LEASH_DEV_WORKERS", show_envvar=True, show_default=True)
 def dev(port, n_workers):
     """Run Redis (REDIS_URL, a redis-server on PATH, or the bundled one), the web app and
     workers on this machine; Ctrl-C stops all of it."""
-    from jobs.devserver import run_dev
+    import os
 
-    sys.exit(run_dev(port=port, n_workers=n_workers))
+    from jobs.devserver import free_port, port_in_use, run_dev
 
+    from .connection import remove_record, write_record
+
+    if port_in_use(port):
+        raise job_commands.BadInput(f"port {port} is in use by another program; "
+                                    f"run leash dev --port {free_port(preferred=port + 1)} (or stop that program)")
+    pid = os.getpid()
+    sys.exit(run_dev(port=port, n_workers=n_workers,
+                     on_ready=lambda redis_url, web_url: write_record(redis_url, web_url, pid),
+                     on_stop=lambda: remove_record(pid)))
+
+
+for _command in job_commands.COMMANDS:
+    main.add_command(_command)
 
 # Dead-letter commands (failures, alert, replay) live in their own module.
 from .deadletter import register as _register_deadletter  # noqa: E402

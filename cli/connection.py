@@ -18,6 +18,7 @@ import redis
 
 from jobs.connection import DEFAULT_URL, connect
 
+EXAMPLE_URL = "redis://localhost:6379/0"
 #: Where ``leash dev`` writes the addresses it uses, for the other commands to find.
 RECORD_NAME = "dev.json"
 
@@ -66,7 +67,7 @@ def shown(url: str) -> str:
 
 def check_url(url: str, origin: str) -> None:
     """Raise ``BadRedisUrl`` (exit 2) unless ``url`` is a URL redis-py can use."""
-    example = "redis://localhost:6379/0"
+    example = EXAMPLE_URL
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - parsing the port is what raises for "host:abc"
@@ -110,7 +111,7 @@ def connect_checked() -> redis.Redis:
         conn = connect(url)
         conn.ping()
     except ValueError as exc:
-        raise BadRedisUrl(f"{shown(url)!r} is not a Redis URL ({exc}); write it like redis://localhost:6379/0") from None
+        raise BadRedisUrl(f"{shown(url)!r} is not a Redis URL ({exc}); write it like {EXAMPLE_URL}") from None
     except redis.exceptions.RedisError as exc:
         hint = "is `leash dev` still running? " if origin != "REDIS_URL" and origin != "the default Redis URL" else ""
         raise click.ClickException(f"cannot reach Redis at {shown(url)} ({exc}); {hint}set REDIS_URL") from None

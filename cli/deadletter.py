@@ -51,11 +51,13 @@ def _short(ts: str | None) -> str:
 @click.option("--since", default="24h", type=DURATION, show_default=True,
               help="How far back to look: 90s, 15m, 24h, 7d, 2w, or 'all'.")
 @click.option("--kind", help="Only this job kind.")
+@click.option("--include-canceled", is_flag=True, help="Count canceled jobs too (left out by default).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def failures_command(since, kind, as_json):
-    """Failed jobs grouped by kind and error (ids and numbers normalised), biggest first."""
+def failures_command(since, kind, include_canceled, as_json):
+    """Failed jobs grouped by kind and error (ids and numbers normalised), biggest first.
+    Canceled jobs end in failed too, but are not failures: they are left out unless asked."""
     conn = connect_checked()
-    result = failures.report(conn, since=since, kind=kind)
+    result = failures.report(conn, since=since, kind=kind, include_canceled=include_canceled)
     if as_json:
         click.echo(json.dumps(result))
         return
@@ -80,14 +82,18 @@ def failures_command(since, kind, as_json):
 @click.option("--kind", help="Only this job kind.")
 @click.option("--webhook", envvar="LEASH_ALERT_WEBHOOK", show_envvar=True,
               help="POST the line as JSON here when alerting (5 s timeout, retried twice).")
+@click.option("--include-canceled", is_flag=True, envvar="LEASH_ALERT_INCLUDE_CANCELED", show_envvar=True,
+              help="Count canceled jobs as failures (by default they are not).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def alert_command(window, max_failures, max_ratio, kind, webhook, as_json):
-    """One line about the failure rate; exit status 1 when over a threshold (for a scheduler)."""
+def alert_command(window, max_failures, max_ratio, kind, webhook, include_canceled, as_json):
+    """One line about the failure rate; exit status 1 when over a threshold (for a scheduler).
+    Canceled jobs are not failures unless --include-canceled."""
     if webhook and not webhook.startswith(("http://", "https://")):
         raise BadInput(f"--webhook must be an http(s) URL, got {webhook!r}")
     if window > alerts.MAX_WINDOW:
         raise BadInput(f"--window {durations.render(window)} is longer than 2d: outcome counters are kept two days")
-    result = alerts.check(connect_checked(), window, max_failures=max_failures, max_ratio=max_ratio, kind=kind)
+    result = alerts.check(connect_checked(), window, max_failures=max_failures, max_ratio=max_ratio, kind=kind,
+                          include_canceled=include_canceled)
     click.echo(json.dumps(result.as_dict()) if as_json else result.line)
     if webhook and result.alerting:
         try:

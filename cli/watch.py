@@ -32,20 +32,21 @@ def clock_text(seconds: float | None) -> str:
 def facts(fields: dict) -> str:
     """What follows the bar: state, speed, ETA, elapsed, then what is wrong if anything."""
     parts = ["canceled" if fields.get("canceled") else fields["state"]]
+    if fields.get("stale"):  # first: it is what a person must not miss
+        parts.append("STALE: no heartbeat, will be retried")
     if fields.get("items_per_second"):
         parts.append(f"{fields['items_per_second']:.1f} items/s")
     if fields["state"] == "running":
         parts.append(f"ETA {clock_text(fields.get('eta_seconds'))}")
     if fields.get("elapsed_seconds") is not None:
         parts.append(f"elapsed {clock_text(fields['elapsed_seconds'])}")
-    parts.append(f"attempt {fields['attempts']}/{fields['max_attempts']}")
-    if fields.get("stale"):
-        parts.append("STALE: the worker stopped reporting; it will be retried")
-    elif fields["state"] == "queued" and fields.get("waiting"):
+    if fields["attempts"] > 1:
+        parts.append(f"attempt {fields['attempts']}/{fields['max_attempts']}")
+    if fields["state"] == "queued" and fields.get("waiting"):
         parts.append(fields["waiting"])
     if fields.get("error_summary") and not fields.get("canceled"):
         parts.append(fields["error_summary"])
-    return " · ".join(parts)
+    return ", ".join(parts)
 
 
 def fit(text: str, room: int) -> str:
@@ -82,12 +83,13 @@ class JobLine:
         columns = self.columns or shutil.get_terminal_size().columns
         bar = self.bar
         bar.length = max(total, 1)
-        bar.width = max(5, min(30, columns // 4))
         bar.pos = min(done, bar.length)
         bar.finished = False
-        # Everything but the info: "[" bar "] " pos "  " pct "  "
-        used = bar.width + 4 + len(bar.format_pos()) + len(bar.info_sep) + len(bar.format_pct()) + len(bar.info_sep)
-        bar.current_item = fit(info, columns - 1 - used)
+        # Everything but the bar and the info: "[" "] " pos sep pct sep
+        clutter = 3 + len(bar.format_pos()) + len(bar.format_pct()) + 2 * len(bar.info_sep)
+        # The bar gives way to the facts (10 to 30 columns), then the facts are cut to fit.
+        bar.width = max(10, min(30, columns - 1 - clutter - len(info)))
+        bar.current_item = fit(info, columns - 1 - clutter - bar.width)
         if bar.max_width is not None:  # the terminal may have narrowed: never pad past its edge
             bar.max_width = min(bar.max_width, columns - 1)
         bar.render_progress()

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -82,7 +83,28 @@ def stop(procs: list[subprocess.Popen], grace: float) -> None:
             proc.wait()
 
 
-def run_dev(port: int, n_workers: int) -> int:
+def port_in_use(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def _wait_listening(port: int, proc: subprocess.Popen, stopping: Callable[[], bool], timeout: float = 30) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None and not stopping():
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.1)
+    return False
+
+
+def run_dev(port: int, n_workers: int, on_ready: Callable[[str, str], None] = lambda redis_url, web_url: None,
+            on_stop: Callable[[], None] = lambda: None) -> int:
+    """Run everything until Ctrl-C; ``on_ready(redis_url, web_url)`` once the web app answers."""
     workdir = Path(tempfile.mkdtemp(prefix="leash-dev-"))
     redis_proc = None
     url = os.environ.get("REDIS_URL")
@@ -99,7 +121,6 @@ def run_dev(port: int, n_workers: int) -> int:
     )
     workers = [subprocess.Popen(exe + ["cli", "worker"], env=env, start_new_session=True)
                for _ in range(n_workers)]
-    print(f"leash is running at http://127.0.0.1:{port}/  (Redis: {url}; Ctrl-C stops everything)", flush=True)
     stopping = {"now": False}
 
     def on_signal(signum, frame):
@@ -109,6 +130,10 @@ def run_dev(port: int, n_workers: int) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     code = 0
     try:
+        if _wait_listening(port, web, lambda: stopping["now"]):
+            print(f"leash is running at http://127.0.0.1:{port}/  (Redis: {url}; Ctrl-C stops everything)",
+                  flush=True)
+            on_ready(url, f"http://127.0.0.1:{port}")
         while not stopping["now"]:
             if any(p.poll() is not None for p in [web, *workers]):
                 print("a leash process exited; stopping", file=sys.stderr)
@@ -116,6 +141,7 @@ def run_dev(port: int, n_workers: int) -> int:
                 break
             time.sleep(0.2)
     finally:
+        on_stop()
         stop(workers, grace=25)
         stop([web], grace=5)
         if redis_proc is not None:

@@ -76,3 +76,34 @@ def item_inputs(connection: Redis, job_id: str, offset: int, limit: int) -> list
         return []
     items = payload.get("items") if isinstance(payload, dict) else None
     return items[offset:offset + limit] if isinstance(items, list) else []
+
+
+def submitted_items(connection: Redis, job_id: str) -> list[Any]:
+    """Every submitted item: leash's copy of the payload, else RQ's job."""
+    raw = connection.get(keys.payload(job_id))
+    if raw is not None:
+        try:
+            items = json.loads(raw).get("items")
+        except (ValueError, AttributeError):
+            items = None
+        if isinstance(items, list):
+            return items
+    return item_inputs(connection, job_id, 0, 10**9)
+
+
+def iter_results(connection: Redis, job_id: str, page_size: int = MAX_PAGE):
+    """(index, item, result or None) for every item, page by page: a job of any size is
+    streamed, never held whole. Raises ``NoSuchJob`` for an unknown id."""
+    first = read_page(connection, job_id, 0, page_size)
+    inputs = submitted_items(connection, job_id)
+    total = max(first.total, len(inputs))
+    page: Page | None = first
+    offset = 0
+    while offset < total:
+        if page is None:
+            page = read_page(connection, job_id, offset, page_size)
+        found = dict(page.items)
+        for index in range(offset, min(offset + page_size, total)):
+            yield index, inputs[index] if index < len(inputs) else None, found.get(index)
+        offset += page_size
+        page = None

