@@ -98,7 +98,7 @@ def storage(redis_server: OwnRedis, children: Children) -> None:
     app = create_app({"REDIS_URL": redis_server.url, "SECRET_KEY": "bench", "LEASH_API_TOKENS": ""})
     web = app.test_client()
     conn = redis_server.client()
-    children.start([sys.executable, "-m", "jobs.cli", "worker", "--no-scheduler", "--log-level", "WARNING"],
+    children.start([sys.executable, "-m", "cli", "worker", "--no-scheduler", "--log-level", "WARNING"],
                    dict(os.environ, REDIS_URL=redis_server.url, LEASH_LOCAL_DELAY_MS="0"))
     print("\n## Storage: what an accepted request leaves in Redis\n")
     print("| request | request bytes | answer | job hash bytes (MEMORY USAGE) | status answer bytes | "
