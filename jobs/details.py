@@ -5,8 +5,8 @@ holds (the job hash, RQ's status, the error and attempt history lists); no extra
     canceled         a failed job that was canceled (the state machine still says failed)
     error_summary    the first line of ``error``; the traceback stays in ``error``
     started_at       when the first attempt started; finished_at: when the job ended
-    elapsed_seconds  from the first start to the end (or to now)
-    items_per_second over the current attempt (or the whole run once ended)
+    elapsed_seconds  from the first start to the end (or to the last update)
+    items_per_second over the current attempt up to its last update (the whole run once ended)
     eta_seconds      at that rate, for the items left (running jobs only)
     labels/template  as submitted
     results_url      the per-item results, readable while the job runs
@@ -108,19 +108,21 @@ def details(job_id: str, h: dict, state: str, error: str | None, rq_status: str 
             errors: list, starts: list, retry_at: float | None) -> dict[str, Any]:
     done, total = int(h.get("done") or 0), int(h.get("total") or 0)
     first_start = _float(h.get("first_started_at")) or _float(h.get("started_at"))
-    ended_at = _float(h.get("ended_at")) if state in ("succeeded", "failed") else None
-    if ended_at is None and state in ("succeeded", "failed"):
-        ended_at = _float(h.get("updated_at"))
-    elapsed = None
-    if first_start is not None:
-        elapsed = max(0.0, (ended_at or now) - first_start)
+    updated = _float(h.get("updated_at"))
+    ended_at = None
+    if state in ("succeeded", "failed"):
+        ended_at = _float(h.get("ended_at")) or updated
+    # Measured up to the last update, not to now: a poll of an unchanged job gets the same
+    # answer (ETag, 304), and a watcher that wants a ticking clock counts from started_at.
+    until = ended_at or updated or now
+    elapsed = max(0.0, until - first_start) if first_start is not None else None
     rate = None
     if state == "running":
         # Over this attempt only: items an earlier attempt checkpointed did not take its time.
         attempt_start = _float(h.get("started_at"))
         progressed = done - int(h.get("done_at_start") or 0)
         if attempt_start is not None and progressed > 0:
-            rate = progressed / max(now - attempt_start, 1e-3)
+            rate = progressed / max(until - attempt_start, 1e-3)
     elif state == "succeeded" and elapsed:
         rate = done / elapsed
     eta = (total - done) / rate if state == "running" and rate and total >= done else None

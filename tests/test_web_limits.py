@@ -90,11 +90,11 @@ def upload(browser, content: bytes, filename: str = "items.csv"):
 
 @pytest.mark.parametrize("content, message", [
     (b"text\n" + b"x" * 200_000 + b"\n", b"a cell is longer than 131072 characters"),
-    (b"text\n" + b"y" * 20_000 + b"\n", b"items[0] is 20000 characters long (at most 10000, LEASH_MAX_ITEM_CHARS)"),
+    (b"text\n" + b"y" * 20_000 + b"\n", b"Item 1 is 20000 characters long (at most 10000, LEASH_MAX_ITEM_CHARS)"),
     (b'text\n"an unterminated quote\nswallowing\nthe rest\n', b"line 4: the file is not valid CSV"),
     (b'text\n"quoted" then text\n', b"not valid CSV"),
     (b"text\n\xff\xfe caf\xe9\n", b"the file is not UTF-8"),
-    (b"text\n" + b"a\n" * 1001, b"too many items: 1001"),
+    (b"text\n" + b"a\n" * 1001, b"Too many items: 1001"),
 ])
 def test_csv_problems_are_a_422_on_the_upload_field(browser, conn, content, message):
     response = upload(browser, content)

@@ -3,8 +3,9 @@
     POST /jobs                 202 {job_id, state, url}; Idempotency-Key repeat -> 200, same job
     GET  /jobs/<id>            the status fields (jobs.states.FIELDS); ETag, 304 when unchanged
     GET  /jobs/<id>/result     per-item results, ?offset=&limit=
+    GET  /jobs/<id>/result.csv every item beside its result, streamed (also .jsonl)
     POST /jobs/<id>/cancel     202; 409 when the job has already ended
-    GET  /jobs                 the caller's jobs, newest first, ?offset=&limit=
+    GET  /jobs                 the caller's jobs, newest first, ?offset=&limit=&state=
 
 ``GET /jobs/<id>`` and ``GET /jobs`` answer a browser (Accept prefers text/html) with the
 page instead (web.pages). A job that is not the caller's is a 404, exactly like an unknown id.
@@ -13,20 +14,21 @@ A status poll is one Redis round trip: the job hash and RQ's status, pipelined.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 from typing import Any
 
-from flask import Blueprint, current_app, jsonify, redirect, request, url_for
-from redis import Redis
-from werkzeug.exceptions import BadRequest, NotFound
+from flask import Blueprint, Response, current_app, jsonify, redirect, request, stream_with_context, url_for
 
-from jobs import control, keys, kinds, results, states
+from jobs import control, kinds, listing, results, states
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob, NoSuchJob
 
 from .auth import request_owner
 from .errors import api_error, wants_html
+from .reads import NoSuchJobHere, int_arg, read_status, redis_conn, state_arg
 
 bp = Blueprint("api", __name__)
 
@@ -35,63 +37,6 @@ EXAMPLE = '{"kind": "classify", "items": ["first text", "second text"], "labels"
 OPTIONS = ("kind", "max_attempts", "queue")
 _IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
 _QUOTED_FIELD = re.compile(r"'([A-Za-z_][A-Za-z0-9_]*)'")
-MAX_JOB_ID = 200
-_ASCII_DIGITS = re.compile(r"[0-9]{1,12}")
-
-
-def redis_conn() -> Redis:
-    return current_app.extensions["leash_redis"]
-
-
-class NoSuchJobHere(NotFound):
-    description = "no such job"
-
-
-def read_status(connection: Redis, job_id: str, owner: str) -> dict[str, Any]:
-    """The status fields of the owner's job, in one round trip; 404 for anyone else's."""
-    if len(job_id) > MAX_JOB_ID:
-        raise NoSuchJobHere()
-    raw, rq_status = states.read(connection, job_id)
-    if not raw or raw.get(b"owner", b"").decode() != owner:
-        raise NoSuchJobHere()
-    return states.from_raw(job_id, raw, rq_status)
-
-
-def list_jobs(connection: Redis, owner: str, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
-    """(how many jobs the owner has, the status fields of one page of them, newest first)."""
-    index = keys.owner_jobs(owner)
-    with connection.pipeline(transaction=False) as pipe:
-        pipe.zcard(index)
-        pipe.zrevrange(index, offset, offset + limit - 1)
-        total, ids = pipe.execute()
-    if not ids:
-        return total, []
-    with connection.pipeline(transaction=False) as pipe:
-        for raw_id in ids:
-            pipe.hgetall(keys.job(raw_id.decode()))
-            pipe.hget(keys.rq_job(raw_id.decode()), "status")
-        replies = pipe.execute()
-    listing = []
-    for n, raw_id in enumerate(ids):
-        raw, rq_status = replies[2 * n], replies[2 * n + 1]
-        if raw:
-            listing.append(states.from_raw(raw_id.decode(), raw, rq_status.decode() if rq_status else None))
-        else:  # the job's record expired (LEASH_RESULT_TTL after it ended): trim the index as met
-            connection.zrem(index, raw_id)
-    return total, listing
-
-
-def int_arg(name: str, default: int, minimum: int, maximum: int) -> int:
-    raw = request.args.get(name)
-    if raw is None or raw == "":
-        return default
-    # ASCII digits only: int() would also take "٣", "5_000", "+5" and " 5".
-    if not _ASCII_DIGITS.fullmatch(raw):
-        raise BadRequest(f"'{name}' must be an integer from {minimum} to {maximum}, got {raw[:40]!r}")
-    value = int(raw)
-    if not minimum <= value <= maximum:
-        raise BadRequest(f"'{name}' must be an integer from {minimum} to {maximum}, got {value}")
-    return value
 
 
 def missing_field(message: str, payload: dict) -> str | None:
@@ -173,12 +118,16 @@ def _cacheable(response, etag: bool = True):
     return response
 
 
+def html_view(endpoint: str):
+    """The page that answers a browser at an API address (web.pages, wired by the app
+    factory: the API does not import the pages)."""
+    return current_app.extensions["leash_html_views"][endpoint]
+
+
 @bp.get("/jobs/<job_id>")
 def job(job_id: str):
     if wants_html():
-        from .pages import job_page
-
-        return job_page(job_id)
+        return html_view("api.job")(job_id)
     fields = read_status(redis_conn(), job_id, request_owner())
     return _cacheable(jsonify(fields))
 
@@ -218,18 +167,48 @@ def cancel(job_id: str):
     return response
 
 
+@bp.get("/jobs/<job_id>/result.<any(csv, jsonl):fmt>")
+def download(job_id: str, fmt: str):
+    """Every item beside its result, streamed page by page: any size, constant memory."""
+    connection = redis_conn()
+    read_status(connection, job_id, request_owner())  # 404 unless it is the caller's job
+    rows = results.iter_results(connection, job_id)
+
+    def csv_lines():
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        writer.writerow(["index", "item", "result"])
+        for index, item, value in rows:
+            writer.writerow([index, "" if item is None else item,
+                             "" if value is None else value if isinstance(value, str) else json.dumps(value)])
+            if buffer.tell() > 32_768:
+                yield buffer.getvalue()
+                buffer.seek(0)
+                buffer.truncate()
+        yield buffer.getvalue()
+
+    def jsonl_lines():
+        for index, item, value in rows:
+            yield json.dumps({"index": index, "item": item, "result": value}, ensure_ascii=False) + "\n"
+
+    mimetype = "text/csv" if fmt == "csv" else "application/x-ndjson"
+    response = Response(stream_with_context(csv_lines() if fmt == "csv" else jsonl_lines()), mimetype=mimetype)
+    response.headers["Content-Disposition"] = f'attachment; filename="{job_id}-results.{fmt}"'
+    response.headers["Cache-Control"] = "no-cache, private"
+    return response
+
+
 @bp.get("/jobs")
 def job_list():
     if wants_html():
-        from .pages import jobs_page
-
-        return jobs_page()
+        return html_view("api.job_list")()
     owner = request_owner()
     offset = int_arg("offset", 0, 0, 10**9)
     limit = int_arg("limit", 20, 1, 100)
-    total, listing = list_jobs(redis_conn(), owner, offset, limit)
+    state = state_arg()
+    total, found = listing.list_jobs(redis_conn(), owner, offset, limit, state=state)
     following = offset + limit if offset + limit < total else None
     return _cacheable(jsonify(
-        jobs=listing, offset=offset, limit=limit, total=total,
-        next=url_for("api.job_list", offset=following, limit=limit) if following is not None else None,
+        jobs=found, offset=offset, limit=limit, total=total, state=state,
+        next=url_for("api.job_list", offset=following, limit=limit, state=state) if following is not None else None,
     ), etag=False)

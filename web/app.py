@@ -109,6 +109,8 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.before_request(_csrf_policy)
     app.register_blueprint(api.bp)
     app.register_blueprint(pages.bp)
+    # A browser asking for an API address gets the page (the API does not import the pages).
+    app.extensions["leash_html_views"] = {"api.job": pages.job_page, "api.job_list": pages.jobs_page}
     app.after_request(_security_headers)
 
     @app.get("/healthz")

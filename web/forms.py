@@ -1,6 +1,7 @@
-"""The submission form: a kind, labels, and items typed one per line or uploaded as a
-.txt (one per line) or .csv (a "text" or "item" column if the header names one, else the
-first column). flask-wtf adds and checks the CSRF token."""
+"""The submission form: a kind, its labels (classify) or template (prompt), and items typed
+one per line or uploaded as a .txt (one per line) or .csv (a "text" or "item" column if the
+header names one, else the column with the most text; csv.Sniffer finds the delimiter and
+whether there is a header). flask-wtf adds and checks the CSRF token."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ from wtforms.validators import Regexp
 from jobs import kinds
 from jobs.config import limits
 
-CSV_TEXT_COLUMNS = ("text", "item", "items", "input", "prompt")
+CSV_TEXT_COLUMNS = ("text", "item", "items", "input", "prompt", "review", "comment", "message", "question",
+                    "sentence", "content", "body")
 
 
 class SubmitForm(FlaskForm):
     kind = SelectField("Kind", choices=[])
     labels = StringField("Labels", description="Comma-separated, e.g. positive, negative, neutral")
+    template = TextAreaField("Template", description="Your instruction, with {item} where each item goes")
     items = TextAreaField("Items", description="One per line")
     items_file = FileField("…or upload a file", validators=[
         FileAllowed(["txt", "csv"], "upload a .txt (one item per line) or .csv file")])
@@ -66,9 +69,36 @@ class CsvProblem(ValueError):
     """The upload is not CSV we can read; the message says where and how to fix it."""
 
 
+#: Delimiters the sniffer may choose from (spreadsheets export ; in much of Europe).
+CSV_DELIMITERS = ",;\t|"
+SNIFF_CHARS = 64 * 1024
+
+
+def _dialect_and_header(text: str) -> tuple[type[csv.Dialect] | csv.Dialect, bool]:
+    """csv.Sniffer's guess of the dialect and whether the first row is a header; a single
+    column defeats the delimiter guess, so that falls back to plain CSV, no header."""
+    sample = text[:SNIFF_CHARS]
+    sniffer = csv.Sniffer()
+    try:
+        dialect = sniffer.sniff(sample, delimiters=CSV_DELIMITERS)
+        return dialect, sniffer.has_header(sample)
+    except csv.Error:
+        return csv.excel, False
+
+
+def _text_column(rows: list[list[str]]) -> int:
+    """The column holding the most text: the items, not ids, dates or scores."""
+    width = max(len(row) for row in rows)
+    return max(range(width), key=lambda c: sum(len(row[c].strip()) for row in rows if len(row) > c))
+
+
 def _csv_items(text: str) -> list[str]:
+    """The items of a CSV upload: the column named text, item, review... if the header names
+    one, else the column with the most text; the header row (named, or detected by
+    csv.Sniffer) is not an item."""
+    dialect, sniffed_header = _dialect_and_header(text)
     # strict: an unterminated quote is an error, not one giant item swallowing the rest.
-    reader = csv.reader(io.StringIO(text), strict=True)
+    reader = csv.reader(io.StringIO(text), dialect, strict=True)
     try:
         rows = [row for row in reader if any(cell.strip() for cell in row)]
     except csv.Error as exc:
@@ -81,8 +111,10 @@ def _csv_items(text: str) -> list[str]:
         return []
     header = [cell.strip().lower() for cell in rows[0]]
     column = next((header.index(name) for name in CSV_TEXT_COLUMNS if name in header), None)
-    if column is not None:
+    if column is not None or sniffed_header:
         rows = rows[1:]
-    else:
-        column = 0
+    if not rows:
+        return []
+    if column is None:
+        column = _text_column(rows)
     return [row[column].strip() for row in rows if len(row) > column and row[column].strip()]

@@ -1,44 +1,102 @@
 """Server-rendered pages for people: submit a job, watch it, come back to it.
 
     GET/POST /            the form; a valid submission is a 303 to the job's page
-    GET /jobs/<id>        (Accept: text/html) state, progress bar, attempts, stale badge,
-                          error, paged results, cancel button
-    GET /jobs             (Accept: text/html) your jobs
+    GET /jobs/<id>        (Accept: text/html) state, progress, timing and speed, why it
+                          waits, attempt history, error (first line; traceback folded),
+                          results while it runs, downloads, cancel button
+    GET /jobs             (Accept: text/html) your jobs, filtered by state
 
-The job page works without JavaScript (a meta refresh while the job runs); with it,
-static/job.js polls GET /jobs/<id> on the backoff schedule of ``jobs.watch.poll_delay``
-and reloads the page once the job ends, to show the results.
+The API answers browsers at its addresses by calling ``job_page`` / ``jobs_page`` (wired by
+the app factory), so this module and web.api never import each other.
+
+Every page works without JavaScript (a meta refresh while something runs); with it,
+static/job.js and static/jobs.js poll on the backoff schedule of ``jobs.watch.poll_delay``
+and swap in the fresh page's content when it changed.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 
-from flask import Blueprint, current_app, make_response, redirect, render_template, url_for
+from flask import Blueprint, make_response, redirect, render_template, request, url_for
 
-from jobs import clock, results, states, watch
+from jobs import clock, kinds, limits, results, states, watch
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob
+from jobs.listing import list_jobs
 
-from .api import int_arg, list_jobs, read_status, redis_conn
 from .auth import browser_owner
 from .forms import SubmitForm
+from .reads import int_arg, read_status, redis_conn, state_arg
 
 bp = Blueprint("pages", __name__)
 
 RESULTS_PER_PAGE = 50
 JOBS_PER_PAGE = 25
 STALE_TEXT = "stale — the worker stopped reporting, the job will be retried"
+FORM_FIELDS = ("labels", "template", "items", "items_file", "kind")
 
 
-def _attach_error(form: SubmitForm, message: str) -> None:
-    """Show a validator's message on the field it is about."""
-    positions = {name: message.find(name) for name in ("items", "labels") if name in message}
-    field_name = min(positions, key=positions.get) if positions else "kind"
-    if field_name == "items" and form.items_file.data and getattr(form.items_file.data, "filename", ""):
-        field_name = "items_file"
-    getattr(form, field_name).errors.append(message)
+def plain(message: str) -> str:
+    """A validator's message in words for the form: "items[4]" is "Item 5", field names lose
+    their quotes, and the sentence starts with a capital."""
+    message = re.sub(r"items\[(\d+)\]", lambda m: f"Item {int(m.group(1)) + 1}", message)
+    message = re.sub(r"labels\[(\d+)\]", lambda m: f"Label {int(m.group(1)) + 1}", message)
+    for name, words in (("'items' is empty; give at least one item", "Give at least one item: one per line, "
+                         "or upload a file"),
+                        ("'labels' must be a non-empty list of non-empty strings", "Give the labels to choose "
+                         "from, separated by commas"),
+                        ("'template' must be a non-empty string containing {item}", "Write the template: your "
+                         "instruction with {item} where each item goes"),
+                        ("'template' must contain {item}, where each item goes", "The template must contain "
+                         "{item}, where each item goes"),
+                        ("'labels' contains duplicates", "A label is given twice; give each label once")):
+        message = message.replace(name, words)
+    for field in ("items", "labels", "template"):
+        message = message.replace(f"'{field}'", f"the {field}")
+    return message[:1].upper() + message[1:]
+
+
+def _field_for(message: str, form: SubmitForm) -> str:
+    """Which field a validator's message is about."""
+    positions = {name: message.find(name) for name in ("items", "labels", "template") if name in message}
+    name = min(positions, key=positions.get) if positions else "kind"
+    if name == "items" and form.items_file.data and getattr(form.items_file.data, "filename", ""):
+        name = "items_file"
+    return name
+
+
+def _check_each_field(form: SubmitForm, kind: str, payload: dict) -> None:
+    """Run every field's check, so the person sees all that is wrong at once, not one at a
+    time. The kind's own validator runs again in enqueue."""
+    checks = [("items", lambda: limits.check_items(payload))]
+    if kind == "classify":
+        checks.append(("labels", lambda: limits.check_labels(payload)))
+    if kind == "prompt":
+        checks.append(("template", lambda: limits.check_template(payload)))
+    for name, check in checks:
+        try:
+            check()
+        except InvalidJob as exc:
+            if name == "items":
+                name = _field_for("items", form)
+            getattr(form, name).errors.append(plain(str(exc)))
+
+
+def _payload(form: SubmitForm, items: list[str]) -> dict:
+    payload: dict = {"items": items}
+    kind = form.kind.data
+    if form.label_list() and kind != "prompt":
+        payload["labels"] = form.label_list()
+    if kind == "classify" and "labels" not in payload:
+        payload["labels"] = []
+    if (form.template.data or "").strip() and kind != "classify":
+        payload["template"] = form.template.data.strip()
+    if kind == "prompt" and "template" not in payload:
+        payload["template"] = ""
+    return payload
 
 
 def _page(html: str, status: int = 200):
@@ -54,19 +112,19 @@ def index():
     form = SubmitForm()
     if form.validate_on_submit():
         items = form.item_list()
+        payload = _payload(form, items or [])
         if items is not None:
-            payload: dict = {"items": items}
-            if form.label_list():
-                payload["labels"] = form.label_list()
+            _check_each_field(form, form.kind.data, payload)
+        if not any(getattr(form, name).errors for name in FORM_FIELDS):
             try:
                 job_id, _ = enqueue(redis_conn(), form.kind.data, payload, owner=owner,
                                     idempotency_key="form:" + form.submission.data)
             except InvalidJob as exc:
-                _attach_error(form, str(exc))
+                getattr(form, _field_for(str(exc), form)).errors.append(plain(str(exc)))
             else:
                 return redirect(url_for("api.job", job_id=job_id), 303)
     status = 422 if form.is_submitted() and form.errors else 200
-    return _page(render_template("index.html", form=form), status)
+    return _page(render_template("index.html", form=form, kind_names=sorted(kinds.KINDS)), status)
 
 
 def _age(fields: dict) -> float:
@@ -80,30 +138,54 @@ def _show(value) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
+def _results_table(connection, job_id: str, fields: dict) -> dict | None:
+    """One page of items with their results (pending ones too, while the job runs)."""
+    if not fields["total"] or not (fields["done"] or fields["state"] in states.TERMINAL):
+        return None
+    offset = int_arg("offset", 0, 0, 10**7)
+    page = results.read_page(connection, job_id, offset, RESULTS_PER_PAGE)
+    inputs = results.item_inputs(connection, job_id, offset, RESULTS_PER_PAGE)
+    found = dict(page.items)
+    last = min(offset + RESULTS_PER_PAGE, page.total)
+    rows = [(index, inputs[index - offset] if index - offset < len(inputs) else None,
+             _show(found[index]) if index in found else None) for index in range(offset, last)]
+    return {"rows": rows, "first": offset + 1, "last": last, "total": page.total,
+            "next": url_for("api.job", job_id=job_id, offset=page.next_offset)
+            if page.next_offset is not None else None,
+            "previous": url_for("api.job", job_id=job_id, offset=page.previous_offset)
+            if page.previous_offset is not None else None}
+
+
+def _traceback(error: str | None) -> str | None:
+    """The error without its first line (shown already), or None when there is no more."""
+    if not error or "\n" not in error.strip():
+        return None
+    return error.strip().split("\n", 1)[1]
+
+
 def job_page(job_id: str):
     owner = browser_owner()
     connection = redis_conn()
     fields = read_status(connection, job_id, owner)
-    terminal = fields["state"] in (states.State.SUCCEEDED, states.State.FAILED)
-    table = None
-    if terminal and fields["done"]:
-        offset = int_arg("offset", 0, 0, 10**7)
-        page = results.read_page(connection, job_id, offset, RESULTS_PER_PAGE)
-        inputs = results.item_inputs(connection, job_id, offset, RESULTS_PER_PAGE)
-        rows = [(index, inputs[index - offset] if index - offset < len(inputs) else None, _show(value))
-                for index, value in page.items]
-        table = {"rows": rows, "page": page,
-                 "next": url_for("api.job", job_id=job_id, offset=page.next_offset)
-                 if page.next_offset is not None else None,
-                 "previous": url_for("api.job", job_id=job_id, offset=page.previous_offset)
-                 if page.previous_offset is not None else None}
+    terminal = fields["state"] in states.TERMINAL
     schedule = {"fast": watch.FAST_POLL, "period": watch.FAST_PERIOD, "slow": watch.SLOW_POLL}
     refresh = None if terminal else int(watch.poll_delay(_age(fields)))
     return _page(render_template(
-        "job.html", job=fields, terminal=terminal, table=table, refresh=refresh, schedule=schedule,
-        stale_text=STALE_TEXT, percent=_percent(fields),
+        "job.html", job=fields, terminal=terminal, table=_results_table(connection, job_id, fields),
+        refresh=refresh, schedule=schedule, stale_text=STALE_TEXT, percent=_percent(fields),
+        shown_state="canceled" if fields["canceled"] else fields["state"],
+        traceback=_traceback(fields["error"]), duration=_duration,
         summary=fields["result"]["summary"] if fields["result"] else None,
     ))
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
 
 def _percent(fields: dict) -> int:
@@ -115,12 +197,16 @@ def _percent(fields: dict) -> int:
 def jobs_page():
     owner = browser_owner()
     offset = int_arg("offset", 0, 0, 10**9)
-    total, listing = list_jobs(redis_conn(), owner, offset, JOBS_PER_PAGE)
+    state = state_arg()
+    total, found = list_jobs(redis_conn(), owner, offset, JOBS_PER_PAGE, state=state)
     following = offset + JOBS_PER_PAGE if offset + JOBS_PER_PAGE < total else None
     previous = max(0, offset - JOBS_PER_PAGE) if offset else None
+    active = any(job["state"] not in states.TERMINAL for job in found)
     return _page(render_template(
-        "jobs.html", jobs=[dict(job, percent=_percent(job)) for job in listing], total=total, offset=offset,
-        next=url_for("api.job_list", offset=following) if following is not None else None,
-        previous=url_for("api.job_list", offset=previous) if previous is not None else None,
-        dashboard=current_app.config.get("LEASH_DASHBOARD_MOUNTED", False),
+        "jobs.html", jobs=[dict(job, percent=_percent(job)) for job in found], total=total, offset=offset,
+        state=state, states=[s.value for s in states.State], active=active,
+        schedule={"fast": watch.FAST_POLL, "period": watch.FAST_PERIOD, "slow": watch.SLOW_POLL},
+        refresh=int(watch.SLOW_POLL) if active else None, this_url=request.full_path.rstrip("?"),
+        next=url_for("api.job_list", offset=following, state=state) if following is not None else None,
+        previous=url_for("api.job_list", offset=previous, state=state) if previous is not None else None,
     ))

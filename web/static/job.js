@@ -2,7 +2,8 @@
 // jobs.watch.poll_delay (the page passes the numbers in data-* attributes): every `fast`
 // seconds for the first `period` seconds, then every `slow` seconds. A hundred idle tabs must
 // not become a hundred requests a second. Unchanged answers are 304s (ETag), hidden tabs do
-// not poll, and when the job ends the page reloads once to show its results.
+// not poll. When the job changed, the page's own HTML is fetched and its job section swapped
+// in: one rendering path (the server's template) for the first view and every update.
 (function () {
   "use strict";
   var root = document.getElementById("job");
@@ -14,51 +15,29 @@
   var slow = parseFloat(root.dataset.slow);
   var started = Date.now();
   var pausedWhileHidden = false;
+  var lastSeen = null;
 
   function pollDelay(elapsedSeconds) {
     return elapsedSeconds < period ? fast : slow;
   }
 
-  function $(id) { return document.getElementById(id); }
-
   function setLive(text) {
-    var live = $("live");
+    var live = document.getElementById("live");
     if (live) live.textContent = text;
   }
 
-  function render(job) {
-    var state = $("state");
-    state.textContent = job.state;
-    state.className = "state state-" + job.state;
-    root.className = "job job-" + job.state;
-    root.dataset.state = job.state;
-    var total = job.total || 0;
-    var done = job.done || 0;
-    var percent = total ? Math.floor((100 * done) / total) : (job.state === "succeeded" ? 100 : 0);
-    var bar = $("progress");
-    bar.max = total || 1;
-    bar.value = total ? done : (job.state === "succeeded" ? 1 : 0);
-    bar.textContent = percent + "%";
-    $("progress-text").textContent = done + " / " + total + " items (" + percent + "%)";
-    $("attempts").textContent = job.attempts + " of " + job.max_attempts;
-    var updated = $("updated");
-    if (job.updated_at) {
-      updated.dateTime = job.updated_at;
-      updated.textContent = job.updated_at.slice(0, 19).replace("T", " ") + " UTC";
-    }
-    $("stale").hidden = !job.stale;
-    // A failed job's error is why it failed; otherwise it is why an earlier attempt was retried.
-    var failed = job.state === "failed";
-    $("error-box").hidden = !(failed && job.error);
-    $("error").textContent = failed ? job.error || "" : "";
-    $("retry-note").hidden = failed || !job.error;
-    $("retry-reason").textContent = failed ? "" : job.error || "";
-    document.title = "Job " + job.job_id.slice(0, 10) + " · " + job.state + (total ? " " + percent + "%" : "") + " · leash";
+  function schedule() {
+    setTimeout(poll, pollDelay((Date.now() - started) / 1000) * 1000);
   }
 
-  function schedule() {
-    var seconds = pollDelay((Date.now() - started) / 1000);
-    setTimeout(poll, seconds * 1000);
+  function swapIn(html) {
+    var fresh = new DOMParser().parseFromString(html, "text/html");
+    var section = fresh.getElementById("job");
+    if (!section) return;
+    root.innerHTML = section.innerHTML;
+    root.className = section.className;
+    root.dataset.state = section.dataset.state;
+    document.title = fresh.title;
   }
 
   function poll() {
@@ -74,16 +53,23 @@
           return null;
         }
         if (!response.ok) throw new Error("HTTP " + response.status);
-        return response.json();
+        return response.text();
       })
-      .then(function (job) {
-        if (job === null) return;
-        render(job);
+      .then(function (text) {
+        if (text === null) return null;
+        if (text === lastSeen) return { changed: false, job: JSON.parse(text) };
+        lastSeen = text;
+        var job = JSON.parse(text);
+        // The page itself, at its current results page: the fresh state, history, results.
+        return fetch(window.location.href, { headers: { Accept: "text/html" }, credentials: "same-origin",
+                                             cache: "no-store" })
+          .then(function (page) { return page.text(); })
+          .then(function (html) { swapIn(html); return { changed: true, job: job }; });
+      })
+      .then(function (outcome) {
+        if (outcome === null) return;
+        if (TERMINAL[outcome.job.state]) return;  // the swapped-in page is the final one
         setLive("Updated " + new Date().toLocaleTimeString() + ".");
-        if (TERMINAL[job.state]) {
-          window.location.reload();
-          return;
-        }
         schedule();
       })
       .catch(function (error) {
