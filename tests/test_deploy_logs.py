@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from jobs import enqueue, keys, logs, runner, states
-from jobs.cli import main
+from cli import main
 from jobs.devserver import free_port
 from jobs.lease import Attempt
 from tests.conftest import ROOT, wait_for
@@ -48,7 +48,7 @@ def test_every_worker_line_is_json_and_lines_about_a_job_carry_its_context(conn,
     output = tmp_path / "worker.log"
     worker_env = dict(os.environ, **JSON_ENV, PYTHONPATH=str(ROOT))
     with output.open("w") as sink:
-        worker = subprocess.Popen([sys.executable, "-m", "jobs.cli", "worker", "--log-level", "INFO"], cwd=ROOT,
+        worker = subprocess.Popen([sys.executable, "-m", "cli", "worker", "--log-level", "INFO"], cwd=ROOT,
                                   env=worker_env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         good, _ = enqueue(conn, "count", {"items": ["a", "b"], "delay": 0}, owner="dave")
