@@ -57,7 +57,8 @@ def _entries(raw: list) -> list[dict]:
     return out
 
 
-def history(errors: list, starts: list, state: str, error: str | None) -> list[dict[str, Any]]:
+def history(errors: list, starts: list, state: str, error: str | None,
+            ended_at: float | None = None) -> list[dict[str, Any]]:
     """One entry per attempt, oldest first: {attempt, started_at, worker, ended_at, ended}.
     ``ended`` is "running", "succeeded", "canceled", "handed off", "deferred", "lease
     expired", or the first line of the attempt's error."""
@@ -81,6 +82,7 @@ def history(errors: list, starts: list, state: str, error: str | None) -> list[d
             attempt["ended_at"] = clock.iso(_float(match.get("at")))
     if attempts and attempts[-1]["ended"] is None:
         last = attempts[-1]
+        last["ended_at"] = clock.iso(ended_at)
         if state == "running":
             last["ended"] = "running"
         elif state == "succeeded":
@@ -143,5 +145,5 @@ def details(job_id: str, h: dict, state: str, error: str | None, rq_status: str 
         "results_url": f"/jobs/{job_id}/result",
         "waiting": waiting(state, rq_status, retry_at),
         "next_retry_at": clock.iso(retry_at) if state == "queued" and retry_at else None,
-        "history": history(errors, starts, state, error),
+        "history": history(errors, starts, state, error, ended_at),
     }
