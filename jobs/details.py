@@ -32,10 +32,15 @@ def is_canceled(error: str | None) -> bool:
     return bool(error) and (error == CANCELED or error.startswith(CANCELED_IN_RQ))
 
 
+#: A first line is a summary: the whole text stays in ``error``.
+SUMMARY_CHARS = 300
+
+
 def first_line(text: str | None) -> str | None:
-    if not text:
-        return None
-    return text.strip().splitlines()[0] if text.strip() else text
+    if not text or not text.strip():
+        return text or None
+    line = text.strip().splitlines()[0]
+    return line if len(line) <= SUMMARY_CHARS else line[:SUMMARY_CHARS] + "…"
 
 
 def _float(value: str | None) -> float | None:

@@ -149,22 +149,28 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
     raise InvalidJob("the idempotency key is being used by many submissions at once; retry")
 
 
-#: Characters of each submitted option (a template, a label) kept in the job hash for status
-#: reads, which must stay small; the whole payload has its own key.
-PARAM_CHARS = 500
+#: Bytes of the submitted options (labels, template) kept in the job hash for status reads:
+#: the hash must stay under 2 KB, and the whole payload has its own key.
+PARAMS_BYTES = 300
+TEMPLATE_CHARS = 200
 
 
 def submitted_params(payload: dict) -> str:
-    """The payload without its items (labels, template...), each string cut to PARAM_CHARS."""
-    def cut(value):
-        if isinstance(value, str):
-            return value if len(value) <= PARAM_CHARS else value[:PARAM_CHARS] + "…"
-        if isinstance(value, list):
-            return [cut(v) for v in value[:50]]
-        return value
-
-    return json.dumps({name: cut(value) for name, value in payload.items() if name != "items"},
-                      separators=(",", ":"), ensure_ascii=False)
+    """The labels and template as submitted, cut to fit PARAMS_BYTES: a template to its first
+    TEMPLATE_CHARS characters, the labels to those that fit, then "…"."""
+    params: dict = {}
+    template = payload.get("template")
+    if isinstance(template, str):
+        params["template"] = template if len(template) <= TEMPLATE_CHARS else template[:TEMPLATE_CHARS] + "…"
+    labels = payload.get("labels")
+    if isinstance(labels, list):
+        params["labels"] = []
+        for label in labels:
+            if len(json.dumps(params | {"labels": params["labels"] + [label, "…"]})) > PARAMS_BYTES:
+                params["labels"].append("…")
+                break
+            params["labels"].append(label)
+    return json.dumps(params, separators=(",", ":"))
 
 
 def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str,
