@@ -45,7 +45,10 @@ def write_record(redis_url: str, web_url: str, pid: int) -> Path:
     path = record_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"redis_url": redis_url, "web_url": web_url, "pid": pid}))
+    # Only this user may read it: a REDIS_URL can carry a password.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(json.dumps({"redis_url": redis_url, "web_url": web_url, "pid": pid}))
     tmp.replace(path)  # readers never see half a file
     return path
 

@@ -26,7 +26,7 @@ def no_redis_url(conn, env, tmp_path):
 
 def test_without_redis_url_commands_use_the_url_leash_dev_recorded_and_say_so_once(no_redis_url):
     write_record(REDIS_URL, "http://127.0.0.1:5123", pid=4242)
-    assert record_path().is_file()
+    assert record_path().is_file() and record_path().stat().st_mode & 0o077 == 0  # it may hold a password
     submitted = CliRunner().invoke(main, ["submit", "--labels", "a,b", "-"], input="x\n")
     assert submitted.exit_code == 0, submitted.output
     job_id = submitted.stdout.strip()
