@@ -96,7 +96,10 @@ class JobLine:
 
     def close(self) -> None:
         if self.tty:
-            self.out.write("\n")
+            # click's AFTER_BAR: shows the cursor its redraws hid, then ends the line.
+            from click._termui_impl import AFTER_BAR
+
+            self.out.write(AFTER_BAR)
             self.out.flush()
 
 

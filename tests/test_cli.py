@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 
 from click.testing import CliRunner
 
@@ -147,7 +148,9 @@ def test_the_watch_line_has_a_bar_percent_rate_eta_and_elapsed_and_never_wraps_i
     line.draw(running(10, stale=True, error_summary="TimeoutError: " + "the model did not answer " * 5))
     line.draw(running(30))
     line.close()
-    frames = out.getvalue().split("\r")[1:]
+    drawn = out.getvalue()
+    assert drawn.endswith("\033[?25h\n")  # the cursor click's redraws hide is shown again
+    frames = re.sub(r"\033\[\?25[lh]", "", drawn).split("\r")[1:]
     assert len(frames) == 2
     for frame in frames:
         assert len(frame.rstrip("\n")) <= 79, frame
