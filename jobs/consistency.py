@@ -67,12 +67,14 @@ def end_outside(connection: Redis, job_id: str, message: str, now: float | None 
     now = clock.wall() if now is None else now
     owner, kind, attempts = (_text(v) for v in connection.hmget(keys.job(job_id), "owner", "kind", "attempts"))
     kind = kind or ""
+    # RQ's own cancel is a cancel: counted apart from failures, like leash's.
+    outcome = "canceled" if message == ENDED_BY_RQ["canceled"] else "failed"
     ended = scripts.run(
         connection, "end_outside_v1",
         keys=[keys.job(job_id), keys.errors(job_id), keys.items(job_id), keys.payload(job_id),
-              keys.FAILED_INDEX, keys.ACTIVE] + keys.outcome_keys("failed", kind, now),
+              keys.FAILED_INDEX, keys.ACTIVE] + keys.outcome_keys(outcome, kind, now),
         args=[job_id, now, message, error_entry(int(attempts or 0), message, now), settings().result_ttl,
-              f"failed:{kind}", keys.STATS_MINUTE_TTL],
+              f"{outcome}:{kind}", keys.STATS_MINUTE_TTL],
     )
     if int(ended) and owner:
         # RQ's own cancel: out of the waiting set, and the slot freed unless RQ still runs it.

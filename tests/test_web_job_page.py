@@ -200,3 +200,14 @@ def test_the_api_and_the_pages_do_not_import_each_other():
     api, pages = _imports(ROOT / "web" / "api.py"), _imports(ROOT / "web" / "pages.py")
     assert not {name for name in api if "pages" in name}, api
     assert not {name for name in pages if name.split(".")[-1] == "api" or name.endswith(".api")}, pages
+
+
+def test_a_cancel_in_rqs_own_tools_is_shown_and_counted_as_a_cancel(client, conn, env):
+    from jobs import alerts, consistency, failures
+
+    job_id = submit(client)
+    assert consistency.end_outside(conn, job_id, consistency.ENDED_BY_RQ["canceled"])
+    status = client.get(f"/jobs/{job_id}").get_json()
+    assert (status["state"], status["canceled"]) == ("failed", True)
+    assert alerts.check(conn, 3600).failed == 0 and alerts.check(conn, 3600, include_canceled=True).failed == 1
+    assert failures.report(conn)["total"] == 0 and failures.report(conn, include_canceled=True)["total"] == 1
