@@ -28,7 +28,8 @@ def test_metrics_report_the_queue_from_redis(env, conn):
         assert client.post("/jobs", json=CLASSIFY).status_code == 202
     now = time.time()
     conn.zadd(keys.LEASES, {"fresh-job": now + 60, "stale-job-1": now - 5, "stale-job-2": now - 1})
-    conn.hset(keys.STATS_TOTALS, mapping={"succeeded:classify": 7, "failed:classify": 2, "failed:summarise": 1})
+    conn.hset(keys.STATS_TOTALS, mapping={"succeeded:classify": 7, "failed:classify": 2, "failed:summarise": 1,
+                                             "canceled:classify": 5})
     conn.set(keys.RECLAIMS, 4)
     conn.zadd(keys.FAILED_INDEX, {"a": 1, "b": 2})
     found = samples(client.get("/metrics"))
@@ -39,6 +40,7 @@ def test_metrics_report_the_queue_from_redis(env, conn):
     assert found[("leash_jobs_succeeded_total", (("kind", "classify"),))] == 7
     assert found[("leash_jobs_failed_total", (("kind", "classify"),))] == 2
     assert found[("leash_jobs_failed_total", (("kind", "summarise"),))] == 1
+    assert found[("leash_jobs_canceled_total", (("kind", "classify"),))] == 5
     assert found[("leash_lease_reclaims_total", ())] == 4
     assert found[("leash_jobs_failed_index", ())] == 2
     assert found[("leash_jobs_scheduled", (("queue", "leash"),))] == 0

@@ -83,6 +83,8 @@ class RedisCollector:
         by_outcome = {
             "succeeded": CounterMetricFamily("leash_jobs_succeeded", "Jobs that succeeded, by kind.", labels=["kind"]),
             "failed": CounterMetricFamily("leash_jobs_failed", "Jobs that failed, by kind.", labels=["kind"]),
+            # A cancel ends in failed too, but is not a failure.
+            "canceled": CounterMetricFamily("leash_jobs_canceled", "Jobs canceled, by kind.", labels=["kind"]),
         }
         for field, value in sorted(totals.items()):
             outcome, _, kind = field.decode().partition(":")
