@@ -72,7 +72,7 @@ def trial(redis_url: str, children: Children, target: str, moment: str, args, rn
     env = worker_env(redis_url, LEASH_HANDOFF_GRACE=str(grace), LEASH_LOCAL_DELAY_MS=str(delay_ms),
                      LEASH_LEASE_SECONDS=str(max(30.0, 3 * args.item_seconds)))
     with open(log_path, "wb") as out:
-        worker = children.start([sys.executable, "-m", "jobs.cli", "worker", "--log-level", "INFO"], env,
+        worker = children.start([sys.executable, "-m", "cli", "worker", "--log-level", "INFO"], env,
                                 stdout=out, stderr=subprocess.STDOUT)
     job_id = None
     if moment == "idle":

@@ -47,7 +47,7 @@ def start_logged(workers, log_path: Path, command: list[str], **extra_env: str) 
 
 
 def leash_worker(workers, log_path: Path, **extra_env: str) -> subprocess.Popen:
-    command = [sys.executable, "-m", "jobs.cli", "worker", "--log-level", "INFO"]
+    command = [sys.executable, "-m", "cli", "worker", "--log-level", "INFO"]
     return start_logged(workers, log_path, command, **extra_env)
 
 
