@@ -8,8 +8,9 @@
     GET  /jobs                 the caller's jobs, newest first, ?offset=&limit=&state=
 
 ``GET /jobs/<id>`` and ``GET /jobs`` answer a browser (Accept prefers text/html) with the
-page instead (web.pages). A job that is not the caller's is a 404, exactly like an unknown id.
-A status poll is one Redis round trip: the job hash and RQ's status, pipelined.
+page instead (web.pages, wired in by the app factory). A job that is not the caller's is a
+404, exactly like an unknown id. A status poll is one Redis round trip: the job hash, RQ's
+status and the job's two short history lists, pipelined.
 """
 
 from __future__ import annotations
