@@ -15,9 +15,10 @@ local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 redis.call('HSET', KEYS[1], 'state', 'running', 'worker', ARGV[4],
   'lease_expires_at', tostring(expires), 'updated_at', ARGV[2], 'started_at', ARGV[2],
   'done_at_start', redis.call('HGET', KEYS[1], 'done') or '0')
--- When the job first started (elapsed time), and who ran each attempt (the job's page).
+-- When the job first started (elapsed time), and who ran each attempt (the job's page); "at"
+-- stays the string it came as: cjson would round a number to 14 digits (a millisecond off).
 redis.call('HSETNX', KEYS[1], 'first_started_at', ARGV[2])
-redis.call('RPUSH', KEYS[3], cjson.encode({attempt = attempts, at = now, worker = ARGV[4]}))
+redis.call('RPUSH', KEYS[3], cjson.encode({attempt = attempts, at = ARGV[2], worker = ARGV[4]}))
 redis.call('EXPIRE', KEYS[3], tonumber(ARGV[5]))
 redis.call('ZADD', KEYS[2], expires, ARGV[1])
 return {1, token, attempts, redis.call('HGET', KEYS[1], 'kind') or ''}

@@ -11,7 +11,7 @@ if not holds_lease(KEYS[1], ARGV[2], KEYS[7]) then return 0 end
 local attempt = redis.call('HINCRBY', KEYS[1], 'attempts', -1) + 1
 local ended = 'deferred'
 if ARGV[5] == '1' then ended = 'handed off' end
-redis.call('RPUSH', KEYS[8], cjson.encode({attempt = attempt, at = tonumber(ARGV[3]), ended = ended}))
+redis.call('RPUSH', KEYS[8], cjson.encode({attempt = attempt, at = ARGV[3], ended = ended}))
 redis.call('HSET', KEYS[1], 'state', 'queued', 'updated_at', ARGV[3], 'lease_expires_at', '')
 redis.call('ZREM', KEYS[2], ARGV[1])
 if ARGV[5] == '0' then
