@@ -129,7 +129,8 @@ def test_worker_and_web_ride_out_a_redis_outage_and_the_job_still_finishes(own_r
     assert 1 <= retries <= 3 * OUTAGE_SECONDS, f"{retries} reconnect attempts in {outage:.1f}s"
 
     own_redis.start()
-    assert web.get("/healthz").status_code == 200
+    # The web app answers 503 at once until its background probe sees Redis again (0.2 s).
+    wait_for(lambda: web.get("/healthz").status_code == 200, 5, interval=0.1, message="the web app to see Redis again")
     final = wait_for(lambda: (s := states.status(conn, job_id))["state"] in ("succeeded", "failed") and s, 60,
                      message="the job to end after Redis came back")
     assert final["state"] == "succeeded", final["error"]
