@@ -15,7 +15,6 @@ a requeued job replays it at once; a status read already tells the truth (``jobs
 
 from __future__ import annotations
 
-import json
 import logging
 
 from redis import Redis
@@ -26,6 +25,7 @@ from rq.serializers import JSONSerializer
 
 from . import clock, keys, scripts
 from .config import settings
+from .deadletter import replay, select
 from .lease import error_entry, truncate
 
 log = logging.getLogger("leash.consistency")
@@ -98,8 +98,6 @@ def rq_error_text(connection: Redis, job_id: str, rq_status: str) -> str:
 def adopt_requeues(connection: Redis, job_ids: list[str], source: str) -> list[str]:
     """Replay failed leash jobs that RQ's tools put back on a queue, as ``leash replay`` would
     (through the owner's concurrency limit); returns the ids replayed."""
-    from .deadletter import replay, select  # imported here: deadletter imports this module
-
     selection = select(connection, job_ids=job_ids)
     if not selection.matched:
         return []
@@ -115,33 +113,6 @@ def adopt_requeues(connection: Redis, job_ids: list[str], source: str) -> list[s
     if ids:
         log.warning("%d job(s) requeued with RQ's tools were replayed (attempts reset): %s", len(ids), ", ".join(ids))
     return ids
-
-
-def rebuild_rq_jobs(connection: Redis, job_ids: list[str]) -> set[str]:
-    """Recreate RQ's record (as failed) of leash jobs whose RQ job was deleted, from leash's
-    own copy of the payload, so a replay can run them again. Returns the ids rebuilt."""
-    from .enqueue import rq_job_for, rq_queue
-
-    with connection.pipeline(transaction=False) as pipe:
-        for job_id in job_ids:
-            pipe.hmget(keys.job(job_id), "kind", "owner", "max_attempts", "total", "queue")
-            pipe.get(keys.payload(job_id))
-        rows = pipe.execute()
-    rebuilt = set()
-    with connection.pipeline(transaction=False) as pipe:
-        for n, job_id in enumerate(job_ids):
-            (kind, owner, max_attempts, total, queue), payload = [_text(v) for v in rows[2 * n]], rows[2 * n + 1]
-            if kind is None or payload is None:
-                continue
-            q = rq_queue(connection, queue or settings().queue)
-            job = rq_job_for(q, job_id, kind, json.loads(payload), owner or "default", int(max_attempts or 1),
-                             int(total or 0))
-            job.origin = q.name
-            job.set_status("failed", pipeline=pipe)
-            job.save(pipeline=pipe)
-            rebuilt.add(job_id)
-        pipe.execute()
-    return rebuilt
 
 
 def sweep(connection: Redis, now: float | None = None, batch: int = SWEEP_BATCH) -> dict[str, int]:

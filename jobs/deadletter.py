@@ -22,8 +22,9 @@ from rq.utils import now as rq_now
 from rq.utils import utcformat
 
 from . import clock, keys, scripts
+from .config import settings
+from .enqueue import rq_job_for, rq_queue
 from .errors import NoSuchJob
-from .consistency import rebuild_rq_jobs
 from .failures import failed_ids, heads
 
 BATCH = 500
@@ -234,3 +235,28 @@ def audit_log(connection: Redis, count: int = 20) -> list[dict]:
                     "selector": json.loads(f["selector"]), "count": int(f["count"]),
                     "ids": json.loads(f["ids"]), "skipped": json.loads(f["skipped"])})
     return out
+
+
+def rebuild_rq_jobs(connection: Redis, job_ids: list[str]) -> set[str]:
+    """Recreate RQ's record (as failed) of leash jobs whose RQ job was deleted, from leash's
+    own copy of the payload, so a replay can run them again. Returns the ids rebuilt."""
+    with connection.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.hmget(keys.job(job_id), "kind", "owner", "max_attempts", "total", "queue")
+            pipe.get(keys.payload(job_id))
+        rows = pipe.execute()
+    rebuilt = set()
+    with connection.pipeline(transaction=False) as pipe:
+        for n, job_id in enumerate(job_ids):
+            (kind, owner, max_attempts, total, queue), payload = [_text(v) for v in rows[2 * n]], rows[2 * n + 1]
+            if kind is None or payload is None:
+                continue
+            q = rq_queue(connection, queue or settings().queue)
+            job = rq_job_for(q, job_id, kind, json.loads(payload), owner or "default", int(max_attempts or 1),
+                             int(total or 0))
+            job.origin = q.name
+            job.set_status("failed", pipeline=pipe)
+            job.save(pipeline=pipe)
+            rebuilt.add(job_id)
+        pipe.execute()
+    return rebuilt

@@ -10,7 +10,7 @@ from pathlib import Path
 from jobs import scripts
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = [ROOT / "jobs", ROOT / "web"]
+PACKAGES = [ROOT / "jobs", ROOT / "web", ROOT / "cli"]
 
 
 def python_files():
@@ -19,7 +19,7 @@ def python_files():
 
 
 def test_the_code_is_lint_clean():
-    result = subprocess.run([sys.executable, "-m", "ruff", "check", "jobs", "web", "scripts", "tests"],
+    result = subprocess.run([sys.executable, "-m", "ruff", "check", "jobs", "web", "cli", "scripts", "tests"],
                             cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
