@@ -56,6 +56,7 @@ class Settings:
     local_delay_ms: int
     error_max_chars: int
     max_defers: int
+    item_concurrency: int
 
 
 def settings() -> Settings:
@@ -73,4 +74,6 @@ def settings() -> Settings:
         local_delay_ms=_int("LEASH_LOCAL_DELAY_MS", 0),
         error_max_chars=_int("LEASH_ERROR_MAX_CHARS", 4000, minimum=200),
         max_defers=_int("LEASH_MAX_DEFERS", 10, minimum=0),
+        # Items of one attempt in flight at once (ctx.for_each); also the adaptive limit's ceiling.
+        item_concurrency=_int("LEASH_ITEM_CONCURRENCY", 8, minimum=1),
     )

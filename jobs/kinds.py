@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .backends import get_backend
-from .context import JobContext
+from .context import JobContext, validate_concurrency
 from .errors import InvalidJob, ItemError
 
 MAX_ITEMS = 1000
@@ -79,6 +79,7 @@ def get(name: str) -> Kind:
 
 
 def validate_items(payload: dict, max_items: int = MAX_ITEMS, max_chars: int = MAX_ITEM_CHARS) -> list[str]:
+    validate_concurrency(payload)
     items = payload.get("items")
     if not isinstance(items, list):
         raise InvalidJob("'items' must be a list of strings")
