@@ -151,13 +151,22 @@ _THINKING = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 
 
 def match_label(answer: str, labels: list[str]) -> str | None:
-    """The label an answer names, tolerating case, quotes, a trailing period and a reasoning
-    model's <think> block; None if it names none."""
+    """The label an answer names, tolerating case, quotes, a list marker ("- no"), a trailing
+    period and a reasoning model's <think> block, or a label that opens a sentence ("No, ice is
+    not hot."); None if it names none, or opens with more than one label."""
     cleaned = _THINKING.sub("", answer or "").strip(" \t\r\n\"'`*.")
+    cleaned = _LIST_MARKER.sub("", cleaned).strip(" \t\r\n\"'`*.")
     if cleaned in labels:
         return cleaned
     by_lower = {label.lower(): label for label in labels}
-    return by_lower.get(cleaned.lower())
+    if cleaned.lower() in by_lower:
+        return by_lower[cleaned.lower()]
+    opening = [label for label in labels
+               if re.match(re.escape(label.lower()) + r"[,.;:!\n]", cleaned.lower())]
+    return opening[0] if len(opening) == 1 else None
+
+
+_LIST_MARKER = re.compile(r"^(?:[-*\u2022]|\d+[.)])\s+")
 
 
 class OpenAIBackend:
