@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from redis import Redis
 
@@ -23,14 +24,20 @@ from .batch import NotStarted
 
 log = logging.getLogger("leash.items")
 
-#: Windows of ``limit`` clean answers before the limit grows past the level of the last overload.
-PROBE_ROUNDS = 20
+#: Windows of ``limit`` clean answers before the limit steps back up to the level of the last overload.
+PROBE_ROUNDS = 40
 #: A model's limit is forgotten a day after its last call.
 KEEP_SECONDS = 24 * 3600
 #: How often a waiting call looks again for a slot or a stopping batch (seconds).
 POLL_SECONDS = 0.1
 
 OK, RATE_LIMITED, TIMED_OUT = "ok", "429", "timeout"
+
+
+class Reading(NamedTuple):
+    limit: int
+    epoch: int  # bumped by each halving; an overload reported with an older one is not counted
+    version: int  # bumped by each change of the limit
 
 
 class SharedLimit:
@@ -42,18 +49,19 @@ class SharedLimit:
         self.ceiling = ceiling
         self.keys = [keys.model_concurrency(model), keys.MODELS]
 
-    def _run(self, op: str, epoch: int = 0, reason: str = "") -> tuple[int, int]:
-        limit, epoch = scripts.run(self.connection, "model_concurrency_v1", keys=self.keys,
-                                   args=[op, self.ceiling, self.model, epoch, reason, PROBE_ROUNDS, KEEP_SECONDS])
-        return int(limit), int(epoch)
+    def _run(self, op: str, epoch: int = 0, reason: str = "") -> Reading:
+        limit, epoch, version = scripts.run(
+            self.connection, "model_concurrency_v1", keys=self.keys,
+            args=[op, self.ceiling, self.model, epoch, reason, PROBE_ROUNDS, KEEP_SECONDS])
+        return Reading(int(limit), int(epoch), int(version))
 
-    def read(self) -> tuple[int, int]:
+    def read(self) -> Reading:
         return self._run("read")
 
-    def answered(self) -> tuple[int, int]:
+    def answered(self) -> Reading:
         return self._run("ok")
 
-    def overloaded(self, epoch: int, reason: str) -> tuple[int, int]:
+    def overloaded(self, epoch: int, reason: str) -> Reading:
         return self._run("overload", epoch=epoch, reason=reason)
 
 
@@ -63,12 +71,12 @@ class ConcurrencyGate:
     def __init__(self, shared: SharedLimit, job_id: str = ""):
         self.shared = shared
         self.job_id = job_id
-        self.limit, self.epoch = shared.read()
+        self.reading = shared.read()
         self.in_flight = 0
         self._changed = threading.Condition()
 
     def width(self) -> int:
-        return max(1, min(self.limit, self.shared.ceiling))
+        return max(1, min(self.reading.limit, self.shared.ceiling))
 
     def acquire(self, stopping: threading.Event | None = None) -> int:
         """Wait for a slot; returns the epoch to report the outcome with. Raises NotStarted
@@ -79,25 +87,27 @@ class ConcurrencyGate:
                     raise NotStarted()
                 self._changed.wait(POLL_SECONDS)
             self.in_flight += 1
-            return self.epoch
+            return self.reading.epoch
 
     def release(self, epoch: int, outcome: str | None) -> None:
         """Give the slot back. ``outcome``: OK, RATE_LIMITED or TIMED_OUT is reported to the
         shared limit; None (a call that never reached the model, or another error) is not."""
         try:
             if outcome == OK:
-                self._learn(*self.shared.answered(), cause="")
+                self._learn(self.shared.answered(), cause="")
             elif outcome in (RATE_LIMITED, TIMED_OUT):
-                self._learn(*self.shared.overloaded(epoch, outcome), cause=outcome)
+                self._learn(self.shared.overloaded(epoch, outcome), cause=outcome)
         finally:
             with self._changed:
                 self.in_flight -= 1
                 self._changed.notify_all()
 
-    def _learn(self, limit: int, epoch: int, cause: str) -> None:
+    def _learn(self, reading: Reading, cause: str) -> None:
         with self._changed:
+            if reading.version < self.reading.version:
+                return  # another thread already learned something newer
             before = self.width()
-            self.limit, self.epoch = limit, epoch
+            self.reading = reading
             after = self.width()
             self._changed.notify_all()
         if after != before:

@@ -217,25 +217,30 @@ def test_a_wait_inside_a_stopping_batch_gives_up_before_its_call(conn, env):
 
 def test_an_overload_halves_the_limit_once_per_round_and_clean_answers_grow_it_back(conn):
     shared = SharedLimit(conn, "m", ceiling=16)
-    assert shared.read() == (16, 0)
+    assert shared.read()[:2] == (16, 0)
     # A burst of 429s from calls that all started under limit 16 (epoch 0): one halving.
-    assert shared.overloaded(0, "429") == (8, 1)
-    assert shared.overloaded(0, "429") == (8, 1)
-    assert shared.overloaded(1, "timeout") == (4, 2)
-    # Below the last overload's level (8), a window is one round: `limit` clean answers.
+    assert shared.overloaded(0, "429")[:2] == (8, 1)
+    assert shared.overloaded(0, "429")[:2] == (8, 1)
+    assert shared.overloaded(1, "timeout")[:2] == (4, 2)  # the last overload was at 8
+    # A window is one round: `limit` clean answers.
     for _ in range(3):
         assert shared.answered()[0] == 4
-    assert shared.answered()[0] == 5
+    assert shared.answered()[:] == (5, 2, 3)  # three changes so far: 16 -> 8 -> 4 -> 5
     for _ in range(5 + 6):
         shared.answered()
     assert shared.read()[0] == 7
-    # One below the level that hurt: growing past it takes PROBE_ROUNDS rounds.
+    # The step back up to the level that hurt (8) takes PROBE_ROUNDS rounds.
     for _ in range(7 * PROBE_ROUNDS - 1):
         shared.answered()
     assert shared.read()[0] == 7
     assert shared.answered()[0] == 8
+    # Past it, the server took more: quick growth again.
+    for _ in range(8):
+        shared.answered()
+    assert shared.read()[0] == 9
+    assert shared.overloaded(2, "429")[:2] == (5, 3)  # halving rounds up: 9 -> 5
     [model] = snapshot(conn)
-    assert (model.model, model.limit, model.rate_limited, model.timed_out) == ("m", 8, 2, 1)
+    assert (model.model, model.limit, model.rate_limited, model.timed_out) == ("m", 5, 3, 1)
 
 
 def test_the_limit_never_grows_past_the_callers_ceiling(conn):
@@ -310,3 +315,12 @@ def test_a_429_and_a_timeout_halve_the_models_limit(conn, model_server, env):
     with pytest.raises(ModelUnavailable, match="timed out"):
         OpenAIBackend().complete("hang")
     assert conn.hget(keys.model_concurrency(MODEL), "limit") == b"2"
+
+
+def test_a_gate_keeps_the_newest_limit_when_replies_arrive_out_of_order(conn):
+    from jobs.model_concurrency import Reading
+
+    gate = ConcurrencyGate(SharedLimit(conn, "m", ceiling=16))
+    gate._learn(Reading(limit=7, epoch=1, version=5), cause="")
+    gate._learn(Reading(limit=6, epoch=1, version=4), cause="")  # sent earlier by another thread
+    assert gate.width() == 7
