@@ -12,7 +12,7 @@ Redis of this script's own.
           the physical limit items x latency / concurrency; the work-horse's peak RSS.
   anchor  what users write instead, as a process of its own over the same server: asyncio +
           a semaphore around ``AsyncOpenAI``, and a thread pool around ``OpenAI``; items/s,
-          CPU seconds and peak RSS, against leash at the same concurrency.
+          CPU seconds and peak RSS, against leash at the same concurrency (480 items).
   rpm     LEASH_MODEL_RPM=600, two workers, two jobs x 200 items: requests per minute the
           server saw, overall and over every 10 s window.
   storm   the server takes 8 calls at once and answers 429 (Retry-After: 1) beyond; leash
@@ -205,7 +205,7 @@ def anchor_main(mode: str, url: str, n: int, concurrency: int) -> None:
 
 
 def anchor(bench: Bench, results: dict) -> None:
-    n, latency = bench.args.items, bench.args.latency
+    n, latency = bench.args.anchor_items, bench.args.latency
     rows = []
     for concurrency in (16, 64):
         bench.fresh()
@@ -221,7 +221,7 @@ def anchor(bench: Bench, results: dict) -> None:
         for mode in ("asyncio", "threads"):
             bench.fresh()
             out = subprocess.run([sys.executable, __file__, "--anchor", mode, "--url", bench.server.url,
-                                  "--items", str(n), "--concurrency", str(concurrency)],
+                                  "--anchor-items", str(n), "--concurrency", str(concurrency)],
                                  capture_output=True, text=True, timeout=n * latency + 60, cwd=ROOT,
                                  env=dict(os.environ, PYTHONPATH=str(ROOT)))
             if out.returncode != 0:
@@ -371,13 +371,14 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(PARTS))
     parser.add_argument("--items", type=int, default=120)
     parser.add_argument("--storm-items", type=int, default=480)
+    parser.add_argument("--anchor-items", type=int, default=480)
     parser.add_argument("--latency", type=float, default=0.5)
     parser.add_argument("--anchor", choices=("asyncio", "threads"), help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--concurrency", type=int, default=16, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.anchor:
-        return anchor_main(args.anchor, args.url, args.items, args.concurrency)
+        return anchor_main(args.anchor, args.url, args.anchor_items, args.concurrency)
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
     unknown = set(parts) - set(PARTS)
     if unknown:

@@ -103,6 +103,9 @@ class Trickle:
 
 def _send_json(handler, status: int, body: dict, headers: dict | None = None) -> None:
     data = json.dumps(body).encode()
+    # Like a model server, the request's slot is free once the answer is ready: a client that
+    # sends its next call the moment it reads this one must not find the slot still taken.
+    getattr(handler, "release_slot", lambda: None)()
     handler.send_response(status)
     handler.send_header("Content-Type", "application/json")
     handler.send_header("Content-Length", str(len(data)))
@@ -197,9 +200,15 @@ def _handler_for(server: FakeOpenAI):
             if not server._enter():
                 return Error(429, f"at most {server.capacity} requests at once",
                              headers={"Retry-After": server.retry_after}).respond(server, self, seen)
+            self.holds_slot = True
             try:
                 server._next(seen).respond(server, self, seen)
             finally:
+                self.release_slot()
+
+        def release_slot(self):
+            if getattr(self, "holds_slot", False):
+                self.holds_slot = False
                 server._leave()
 
         def log_message(self, format, *args):  # keep test output quiet
