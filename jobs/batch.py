@@ -150,11 +150,15 @@ class Batch:
         if todo:
             log.info("job %s: %d of %d items to do, up to %d at once", self.ctx.job_id, len(todo),
                      len(self.items), width)
-            with Renewer(self.ctx, self.stop.record) as renewer, \
-                    ThreadPoolExecutor(width, thread_name_prefix=f"leash-item-{self.ctx.job_id}") as pool:
+            with Renewer(self.ctx, self.stop.record) as renewer:
                 self.ctx.enter_batch(self.stop, renewer)
                 try:
-                    self._dispatch(pool, todo, width)
+                    with ThreadPoolExecutor(width, thread_name_prefix=f"leash-item-{self.ctx.job_id}") as pool:
+                        try:
+                            self._dispatch(pool, todo, width)
+                        except BaseException as exc:  # e.g. RQ's job timeout: waiting items must not start
+                            self.stop.record(exc)
+                            raise
                 finally:
                     self.ctx.leave_batch()
         if self.stop.reason is not None:
