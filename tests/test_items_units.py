@@ -324,3 +324,13 @@ def test_a_gate_keeps_the_newest_limit_when_replies_arrive_out_of_order(conn):
     gate._learn(Reading(limit=7, epoch=1, version=5), cause="")
     gate._learn(Reading(limit=6, epoch=1, version=4), cause="")  # sent earlier by another thread
     assert gate.width() == 7
+
+
+def test_the_api_refuses_a_bad_item_concurrency_with_a_clear_error(env, conn):
+    from tests.web_support import CLASSIFY, make_app
+
+    client = make_app().test_client()
+    refused = client.post("/jobs", json={**CLASSIFY, "item_concurrency": "lots"})
+    assert refused.status_code in (400, 422) and "item_concurrency" in refused.get_json()["error"]
+    accepted = client.post("/jobs", json={**CLASSIFY, "item_concurrency": 2})
+    assert accepted.status_code == 202
