@@ -28,7 +28,8 @@ from jobs.devserver import free_port
 from jobs.enqueue import enqueue
 from tests.conftest import ROOT, wait_for
 
-pytestmark = pytest.mark.slow
+# Each test starts a server and workers; the kill test waits out a retry's backoff.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 GGUF = Path(os.environ.get("LEASH_TEST_GGUF") or ROOT / ".models" / "SmolLM2-135M-Instruct.Q4_1.gguf")
 QUESTIONS = ["Is the sky blue?", "Is fire cold?", "Do fish live in water?", "Is ice hot?"]
@@ -105,7 +106,7 @@ def llama(tmp_path, env):
     env.setenv("LEASH_MODEL_URL", server.url)
     env.setenv("LEASH_MODEL_NAME", "smollm2")
     env.setenv("LEASH_MODEL_TEMPERATURE", "0")
-    env.setenv("LEASH_MODEL_TIMEOUT", "60")
+    env.setenv("LEASH_MODEL_TIMEOUT", "20")  # a call takes 1-6 s here; a stuck one is cut off
     env.setenv("LEASH_MODEL_MAX_TOKENS", "96")
     env.setenv("LEASH_ITEM_CONCURRENCY", "2")  # the server answers one request at a time
     env.setenv("LEASH_LEASE_SECONDS", "10")
@@ -114,9 +115,14 @@ def llama(tmp_path, env):
     server.kill()
 
 
-def ended(conn, job_id, timeout=120):
-    return wait_for(lambda: (s := states.status(conn, job_id))["state"] in ("succeeded", "failed") and s, timeout,
-                    interval=0.2, message=f"job {job_id} to end")
+def ended(conn, job_id, timeout=120, server: LlamaServer | None = None):
+    try:
+        return wait_for(lambda: (s := states.status(conn, job_id))["state"] in ("succeeded", "failed") and s,
+                        timeout, interval=0.2)
+    except AssertionError:
+        logs = "" if server is None else server.log().read_text()[-3000:]
+        raise AssertionError(f"job {job_id} did not end within {timeout}s: {states.status(conn, job_id)}; "
+                             f"errors {conn.lrange(keys.errors(job_id), 0, -1)}; model server log: {logs}") from None
 
 
 def stored(conn, job_id) -> dict[int, object]:
@@ -154,14 +160,14 @@ def test_the_model_server_killed_mid_job_and_restarted_the_job_resumes_from_its_
     env.setenv("LEASH_RETRY_BACKOFF", "5")
     job_id, _ = enqueue(conn, "prompt", {"items": TEXTS, "template": "Summarise in one short sentence: {item}"},
                         max_attempts=4)
-    workers.start()  # with the scheduler: the retry comes back after its backoff
+    workers.start("--log-level", "INFO")  # with the scheduler: the retry comes back after its backoff
     wait_for(lambda: states.status(conn, job_id)["done"] >= 2, 120, interval=0.2, message="two items stored")
     llama.kill()
     wait_for(lambda: conn.llen(keys.errors(job_id)) >= 1, 60, interval=0.2, message="the attempt to fail")
     stored_at_kill = set(stored(conn, job_id))
     llama.start()
 
-    final = ended(conn, job_id, timeout=180)
+    final = ended(conn, job_id, timeout=150, server=llama)
     assert final["state"] == "succeeded", final["error"]
     assert final["attempts"] >= 2 and final["done"] == len(TEXTS)
     history = [json.loads(e)["error"] for e in conn.lrange(keys.errors(job_id), 0, -1)]
