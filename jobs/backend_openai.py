@@ -11,8 +11,11 @@ the job's state machine:
                                                          the job is retried with backoff
     400 (context length...), 401, 403, 404, 4xx       -> PermanentError saying what to fix
     classify: an answer outside the labels, twice     -> ItemError: stored for that item only
+    prompt: finish_reason "length" (cut off)          -> ItemError naming LEASH_MODEL_MAX_TOKENS
 
-Every call waits its turn on the shared rate limit (jobs.model_rate) and runs inside
+Every call takes a slot of the model's adaptive concurrency limit (jobs.model_concurrency: a
+429 or a timeout halves it for every job), waits its turn on the shared rate limit
+(jobs.model_rate), asks for at most ``LEASH_MODEL_MAX_TOKENS`` tokens and runs inside
 ``ctx.keepalive`` so a slow answer does not cost the job its lease.
 """
 
@@ -28,16 +31,19 @@ from email.utils import parsedate_to_datetime
 import openai
 
 from . import backends, clock
-from .config import _float
+from .config import _float, _int, settings
 from .connection import connect
 from .context import JobContext
 from .errors import ItemError, PermanentError, RetryLater
+from .model_concurrency import OK, RATE_LIMITED, TIMED_OUT, ConcurrencyGate, SharedLimit
 from .model_rate import PAUSED, TOKENS_SPENT, ModelRateLimit
 
 #: 429s answered in place, per call, before the job is rescheduled instead.
 MAX_INLINE_429 = 5
 #: Wait after a 429 that names no delay.
 DEFAULT_RETRY_AFTER = 5.0
+#: The most tokens ``classify`` asks for: a label is a few words.
+CLASSIFY_MAX_TOKENS = 32
 
 
 class ModelUnavailable(Exception):
@@ -54,6 +60,7 @@ class ModelSettings:
     rpm: float
     tpm: float
     temperature: float | None
+    max_tokens: int = 1024
 
     @classmethod
     def from_env(cls) -> ModelSettings:
@@ -72,6 +79,7 @@ class ModelSettings:
                 rpm=_float("LEASH_MODEL_RPM", 0.0),
                 tpm=_float("LEASH_MODEL_TPM", 0.0),
                 temperature=_float("LEASH_MODEL_TEMPERATURE", 0.0) if raw_temperature else None,
+                max_tokens=_int("LEASH_MODEL_MAX_TOKENS", 1024, minimum=1),
             )
         except ValueError as exc:  # a setting no retry can fix
             raise PermanentError(str(exc)) from None
@@ -143,13 +151,22 @@ _THINKING = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 
 
 def match_label(answer: str, labels: list[str]) -> str | None:
-    """The label an answer names, tolerating case, quotes, a trailing period and a reasoning
-    model's <think> block; None if it names none."""
+    """The label an answer names, tolerating case, quotes, a list marker ("- no"), a trailing
+    period and a reasoning model's <think> block, or a label that opens a sentence ("No, ice is
+    not hot."); None if it names none, or opens with more than one label."""
     cleaned = _THINKING.sub("", answer or "").strip(" \t\r\n\"'`*.")
+    cleaned = _LIST_MARKER.sub("", cleaned).strip(" \t\r\n\"'`*.")
     if cleaned in labels:
         return cleaned
     by_lower = {label.lower(): label for label in labels}
-    return by_lower.get(cleaned.lower())
+    if cleaned.lower() in by_lower:
+        return by_lower[cleaned.lower()]
+    opening = [label for label in labels
+               if re.match(re.escape(label.lower()) + r"[,.;:!\n]", cleaned.lower())]
+    return opening[0] if len(opening) == 1 else None
+
+
+_LIST_MARKER = re.compile(r"^(?:[-*\u2022]|\d+[.)])\s+")
 
 
 class OpenAIBackend:
@@ -164,7 +181,12 @@ class OpenAIBackend:
             base_url=s.url, api_key=s.api_key, max_retries=0,
             timeout=openai.Timeout(s.timeout, connect=self.connect_timeout),
         )
-        self.limit = ModelRateLimit(ctx.connection if ctx else connect(), s.name, rpm=s.rpm, tpm=s.tpm)
+        connection = ctx.connection if ctx else connect()
+        self.limit = ModelRateLimit(connection, s.name, rpm=s.rpm, tpm=s.tpm)
+        self.gate = ConcurrencyGate(SharedLimit(connection, s.name, _item_concurrency()), ctx.job_id if ctx else "")
+        # OpenAI's reasoning models refuse max_tokens and want max_completion_tokens; the first
+        # such refusal switches this backend over.
+        self.token_limit_field = "max_tokens"
 
     # --- the two operations ------------------------------------------------------------
 
@@ -175,7 +197,10 @@ class OpenAIBackend:
                                           f"this list, written as it appears, and nothing else:\n{listing}"},
             {"role": "user", "content": text},
         ]
-        first = self._chat(messages)
+        # A label is a few tokens; a cut-off answer is judged like any other (it names a label
+        # or it gets the correction), so truncation is fine here.
+        budget = min(CLASSIFY_MAX_TOKENS, self.settings.max_tokens)
+        first = self._chat(messages, max_tokens=budget, truncation_ok=True)
         label = match_label(first, labels)
         if label is not None:
             return label
@@ -184,46 +209,60 @@ class OpenAIBackend:
             {"role": "user", "content": f"{first.strip()[:200]!r} is not one of the labels. "
                                         f"Reply with exactly one of: {', '.join(labels)}"},
         ]
-        second = self._chat(messages)
+        second = self._chat(messages, max_tokens=budget, truncation_ok=True)
         label = match_label(second, labels)
         if label is None:
             raise ItemError(f"the model answered {first.strip()[:100]!r}, then {second.strip()[:100]!r}: "
                             f"neither is one of the labels {labels}")
         return label
 
-    def complete(self, prompt: str) -> str:
-        return self._chat([{"role": "user", "content": prompt}])
+    def complete(self, prompt: str, max_tokens: int | None = None, truncation_ok: bool = False) -> str:
+        """The model's answer; one cut off at ``max_tokens`` (at most LEASH_MODEL_MAX_TOKENS)
+        is an ItemError unless ``truncation_ok``."""
+        return self._chat([{"role": "user", "content": prompt}], max_tokens=max_tokens, truncation_ok=truncation_ok)
 
-    # --- one call, with the rate limit, the lease and the error mapping -------------------
+    # --- one call, with the limits, the lease and the error mapping -----------------------
 
-    def _chat(self, messages: list[dict]) -> str:
+    def _chat(self, messages: list[dict], max_tokens: int | None = None, truncation_ok: bool = False) -> str:
+        budget = self.settings.max_tokens if max_tokens is None else min(max_tokens, self.settings.max_tokens)
         wait = DEFAULT_RETRY_AFTER
         for _ in range(MAX_INLINE_429 + 1):
-            self._wait_turn()
+            epoch = self.gate.acquire(self.ctx.stopping() if self.ctx else None)
+            outcome = None
             try:
+                self._wait_turn()
                 with self._keepalive():
                     response = self.client.chat.completions.create(
-                        model=self.settings.name, messages=messages, **self._options())
+                        model=self.settings.name, messages=messages, **self._options(budget))
+                outcome = OK
             except openai.RateLimitError as exc:
                 if exc.code == "insufficient_quota":
                     raise PermanentError(f"the model provider says the account is out of quota (429): "
                                          f"{_server_message(exc)}") from exc
+                outcome = RATE_LIMITED
                 wait = retry_after_seconds(exc.response.headers)
                 wait = DEFAULT_RETRY_AFTER if wait is None else wait
                 self.limit.pause(wait)  # every worker calling this model waits too
                 continue
+            except openai.BadRequestError as exc:
+                if self._switch_token_limit_field(exc):
+                    continue
+                raise status_error(exc, self.settings) from exc
             except openai.APIStatusError as exc:
                 raise status_error(exc, self.settings) from exc
             except openai.APITimeoutError as exc:
+                outcome = TIMED_OUT
                 raise ModelUnavailable(f"the model call timed out after {self.settings.timeout:g}s "
                                        f"(LEASH_MODEL_TIMEOUT)") from exc
             except openai.APIConnectionError as exc:
                 raise ModelUnavailable(f"cannot reach the model server at {self.client.base_url}: "
                                        f"{exc.__cause__ or exc}") from exc
-            return self._answer(response, messages)
+            finally:
+                self.gate.release(epoch, outcome)
+            return self._answer(response, messages, budget, truncation_ok)
         raise RetryLater(wait, f"the model server kept answering 429 (last Retry-After {wait:g}s)")
 
-    def _answer(self, response, messages: list[dict]) -> str:
+    def _answer(self, response, messages: list[dict], budget: int, truncation_ok: bool) -> str:
         usage = getattr(response, "usage", None)
         choice = response.choices[0] if response.choices else None
         content = choice.message.content if choice is not None else None
@@ -231,13 +270,25 @@ class OpenAIBackend:
         if not tokens:  # servers that report no usage: about four characters a token
             tokens = (sum(len(m["content"]) for m in messages) + len(content or "")) // 4 + 1
         self.limit.spend(tokens)
+        if choice is not None and choice.finish_reason == "length" and not truncation_ok:
+            raise ItemError(f"answer cut off at max_tokens={budget}; raise LEASH_MODEL_MAX_TOKENS")
         if content is None:
             reason = choice.finish_reason if choice is not None else "no choices"
             raise ItemError(f"the model returned no text (finish_reason={reason})")
         return content
 
-    def _options(self) -> dict:
-        return {} if self.settings.temperature is None else {"temperature": self.settings.temperature}
+    def _options(self, budget: int) -> dict:
+        options: dict = {self.token_limit_field: budget}
+        if self.settings.temperature is not None:
+            options["temperature"] = self.settings.temperature
+        return options
+
+    def _switch_token_limit_field(self, exc: openai.BadRequestError) -> bool:
+        """True (and switched) when the server asked for max_completion_tokens instead."""
+        if self.token_limit_field == "max_tokens" and "max_completion_tokens" in _server_message(exc):
+            self.token_limit_field = "max_completion_tokens"
+            return True
+        return False
 
     def _keepalive(self):
         if self.ctx is None:
@@ -261,6 +312,13 @@ class OpenAIBackend:
                 self._sleep(turn.wait_seconds)
             if turn.code != TOKENS_SPENT:
                 return
+
+
+def _item_concurrency() -> int:
+    try:
+        return settings().item_concurrency
+    except ValueError as exc:  # a setting no retry can fix
+        raise PermanentError(str(exc)) from None
 
 
 backends.register("openai", OpenAIBackend)

@@ -30,8 +30,9 @@ class Backend(Protocol):
     def classify(self, text: str, labels: list[str]) -> str:
         """Return exactly one of ``labels`` for ``text`` (or raise ItemError)."""
 
-    def complete(self, prompt: str) -> str:
-        """Return the model's answer to ``prompt``."""
+    def complete(self, prompt: str, max_tokens: int | None = None, truncation_ok: bool = False) -> str:
+        """Return the model's answer to ``prompt``, in at most ``max_tokens`` (never more than
+        LEASH_MODEL_MAX_TOKENS); an answer cut off there raises ItemError unless ``truncation_ok``."""
 
 
 # Words that hint at common labels; anything else falls back to word overlap, then a hash.
@@ -69,7 +70,7 @@ class LocalBackend:
         digest = hashlib.sha256(text.encode()).digest()
         return labels[digest[0] % len(labels)]
 
-    def complete(self, prompt: str) -> str:
+    def complete(self, prompt: str, max_tokens: int | None = None, truncation_ok: bool = False) -> str:
         """An offline stand-in for a completion: the prompt's words, reversed and counted."""
         if self.delay_s:
             time.sleep(self.delay_s)

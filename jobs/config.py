@@ -63,6 +63,7 @@ class Settings:
     local_delay_ms: int
     error_max_chars: int
     max_defers: int
+    item_concurrency: int
 
     @property
     def queue(self) -> str:
@@ -87,6 +88,8 @@ def settings() -> Settings:
         # job's hash (under 2 KB) and every status answer.
         error_max_chars=_int("LEASH_ERROR_MAX_CHARS", 1000, minimum=200),
         max_defers=_int("LEASH_MAX_DEFERS", 10, minimum=0),
+        # Items of one attempt in flight at once (ctx.for_each); also the adaptive limit's ceiling.
+        item_concurrency=_int("LEASH_ITEM_CONCURRENCY", 8, minimum=1),
     )
 
 

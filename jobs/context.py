@@ -4,9 +4,12 @@ Every call here is a heartbeat: it renews the lease and records progress in one 
 write. It is also where an attempt learns it must stop — a cancel (``Canceled``), a deploy
 (``HandOff``, after the checkpoint is safe) or a lost lease (``LeaseLost``).
 
+``for_each`` runs items several at once (``LEASH_ITEM_CONCURRENCY``; jobs.batch explains what
+stays true when they finish out of order).
+
 Waiting is not dying: ``sleep`` (a rate limit, a Retry-After) renews the lease as it waits,
-and ``keepalive`` renews it from a thread while one slow call runs — up to that call's
-timeout, so a hung call still loses its lease and gets reclaimed.
+and ``keepalive`` renews it from a thread while slow calls run — each up to its own timeout,
+so a hung call still loses its lease and gets reclaimed.
 """
 
 from __future__ import annotations
@@ -14,16 +17,27 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from . import clock, effects, keys
-from .errors import Canceled, HandOff, LeaseLost
+from .batch import Batch, NotStarted, Renewer, StopSignal
+from .config import settings
+from .errors import Canceled, HandOff, InvalidJob
 from .lease import Attempt
 
 log = logging.getLogger("leash.context")
+
+#: The payload field with which a job asks for fewer items at once than the worker allows.
+CONCURRENCY_FIELD = "item_concurrency"
+
+
+def validate_concurrency(payload: dict) -> None:
+    """A job's own concurrency, if it asks for one, is a positive integer."""
+    value = payload.get(CONCURRENCY_FIELD)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise InvalidJob(f"'{CONCURRENCY_FIELD}' must be a positive integer, got {value!r}")
 
 
 class JobContext:
@@ -32,6 +46,8 @@ class JobContext:
         self.payload = payload
         self.connection = attempt.connection
         self.job_id = attempt.job_id
+        self._stop: StopSignal | None = None  # set while a for_each batch runs
+        self._renewer: Renewer | None = None
 
     def _after_heartbeat(self, cancel_requested: bool) -> None:
         if cancel_requested:
@@ -45,26 +61,52 @@ class JobContext:
 
     def checkpoint(self, index: int, value: Any) -> None:
         """Store one item's result and renew the lease, atomically; done = items stored."""
-        item = (index, json.dumps(value))
-        self._after_heartbeat(self.attempt.heartbeat(item=item))
+        self.checkpoint_encoded(index, json.dumps(value))
+
+    def checkpoint_encoded(self, index: int, encoded: str) -> None:
+        self._after_heartbeat(self.attempt.heartbeat(item=(index, encoded)))
 
     def items_done(self) -> dict[int, Any]:
         """Results already stored by earlier attempts (the resume point)."""
         raw = self.connection.hgetall(keys.items(self.job_id))
         return {int(k): json.loads(v) for k, v in raw.items()}
 
-    def for_each(self, items: Iterable[Any], fn: Callable[[Any], Any]) -> list[Any]:
-        """Apply ``fn`` to each item not done yet, checkpointing each result; returns all
-        results in order (earlier attempts' included)."""
+    def for_each(self, items: Iterable[Any], fn: Callable[[Any], Any], concurrency: int | None = None) -> list[Any]:
+        """Apply ``fn`` to each item not done yet, several at once, checkpointing each result
+        as it finishes; returns all results in order (earlier attempts' included).
+
+        At most ``LEASH_ITEM_CONCURRENCY`` items run at once; a kind (``concurrency``) or a job
+        (payload field ``item_concurrency``) may ask for fewer. ``fn`` runs on worker threads.
+        """
         items = list(items)
         done = self.items_done()
         self.progress(len(done), total=len(items))
-        for index, item in enumerate(items):
-            if index in done:
-                continue
-            done[index] = fn(item)
-            self.checkpoint(index, done[index])
-        return [done[i] for i in range(len(items))]
+        return Batch(self, items, fn, self.item_concurrency(concurrency)).run(done)
+
+    def item_concurrency(self, asked: int | None = None) -> int:
+        """Items at once: the worker's limit, or less if the kind or the job asks for less."""
+        width = settings().item_concurrency
+        for wish in (asked, self.payload.get(CONCURRENCY_FIELD)):
+            if isinstance(wish, int) and not isinstance(wish, bool) and wish >= 1:
+                width = min(width, wish)
+        return width
+
+    # --- for jobs.batch: which heartbeat counts, and when to stop --------------------------
+
+    def enter_batch(self, stop: StopSignal, renewer: Renewer) -> None:
+        self._stop, self._renewer = stop, renewer
+
+    def leave_batch(self) -> None:
+        self._stop, self._renewer = None, None
+
+    def heartbeat_done(self) -> int | None:
+        """What a renewal records as ``done``: inside a batch, None (the script counts the
+        stored items: another thread may have stored one a moment ago); else the last progress."""
+        return None if self._stop is not None else self.attempt.done
+
+    def stopping(self) -> threading.Event | None:
+        """Set once the running batch launches nothing new (None outside a batch)."""
+        return self._stop.event if self._stop is not None else None
 
     def once(self, name: str, effect: Callable[[], Any]) -> bool:
         """Run a side effect at most once per job (see jobs.effects). Checks the lease first,
@@ -74,55 +116,38 @@ class JobContext:
 
     def renew(self) -> None:
         """Renew the lease without changing progress (a job that is waiting, not stuck)."""
-        self.progress(self.attempt.done)
+        self._after_heartbeat(self.attempt.heartbeat(done=self.heartbeat_done()))
 
     def sleep(self, seconds: float) -> None:
         """Wait ``seconds`` and stay alive: the lease is renewed every third of its length,
-        so a job waiting for a rate limit is never mistaken for a dead one."""
+        so a job waiting for a rate limit is never mistaken for a dead one. Inside a batch that
+        is stopping, raises NotStarted at once: the item waiting here never starts."""
         deadline = clock.monotonic() + seconds
         step = self.attempt.lease_seconds / 3
+        stopping = self.stopping() or threading.Event()
         while (left := deadline - clock.monotonic()) > 0:
-            time.sleep(min(step, left))
+            if stopping.wait(min(step, left)):
+                raise NotStarted()
             self.renew()
 
     @contextmanager
     def keepalive(self, timeout: float) -> Iterator[None]:
-        """Renew the lease from a background thread while one long call (a model request
-        that outlasts the lease) runs in this one, for at most ``timeout`` seconds.
+        """Keep the lease alive while one long call (a model request that may outlast the
+        lease) runs, for at most ``timeout`` seconds.
 
-        After ``timeout`` the thread stops renewing: a call hung past its own timeout then
-        lets the lease expire, and the reaper takes the job back. What the thread learns
-        (lease lost, cancel requested) is raised here when the block ends; a thread has no
-        caller to raise to.
+        After ``timeout`` the call no longer keeps the job alive: a call hung past its own
+        timeout then lets the lease expire, and the reaper takes the job back. Inside a batch
+        the batch's one renewing thread serves every call and what it learns stops the batch;
+        outside one, a thread serves this call and what it learned (lease lost, cancel
+        requested) is raised here when the block ends.
         """
-        stop = threading.Event()
+        if self._renewer is not None:
+            with self._renewer.call(timeout):
+                yield
+            return
         learned: list[BaseException] = []
-        deadline = clock.monotonic() + timeout
-        interval = self.attempt.lease_seconds / 3
-
-        def renew_until_stopped() -> None:
-            while not stop.wait(max(0.0, min(interval, deadline - clock.monotonic()))):
-                if clock.monotonic() >= deadline:
-                    log.warning("job %s: call still running after %.0fs; no longer renewing its lease",
-                                self.job_id, timeout)
-                    return
-                try:
-                    if self.attempt.heartbeat(done=self.attempt.done):
-                        learned.append(Canceled())
-                        return
-                except LeaseLost as exc:
-                    learned.append(exc)
-                    return
-                except Exception as exc:  # a Redis blip: the next round may get through
-                    log.warning("job %s: keepalive heartbeat failed: %s", self.job_id, exc)
-
-        thread = threading.Thread(target=renew_until_stopped, name=f"leash-keepalive-{self.job_id}", daemon=True)
-        thread.start()
-        try:
+        with Renewer(self, learned.append) as renewer, renewer.call(timeout):
             yield
-        finally:
-            stop.set()
-            thread.join()
         if learned:
             raise learned[0]
         # A hand-off waits for the next checkpoint, so the answer just received is kept.

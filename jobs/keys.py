@@ -99,6 +99,17 @@ def model_rate(scope: str, bucket: str) -> str:
     return f"{PREFIX}model_rate:{scope}:{bucket}"
 
 
+def model_concurrency(scope: str) -> str:
+    """Hash of the adaptive concurrency limit shared by every job calling one model: limit,
+    epoch, clean answers since the last change, the level of the last overload, and counts of
+    answers, 429s and timeouts (see jobs/lua/model_concurrency_v1.lua)."""
+    return f"{PREFIX}model_concurrency:{scope}"
+
+
+#: Set of model names that have an adaptive concurrency hash (what /metrics reports on).
+MODELS = PREFIX + "models"
+
+
 def owner_jobs(owner: str) -> str:
     """Sorted set of an owner's job ids by creation time (for listings)."""
     return f"{PREFIX}owner:{owner}:jobs"

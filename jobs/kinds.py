@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .backends import get_backend
-from .context import JobContext
+from .context import JobContext, validate_concurrency
 from .errors import InvalidJob, ItemError
 from .limits import check_fields, check_items, check_labels, check_template
 
@@ -84,6 +84,7 @@ def get(name: str) -> Kind:
 def validate_items(payload: dict, max_items: int | None = None, max_chars: int | None = None) -> list[str]:
     """``payload["items"]``: a non-empty list of strings within LEASH_MAX_ITEMS and
     LEASH_MAX_ITEM_CHARS (or the limits given); raises InvalidJob saying which limit."""
+    validate_concurrency(payload)
     return check_items(payload, max_items, max_chars)
 
 

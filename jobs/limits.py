@@ -63,8 +63,13 @@ def check_payload(payload: Any) -> None:
                          "LEASH_MAX_PAYLOAD_BYTES): send fewer or shorter items, or split the batch")
 
 
+#: Payload fields every kind with items accepts: how many items may run at once (jobs/batch.py).
+ITEM_OPTIONS = ("item_concurrency",)
+
+
 def check_fields(payload: dict, known: Iterable[str]) -> None:
     """Fields a kind does not read are refused, never stored."""
+    known = tuple(known) + ITEM_OPTIONS
     unknown = sorted(name for name in payload if name not in set(known))
     if unknown:
         shown = ", ".join(repr(name[:40]) for name in unknown[:5]) + (", ..." if len(unknown) > 5 else "")

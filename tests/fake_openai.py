@@ -8,6 +8,11 @@ A test says how the model behaves for an item (the first user message) with ``on
 
 Items without a rule get ``Reply()``: the text after "->" in the item ("great -> positive"
 answers "positive"), else "echo: <item>".
+
+For load: ``latency`` delays every answer (a model that takes 0.5 s a call), ``capacity``
+answers 429 with ``Retry-After`` to any request beyond that many in flight (a server or an
+account that takes 8 calls at once), and ``max_in_flight`` records the most requests it ever
+held at once.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ def default_answer(item: str) -> str:
 @dataclass
 class Reply:
     text: str | None = None
+    finish_reason: str = "stop"
 
     def respond(self, server: FakeOpenAI, handler: BaseHTTPRequestHandler, seen: Seen) -> None:
         text = self.text if self.text is not None else server.answer(seen.item)
@@ -50,7 +56,7 @@ class Reply:
         _send_json(handler, 200, {
             "id": f"chatcmpl-{len(server.requests)}", "object": "chat.completion", "created": int(time.time()),
             "model": seen.body.get("model"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": self.finish_reason}],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},
         })
@@ -97,6 +103,9 @@ class Trickle:
 
 def _send_json(handler, status: int, body: dict, headers: dict | None = None) -> None:
     data = json.dumps(body).encode()
+    # Like a model server, the request's slot is free once the answer is ready: a client that
+    # sends its next call the moment it reads this one must not find the slot still taken.
+    getattr(handler, "release_slot", lambda: None)()
     handler.send_response(status)
     handler.send_header("Content-Type", "application/json")
     handler.send_header("Content-Length", str(len(data)))
@@ -109,15 +118,25 @@ def _send_json(handler, status: int, body: dict, headers: dict | None = None) ->
         pass
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # socketserver's 5 drops connections when 64 calls open at once
+
+
 class FakeOpenAI:
-    def __init__(self):
+    def __init__(self, latency: float = 0.0, capacity: int = 0, retry_after: str = "1"):
+        self.latency = latency
+        self.capacity = capacity
+        self.retry_after = retry_after
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.rate_limited = 0
         self.requests: list[Seen] = []
         self.rules: list[list] = []  # [item, behaviour, times left]
         self.answer = default_answer
         self.stopping = threading.Event()
         self.lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self.httpd.daemon_threads = True
+        self.httpd = _Server(("127.0.0.1", 0), _handler_for(self))
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="fake-openai", daemon=True)
 
     @property
@@ -139,7 +158,23 @@ class FakeOpenAI:
                 if rule[0] == seen.item and rule[2] > 0:
                     rule[2] -= 1
                     return rule[1]
+        if self.latency:
+            return Slow(self.latency)
         return Reply()
+
+    def _enter(self) -> bool:
+        """Count a request in; False when it is over ``capacity`` (it gets a 429)."""
+        with self.lock:
+            if self.capacity and self.in_flight >= self.capacity:
+                self.rate_limited += 1
+                return False
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            return True
+
+    def _leave(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
 
     def start(self) -> FakeOpenAI:
         self.thread.start()
@@ -162,7 +197,19 @@ def _handler_for(server: FakeOpenAI):
             users = [m.get("content", "") for m in body.get("messages", []) if m.get("role") == "user"]
             seen = Seen(at=at, item=users[0] if users else "", last=users[-1] if users else "", body=body,
                         authorization=self.headers.get("Authorization", ""))
-            server._next(seen).respond(server, self, seen)
+            if not server._enter():
+                return Error(429, f"at most {server.capacity} requests at once",
+                             headers={"Retry-After": server.retry_after}).respond(server, self, seen)
+            self.holds_slot = True
+            try:
+                server._next(seen).respond(server, self, seen)
+            finally:
+                self.release_slot()
+
+        def release_slot(self):
+            if getattr(self, "holds_slot", False):
+                self.holds_slot = False
+                server._leave()
 
         def log_message(self, format, *args):  # keep test output quiet
             pass

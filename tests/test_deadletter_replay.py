@@ -237,7 +237,9 @@ def test_replayed_job_succeeds_on_a_worker_and_resumes_from_its_checkpoint(conn,
     job_id, _ = enqueue(conn, "breaks_at", {"items": items, "break_at": 5, "flag": "backend"}, max_attempts=1)
     workers.start("--no-scheduler")
     first = wait_for(lambda: (s := states.status(conn, job_id))["state"] == "failed" and s, 20)
-    assert first["done"] == 5
+    # Items run several at once: 6 and 7 may have started beside the broken one (then they were
+    # stored); nothing is launched after it failed.
+    assert 5 <= first["done"] <= 7 and 5 not in {int(k) for k in conn.hkeys(keys.items(job_id))}
     assert first["error"].startswith(f"ConnectionError: model backend refused item 5 of job {job_id}")
 
     conn.delete("test:broken:backend")  # the fix is deployed

@@ -149,3 +149,10 @@ def test_an_owners_jobs_start_in_the_order_they_were_submitted(conn, workers):
              message="all 30 jobs to succeed")
     started = sorted(submitted, key=lambda j: float(conn.hget(keys.job(j), "started_at")))
     assert started == submitted
+
+
+def test_a_job_may_ask_for_fewer_items_at_once_through_the_api(conn):
+    client = make_app().test_client()
+    assert client.post("/jobs", json={**CLASSIFY, "item_concurrency": 2}).status_code == 202
+    refused = client.post("/jobs", json={**CLASSIFY, "item_concurrency": 0})
+    assert refused.status_code == 422 and "item_concurrency" in refused.get_json()["error"]

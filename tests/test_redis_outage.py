@@ -104,7 +104,8 @@ def _web_client(url: str):
 def test_worker_and_web_ride_out_a_redis_outage_and_the_job_still_finishes(own_redis, worker_proc):
     conn = redis.Redis.from_url(own_redis.url)
     web = _web_client(own_redis.url)
-    job_id, _ = enqueue(conn, "count", {"items": ITEMS, "delay": 0.2, "effect": True}, owner="shared")
+    job_id, _ = enqueue(conn, "count", {"items": ITEMS, "delay": 0.2, "effect": True, "item_concurrency": 2},
+                        owner="shared")
     assert web.get("/healthz").status_code == 200
     wait_for(lambda: int(conn.hget(keys.job(job_id), "done") or 0) >= 3, 30, message="progress before the outage")
 

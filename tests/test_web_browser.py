@@ -72,7 +72,8 @@ def _progress(page) -> tuple[int, int]:
 
 
 def test_the_job_page_follows_a_job_through_a_worker_kill_to_its_results(conn, workers, web_server, chromium):
-    env = {"LEASH_LOCAL_DELAY_MS": ITEM_DELAY_MS}
+    # One item at a time: the job lasts long enough to watch its bar move and kill its worker.
+    env = {"LEASH_LOCAL_DELAY_MS": ITEM_DELAY_MS, "LEASH_ITEM_CONCURRENCY": "1"}
     server = web_server(extra_env=env)
     first = workers.start("--no-scheduler", extra_env=env)
 

@@ -23,7 +23,8 @@ def state(conn, job_id):
 
 
 def test_sigkill_of_whole_worker_mid_job_is_resumed_elsewhere_within_lease_plus_3s(conn, workers):
-    job_id, _ = enqueue(conn, "count", {"items": ITEMS, "delay": 0.2})
+    # Two items at a time: the job outlasts the moment of the kill.
+    job_id, _ = enqueue(conn, "count", {"items": ITEMS, "delay": 0.2, "item_concurrency": 2})
     first = workers.start("--no-scheduler")
     wait_for(lambda: state(conn, job_id)["done"] >= 5, 20, message="progress on the first worker")
     horse = workers.horse(first)
@@ -47,7 +48,8 @@ def test_sigkill_of_whole_worker_mid_job_is_resumed_elsewhere_within_lease_plus_
 
 
 def test_orphaned_work_horse_is_reclaimed_and_its_late_result_rejected(conn, workers):
-    job_id, _ = enqueue(conn, "count", {"items": ITEMS, "delay": 0.3, "record_pid": True})
+    # One item at a time: the orphan is still working when its lease runs out.
+    job_id, _ = enqueue(conn, "count", {"items": ITEMS, "delay": 0.3, "record_pid": True, "item_concurrency": 1})
     first = workers.start("--no-scheduler")
     wait_for(lambda: state(conn, job_id)["done"] >= 2, 20)
     orphan = workers.horse(first)
@@ -79,7 +81,8 @@ def _alive(pid: int) -> bool:
 
 
 def test_sigstopped_zombie_is_superseded_and_its_writes_rejected_after_sigcont(conn, workers):
-    job_id, _ = enqueue(conn, "count", {"items": ITEMS[:10], "delay": 0.3, "effect": True, "record_pid": True})
+    job_id, _ = enqueue(conn, "count", {"items": ITEMS[:10], "delay": 0.3, "effect": True, "record_pid": True,
+                                        "item_concurrency": 2})
     first = workers.start("--no-scheduler")
     wait_for(lambda: state(conn, job_id)["done"] >= 2, 20)
     zombie_horse = workers.horse(first)
@@ -105,7 +108,7 @@ def test_sigstopped_zombie_is_superseded_and_its_writes_rejected_after_sigcont(c
 
 
 def test_sigterm_hands_the_job_to_another_worker_without_counting_an_attempt(conn, workers):
-    job_id, _ = enqueue(conn, "count", {"items": ITEMS, "delay": 0.2})
+    job_id, _ = enqueue(conn, "count", {"items": ITEMS, "delay": 0.2, "item_concurrency": 2})
     first = workers.start("--no-scheduler")
     wait_for(lambda: state(conn, job_id)["done"] >= 4, 20)
     workers.start("--no-scheduler")

@@ -130,7 +130,8 @@ def test_bad_input_raises_a_clear_error_before_anything_is_written(conn, kind, p
 def test_rqs_abandoned_job_sweep_never_fights_the_lease(conn, workers):
     from rq.registry import StartedJobRegistry
 
-    job_id, _ = enqueue(conn, "count", {"items": [f"i{n}" for n in range(15)], "delay": 0.2})
+    job_id, _ = enqueue(conn, "count", {"items": [f"i{n}" for n in range(15)], "delay": 0.2,
+                                        "item_concurrency": 2})
     first = workers.start("--no-scheduler")
     wait_for(lambda: states.status(conn, job_id)["done"] >= 3, 20)
     registry = StartedJobRegistry("leash", connection=conn)

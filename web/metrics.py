@@ -28,7 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from werkzeug.exceptions import Unauthorized
 
-from jobs import clock, keys
+from jobs import clock, keys, model_concurrency
 from jobs.config import settings
 
 bp = Blueprint("metrics", __name__)
@@ -62,6 +62,7 @@ class RedisCollector:
                 pipe.get(keys.RECLAIMS)
                 pipe.get(keys.REJECTED_WRITES)
                 depth, scheduled, running, stale, failed_index, totals, reclaims, rejected = pipe.execute()
+            models = model_concurrency.snapshot(self.connection)
         except redis.exceptions.RedisError:
             yield GaugeMetricFamily("leash_redis_up", "1 if Redis answered this scrape.", value=0)
             return
@@ -94,6 +95,22 @@ class RedisCollector:
         yield CounterMetricFamily("leash_lease_reclaims", "Expired leases reclaimed.", value=int(reclaims or 0))
         yield CounterMetricFamily("leash_rejected_writes", "Writes refused from superseded attempts (zombies).",
                                   value=int(rejected or 0))
+        yield from _model_families(models)
+
+
+def _model_families(models: list[model_concurrency.ModelConcurrency]):
+    """The adaptive concurrency of each model and what moved it."""
+    limit = GaugeMetricFamily("leash_model_concurrency", "Calls each job may have in flight to this model now "
+                              "(halved by a 429 or a timeout, grows back after clean answers).", labels=["model"])
+    answers = CounterMetricFamily("leash_model_answers", "Model calls answered.", labels=["model"])
+    rate_limited = CounterMetricFamily("leash_model_429s", "Model calls answered 429.", labels=["model"])
+    timed_out = CounterMetricFamily("leash_model_timeouts", "Model calls that timed out.", labels=["model"])
+    for model in models:
+        limit.add_metric([model.model], model.limit)
+        answers.add_metric([model.model], model.answers)
+        rate_limited.add_metric([model.model], model.rate_limited)
+        timed_out.add_metric([model.model], model.timed_out)
+    yield from (limit, answers, rate_limited, timed_out)
 
 
 def _route() -> str:
