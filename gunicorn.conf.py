@@ -7,7 +7,7 @@ sums them. Without the variable, a fresh directory is made (it must be set befor
 imports prometheus-client), and a dead worker's live gauges are dropped on ``child_exit``.
 
 Outside ``leash dev`` (``LEASH_DEV=1``) a missing ``SECRET_KEY`` stops the server with one line;
-``LEASH_LOG_FORMAT=json`` makes gunicorn's own lines JSON like the app's (jobs/logs.py).
+``LEASH_LOG_FORMAT=json`` makes gunicorn's own lines JSON like the app's (jobs/observability/logs.py).
 """
 
 import os
@@ -39,7 +39,7 @@ else:
             os.remove(os.path.join(os.environ["PROMETHEUS_MULTIPROC_DIR"], name))
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the app's packages, before gunicorn adds them
-from jobs import logs  # noqa: E402
+from jobs.observability import logs  # noqa: E402
 
 if not (os.environ.get("SECRET_KEY") or os.environ.get("LEASH_SECRET_KEY")):
     if os.environ.get("LEASH_DEV") != "1":

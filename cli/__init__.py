@@ -9,7 +9,7 @@ import sys
 import click
 import redis
 
-from jobs import logs, reporting
+from jobs.observability import logs, reporting
 
 from . import job_commands
 from .connection import connect_checked, resolve, shown
@@ -77,7 +77,7 @@ def dev(port, n_workers):
     workers on this machine; Ctrl-C stops all of it."""
     import os
 
-    from jobs.devserver import free_port, port_in_use, run_dev
+    from cli.devserver import free_port, port_in_use, run_dev
 
     from .connection import remove_record, write_record
 

@@ -12,7 +12,8 @@ import sys
 
 import click
 
-from jobs import alerts, clock, deadletter, durations, failures
+from jobs.deadletter import alerts, durations, failures
+from jobs import clock, deadletter
 from .connection import connect_checked
 
 #: Above this many jobs, replay asks before acting (unless --yes).

@@ -25,7 +25,7 @@ from rq.serializers import JSONSerializer
 
 from . import clock, keys, scripts
 from .config import settings
-from .deadletter import replay, select
+from .deadletter.replayer import replay, select
 from .lease import error_entry, truncate
 
 log = logging.getLogger("leash.consistency")

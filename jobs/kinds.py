@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .backends import get_backend
+from .models.backends import get_backend
 from .context import JobContext, validate_concurrency
 from .errors import InvalidJob, ItemError
 from .limits import check_fields, check_items, check_labels, check_template

@@ -4,7 +4,7 @@ replay of 10,000 of them, with the Redis round trips each used.
 
     REDIS_URL=redis://127.0.0.1:6379/11 python scripts/bench_deadletter.py --flush
 
-It writes failed jobs straight into Redis (jobs/synthetic.py) with ~30 realistic error
+It writes failed jobs straight into Redis (jobs/deadletter/synthetic.py) with ~30 realistic error
 shapes carrying ids, numbers, URLs and paths, spread over 50 owners and 4 kinds. ``--flush``
 empties the database in REDIS_URL first (only that database); without it the database must
 be empty. ``--compare-rq N`` also times RQ's own per-job requeue (FailedJobRegistry.requeue,
@@ -32,7 +32,7 @@ from rq.serializers import JSONSerializer  # noqa: E402
 
 from jobs import deadletter, failures  # noqa: E402
 from jobs.connection import connect  # noqa: E402
-from jobs.synthetic import FailedJob, traceback_text, write_failed_jobs  # noqa: E402
+from jobs.deadletter.synthetic import FailedJob, traceback_text, write_failed_jobs  # noqa: E402
 
 KINDS = ["classify", "summarize", "extract", "embed"]
 

@@ -147,7 +147,7 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 def _stall_round(redis_server: OwnRedis, children: Children, app_spec: str) -> dict:
-    from jobs.devserver import free_port
+    from cli.devserver import free_port
 
     port = free_port()
     env = dict(os.environ, REDIS_URL=redis_server.url, LEASH_REDIS_TIMEOUT=REDIS_TIMEOUT, SECRET_KEY="bench",

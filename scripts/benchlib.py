@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from jobs.devserver import free_port, start_redis  # noqa: E402
+from cli.devserver import free_port, start_redis  # noqa: E402
 
 
 class OwnRedis:

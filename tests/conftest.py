@@ -33,7 +33,7 @@ def _redis_base_url() -> str:
     import shutil
     import tempfile
 
-    from jobs.devserver import start_redis, stop
+    from cli.devserver import start_redis, stop
 
     workdir = Path(tempfile.mkdtemp(prefix="leash-test-redis-"))
     proc, url = start_redis(workdir)

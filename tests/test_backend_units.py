@@ -9,12 +9,13 @@ from email.utils import formatdate
 
 import pytest
 
-from jobs import backends, control, keys, lease
-from jobs.backend_openai import ModelUnavailable, OpenAIBackend, match_label, retry_after_seconds
+from jobs.models import backends
+from jobs import control, keys, lease
+from jobs.models.openai_backend import ModelUnavailable, OpenAIBackend, match_label, retry_after_seconds
 from jobs.context import JobContext
 from jobs.enqueue import enqueue
 from jobs.errors import Canceled, InvalidJob, LeaseLost, PermanentError
-from jobs.model_rate import ACQUIRED, PAUSED, TOKENS_SPENT, ModelRateLimit
+from jobs.models.rate import ACQUIRED, PAUSED, TOKENS_SPENT, ModelRateLimit
 from tests.conftest import wait_for
 from tests.fake_openai import Error
 

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from cli import main
 from cli.connection import record_path, remove_record, write_record
-from jobs.devserver import free_port
+from cli.devserver import free_port
 from tests.conftest import REDIS_URL
 
 

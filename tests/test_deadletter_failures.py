@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from jobs import keys
 from cli import main
-from jobs.failures import normalise, report
-from jobs.synthetic import FailedJob, traceback_text, write_failed_jobs
+from jobs.deadletter.failures import normalise, report
+from jobs.deadletter.synthetic import FailedJob, traceback_text, write_failed_jobs
 
 NOW = 1_800_000_000.0
 

@@ -9,10 +9,10 @@ from click.testing import CliRunner
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
-from jobs import deadletter, keys, lease, states
+from jobs import clock, deadletter, keys, lease, states
 from cli import main
 from jobs.enqueue import enqueue
-from jobs.synthetic import FailedJob, traceback_text, write_failed_jobs
+from jobs.deadletter.synthetic import FailedJob, traceback_text, write_failed_jobs
 from tests.conftest import wait_for
 from tests.kinds_for_tests import item_calls
 
@@ -63,7 +63,7 @@ def test_replay_by_id_puts_the_job_back_to_queued_with_attempts_0(conn):
 
 def test_rq_side_is_consistent_and_respects_the_owner_rate_limit(conn, env):
     env.setenv("LEASH_OWNER_CONCURRENCY", "2")
-    now = deadletter.clock.wall()
+    now = clock.wall()
     ids = write_failed_jobs(conn, [FailedJob(kind="classify", error="ValueError: x", owner="alice", max_attempts=4,
                                              failed_at=now - 10 + n) for n in range(3)])
 
@@ -93,7 +93,7 @@ def test_a_job_without_a_rate_limit_goes_straight_onto_its_queue(conn):
 
 
 def test_replay_by_kind_error_text_and_since(conn):
-    now = deadletter.clock.wall()
+    now = clock.wall()
     old_timeout = failed(conn, error="TimeoutError: model call 1 timed out", failed_at=now - 7200)
     new_timeout = failed(conn, error="TimeoutError: model call 2 timed out", failed_at=now - 60)
     other_kind = failed(conn, kind="summarize", error="TimeoutError: model call 3 timed out", failed_at=now - 60)

@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from jobs import enqueue, keys, logs, runner, states
+from jobs import enqueue, keys, runner, states
+from jobs.observability import logs
 from cli import main
-from jobs.devserver import free_port
+from cli.devserver import free_port
 from jobs.lease import Attempt
 from tests.conftest import ROOT, wait_for
 

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from jobs import keys, states
-from jobs.devserver import free_port
+from cli.devserver import free_port
 from tests.conftest import REDIS_URL, ROOT, wait_for
 
 pytestmark = pytest.mark.slow

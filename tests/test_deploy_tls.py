@@ -15,7 +15,7 @@ import redis
 
 from jobs import enqueue, states
 from jobs.connection import connect
-from jobs.devserver import free_port
+from cli.devserver import free_port
 from tests.conftest import wait_for
 from tests.web_support import basic, make_app
 

@@ -16,7 +16,7 @@ from rq.serializers import JSONSerializer
 
 from jobs import keys, states
 from cli import main
-from jobs.devserver import start_redis, stop
+from cli.devserver import start_redis, stop
 from jobs.enqueue import enqueue, retry_intervals
 from jobs.errors import InvalidJob
 from tests.conftest import wait_for

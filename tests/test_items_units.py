@@ -9,12 +9,12 @@ import time
 import pytest
 
 from jobs import control, keys, lease
-from jobs.backend_openai import ModelUnavailable, OpenAIBackend
+from jobs.models.openai_backend import ModelUnavailable, OpenAIBackend
 from jobs.batch import NotStarted
 from jobs.context import JobContext
 from jobs.enqueue import enqueue
 from jobs.errors import Canceled, HandOff, InvalidJob, ItemError, LeaseLost
-from jobs.model_concurrency import PROBE_ROUNDS, ConcurrencyGate, SharedLimit, snapshot
+from jobs.models.concurrency import PROBE_ROUNDS, ConcurrencyGate, SharedLimit, snapshot
 from tests.conftest import wait_for
 from tests.fake_openai import MODEL, Error, Reply, Slow
 
@@ -318,7 +318,7 @@ def test_a_429_and_a_timeout_halve_the_models_limit(conn, model_server, env):
 
 
 def test_a_gate_keeps_the_newest_limit_when_replies_arrive_out_of_order(conn):
-    from jobs.model_concurrency import Reading
+    from jobs.models.concurrency import Reading
 
     gate = ConcurrencyGate(SharedLimit(conn, "m", ceiling=16))
     gate._learn(Reading(limit=7, epoch=1, version=5), cause="")

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from jobs import keys, states
-from jobs.devserver import free_port
+from cli.devserver import free_port
 from jobs.enqueue import enqueue
 from tests.conftest import ROOT, wait_for
 

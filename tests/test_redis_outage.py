@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from jobs import keys, states
-from jobs.devserver import free_port, start_redis
+from cli.devserver import free_port, start_redis
 from jobs.enqueue import enqueue
 from tests.conftest import ROOT, wait_for
 from tests.kinds_for_tests import item_calls

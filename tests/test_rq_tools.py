@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from jobs import consistency, deadletter, failures, keys, states
+from jobs import consistency, deadletter, keys, states
+from jobs.deadletter import failures
 from cli import main
 from jobs.enqueue import enqueue
 from tests.conftest import REDIS_URL, ROOT, wait_for
@@ -77,7 +78,7 @@ def test_rq_requeue_all_is_a_replay_and_the_job_succeeds_from_its_checkpoint(con
 
 
 def test_requeue_with_no_worker_running_is_seen_by_the_sweep_and_keeps_the_owner_limit(conn):
-    from jobs.synthetic import FailedJob, write_failed_jobs
+    from jobs.deadletter.synthetic import FailedJob, write_failed_jobs
     from rq.registry import FailedJobRegistry
 
     ids = write_failed_jobs(conn, [FailedJob(kind="count", error="ValueError: x", payload={"items": ["a"]},

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from jobs.devserver import start_redis
+from cli.devserver import start_redis
 from tests.conftest import wait_for
 from tests.web_support import CLASSIFY, basic, make_app
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobs.devserver import free_port
+from cli.devserver import free_port
 from tests.conftest import ROOT, wait_for
 from tests.web_support import make_app
 from web.app import SecretKeyMissing

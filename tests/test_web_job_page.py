@@ -203,7 +203,8 @@ def test_the_api_and_the_pages_do_not_import_each_other():
 
 
 def test_a_cancel_in_rqs_own_tools_is_shown_and_counted_as_a_cancel(client, conn, env):
-    from jobs import alerts, consistency, failures
+    from jobs.deadletter import alerts, failures
+    from jobs import consistency
 
     job_id = submit(client)
     assert consistency.end_outside(conn, job_id, consistency.ENDED_BY_RQ["canceled"])

@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from jobs import keys
-from jobs.devserver import free_port
+from cli.devserver import free_port
 from tests.conftest import REDIS_URL, ROOT, wait_for
 from web.app import create_app
 

@@ -15,8 +15,8 @@ Configuration comes from the environment (``test_config`` overrides it in tests)
                                     answers again (web.redis_guard)
     LEASH_METRICS_TOKEN             GET /metrics needs 'Authorization: Bearer <it>'; unset: open
     LEASH_IMPORTS                   modules that register job kinds
-    LEASH_LOG_FORMAT                text (default) or json (jobs/logs.py)
-    SENTRY_DSN                      report unhandled errors to Sentry (jobs/reporting.py)
+    LEASH_LOG_FORMAT                text (default) or json (jobs/observability/logs.py)
+    SENTRY_DSN                      report unhandled errors to Sentry (jobs/observability/reporting.py)
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from werkzeug.exceptions import Unauthorized
 
-from jobs import clock, keys, model_concurrency
+from jobs import clock, keys
+from jobs.models import concurrency as model_concurrency
 from jobs.config import settings
 
 bp = Blueprint("metrics", __name__)

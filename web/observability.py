@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flask import Flask, g, has_request_context, request
 
-from jobs import logs, reporting
+from jobs.observability import logs, reporting
 
 
 def init_app(app: Flask) -> None:

@@ -21,10 +21,10 @@ from redis import Redis
 from rq.utils import now as rq_now
 from rq.utils import utcformat
 
-from . import clock, keys, scripts
-from .config import settings
-from .enqueue import rq_job_for, rq_queue
-from .errors import NoSuchJob
+from .. import clock, keys, scripts
+from ..config import settings
+from ..enqueue import rq_job_for, rq_queue
+from ..errors import NoSuchJob
 from .failures import failed_ids, heads
 
 BATCH = 500

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from redis import Redis
 
-from . import clock, keys
+from .. import clock, keys
 from .durations import render
 from .stats import window_counts
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 from redis import Redis
 
-from . import clock, keys, scripts
-from .details import is_canceled
+from .. import clock, keys, scripts
+from ..details import is_canceled
 
 GROUP_CHARS = 80
 #: Characters of the first line read before normalising (placeholders are shorter than what

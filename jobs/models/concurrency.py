@@ -19,8 +19,8 @@ from typing import NamedTuple
 
 from redis import Redis
 
-from . import keys, scripts
-from .batch import NotStarted
+from .. import keys, scripts
+from ..batch import NotStarted
 
 log = logging.getLogger("leash.items")
 

@@ -19,10 +19,10 @@ from rq.job import JobStatus
 from rq.rate_limit import RateLimit
 from rq import Retry
 
-from . import clock, keys
-from .config import settings
-from .enqueue import EXECUTE, new_job_id, retry_intervals, rq_queue
-from .lease import error_entry
+from .. import clock, keys
+from ..config import settings
+from ..enqueue import EXECUTE, new_job_id, retry_intervals, rq_queue
+from ..lease import error_entry
 
 
 @dataclass

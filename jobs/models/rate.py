@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from redis import Redis
 
-from . import keys, scripts
+from .. import keys, scripts
 
 ACQUIRED, TOKENS_SPENT, PAUSED = 0, 1, 2
 

@@ -9,7 +9,7 @@ worker (its work-horses and scheduler too) as one JSON object, through python-js
 
 ``job_id``, ``attempt``, ``kind`` and ``owner`` are there whenever a line is about a job: in a
 worker while it runs an attempt, in the web app while a request names a job or an owner.
-The same context tags errors sent to Sentry (``jobs.reporting``).
+The same context tags errors sent to Sentry (``jobs.observability.reporting``).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def job_context() -> dict:
 
 
 def _attempt_context() -> dict:
-    from . import runner
+    from .. import runner
 
     attempt = runner.current()  # set in the worker while it runs an attempt, and in its work-horse
     if attempt is None:
@@ -69,7 +69,7 @@ def _owner(attempt) -> str | None:
         attempt.extra["owner"] = None  # set first: the read below may log, and must not recurse
         import redis
 
-        from . import keys
+        from .. import keys
 
         try:
             raw = attempt.connection.hget(keys.job(attempt.job_id), "owner")

@@ -17,11 +17,11 @@ import re
 import time
 from typing import TYPE_CHECKING, Protocol
 
-from .config import settings
-from .errors import PermanentError
+from ..config import settings
+from ..errors import PermanentError
 
 if TYPE_CHECKING:
-    from .context import JobContext
+    from ..context import JobContext
 
 
 class Backend(Protocol):
@@ -81,7 +81,7 @@ class LocalBackend:
 
 _BACKENDS = {"local": LocalBackend}
 # Built-in backends whose module registers them when first asked for (keeps imports light).
-_BUILT_IN = {"openai": "jobs.backend_openai"}
+_BUILT_IN = {"openai": "jobs.models.openai_backend"}
 
 
 def register(name: str, factory) -> None:

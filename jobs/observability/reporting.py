@@ -2,7 +2,7 @@
 reports unhandled errors (sentry-sdk's Flask integration) and workers report every failed
 attempt (its RQ integration, and ``report_failed_attempt`` for the attempts it would not see
 as failures because leash retries them). Every event is tagged with the job id, kind, owner
-and attempt it is about (``jobs.logs.job_context``).
+and attempt it is about (``jobs.observability.logs.job_context``).
 
 Not reported, because nothing failed: a deploy's hand-off (``HandOff``), an attempt that lost
 its lease to a newer one (``LeaseLost``), a cancel the owner asked for (``Canceled``).
@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 
-from .errors import Canceled, HandOff, LeaseLost
+from ..errors import Canceled, HandOff, LeaseLost
 from .logs import CONTEXT_FIELDS, job_context
 
 log = logging.getLogger("leash.reporting")
@@ -77,7 +77,7 @@ def report_failed_attempt(job, exc_type, exc_value, traceback) -> bool:
     last attempt (it reads RQ's retry counter before leash has set it), so leash reports
     every failed attempt; when both report one, sentry-sdk's default deduplication (the same
     exception object) keeps one event."""
-    from . import runner
+    from .. import runner
 
     attempt = runner.current()
     if attempt is not None and attempt.outcome in ("retry", "failed") and not isinstance(exc_value, NOT_FAILURES):

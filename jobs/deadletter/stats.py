@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from redis import Redis
 
-from . import clock, keys
+from .. import clock, keys
 
 
 def window_counts(connection: Redis, seconds: int, kind: str | None = None,

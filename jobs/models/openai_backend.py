@@ -13,9 +13,9 @@ the job's state machine:
     classify: an answer outside the labels, twice     -> ItemError: stored for that item only
     prompt: finish_reason "length" (cut off)          -> ItemError naming LEASH_MODEL_MAX_TOKENS
 
-Every call takes a slot of the model's adaptive concurrency limit (jobs.model_concurrency: a
+Every call takes a slot of the model's adaptive concurrency limit (jobs.models.concurrency: a
 429 or a timeout halves it for every job), waits its turn on the shared rate limit
-(jobs.model_rate), asks for at most ``LEASH_MODEL_MAX_TOKENS`` tokens and runs inside
+(jobs.models.rate), asks for at most ``LEASH_MODEL_MAX_TOKENS`` tokens and runs inside
 ``ctx.keepalive`` so a slow answer does not cost the job its lease.
 """
 
@@ -30,13 +30,14 @@ from email.utils import parsedate_to_datetime
 
 import openai
 
-from . import backends, clock
-from .config import _float, _int, settings
-from .connection import connect
-from .context import JobContext
-from .errors import ItemError, PermanentError, RetryLater
-from .model_concurrency import OK, RATE_LIMITED, TIMED_OUT, ConcurrencyGate, SharedLimit
-from .model_rate import PAUSED, TOKENS_SPENT, ModelRateLimit
+from . import backends
+from .. import clock
+from ..config import _float, _int, settings
+from ..connection import connect
+from ..context import JobContext
+from ..errors import ItemError, PermanentError, RetryLater
+from .concurrency import OK, RATE_LIMITED, TIMED_OUT, ConcurrencyGate, SharedLimit
+from .rate import PAUSED, TOKENS_SPENT, ModelRateLimit
 
 #: 429s answered in place, per call, before the job is rescheduled instead.
 MAX_INLINE_429 = 5
