@@ -15,7 +15,7 @@ import pytest
 
 from jobs import keys, states
 from jobs.enqueue import enqueue
-from jobs.scheduler import LeashScheduler
+from jobs.worker.scheduler import LeashScheduler
 from tests.conftest import ROOT, wait_for
 
 pytestmark = pytest.mark.slow

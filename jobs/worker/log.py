@@ -14,9 +14,9 @@ import logging
 
 import redis
 
-from . import keys
-from .errors import Canceled, HandOff, LeaseLost
-from .lease import Attempt
+from .. import keys
+from ..errors import Canceled, HandOff, LeaseLost
+from ..lease import Attempt
 
 log = logging.getLogger("leash.worker")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from redis import Redis
 
-from . import keys, scripts
+from .. import keys, scripts
 
 STALE_AFTER = 10
 

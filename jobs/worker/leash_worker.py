@@ -35,13 +35,14 @@ from rq.queue import Queue
 from rq.serializers import JSONSerializer
 from rq.worker import Worker
 
-from . import clock, consistency, keys, lease, runner, scheduler_locks
-from .config import settings
+from .. import clock, consistency, keys, lease, runner
+from ..config import settings
+from ..enqueue import EXECUTE
+from ..reaper import Reaper, release_rate_limit_slot
+from . import scheduler_locks
 from .dequeue import LeashQueue
-from .enqueue import EXECUTE
-from .reaper import Reaper, release_rate_limit_slot
+from .log import log_not_a_failure
 from .scheduler import LeashScheduler
-from .worker_log import log_not_a_failure
 
 log = logging.getLogger("leash.worker")
 
@@ -49,7 +50,7 @@ REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 
 class LeashWorker(Worker):
-    queue_class = LeashQueue  # every dequeue goes through an intermediate list (jobs/dequeue.py)
+    queue_class = LeashQueue  # every dequeue goes through an intermediate list (dequeue.py)
     # RQ doubles its wait up to 60 s while Redis is down; this worker also reaps for everyone,
     # so it must be back within seconds of Redis returning.
     max_connection_wait_time = 5.0
@@ -293,7 +294,7 @@ class LeashWorker(Worker):
 
     def _start_scheduler(self, burst=False, logging_level="INFO", date_format=DEFAULT_LOGGING_DATE_FORMAT,
                          log_format=DEFAULT_LOGGING_FORMAT):
-        # RQ's own, with a scheduler that a shutdown always stops (jobs/scheduler.py).
+        # RQ's own, with a scheduler that a shutdown always stops (scheduler.py).
         self.scheduler = LeashScheduler(
             self.queues, connection=self.connection, serializer=self.serializer, date_format=date_format,
             log_format=log_format, logging_level=logging_level if logging_level is not None else self.log.level)

@@ -1,0 +1,9 @@
+"""The worker process: ``leash_worker`` (RQ's forking Worker with leases, reaping and deploy
+hand-off), ``dequeue`` (taking a job off several queues without a window that loses it),
+``scheduler`` and ``scheduler_locks`` (RQ's retry scheduler, made stoppable and freed when its
+worker dies) and ``log`` (what a deploy or a lost lease writes to the log: one line, no traceback).
+"""
+
+from .leash_worker import LeashWorker
+
+__all__ = ["LeashWorker"]
