@@ -27,10 +27,10 @@ class LeashGroup(click.Group):
 @click.group(cls=LeashGroup, context_settings={"auto_envvar_prefix": "LEASH", "help_option_names": ["-h", "--help"]})
 def main() -> None:
     """leash: a queue for long-running AI jobs whose states are never wrong."""
-    from jobs.config import settings
+    from jobs.config import check_all
 
     try:
-        settings()  # a bad LEASH_* variable is a message and exit 2, not a traceback later
+        check_all()  # a bad setting is a message naming it and exit 2, not a traceback later
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 

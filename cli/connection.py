@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 import click
 import redis
 
+from jobs import config
 from jobs.connection import DEFAULT_URL, connect
 
 EXAMPLE_URL = "redis://localhost:6379/0"
@@ -29,7 +30,7 @@ class BadRedisUrl(click.ClickException):
 
 def record_path() -> Path:
     """``$XDG_STATE_HOME/leash/dev.json`` (``~/.local/state/leash/dev.json`` by default)."""
-    state_home = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    state_home = config.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(state_home) / "leash" / RECORD_NAME
 
 
@@ -86,8 +87,8 @@ _said: set[str] = set()
 
 def resolve() -> tuple[str, str]:
     """(the URL, where it came from) — says so on stderr, once, when it came from the record."""
-    if os.environ.get("REDIS_URL"):
-        return os.environ["REDIS_URL"], "REDIS_URL"
+    if config.get("REDIS_URL"):
+        return config.get("REDIS_URL"), "REDIS_URL"
     recorded = read_record().get("redis_url")
     if isinstance(recorded, str) and recorded:
         if recorded not in _said:
@@ -101,7 +102,7 @@ def resolve() -> tuple[str, str]:
 def web_url() -> str:
     """Where the web app answers, for printing a job's address: ``LEASH_WEB_URL``, else the
     one ``leash dev`` recorded, else ``leash dev``'s default."""
-    configured = os.environ.get("LEASH_WEB_URL") or read_record().get("web_url") or "http://127.0.0.1:5000"
+    configured = config.get("LEASH_WEB_URL") or read_record().get("web_url") or "http://127.0.0.1:5000"
     return str(configured).rstrip("/")
 
 

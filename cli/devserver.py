@@ -8,7 +8,6 @@ pid — workers first, so they hand their jobs back — then Redis. Nothing is l
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import socket
@@ -20,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import redis
+
+from jobs import config
 
 
 def free_port(preferred: int = 0) -> int:
@@ -107,11 +108,11 @@ def run_dev(port: int, n_workers: int, on_ready: Callable[[str, str], None] = la
     """Run everything until Ctrl-C; ``on_ready(redis_url, web_url)`` once the web app answers."""
     workdir = Path(tempfile.mkdtemp(prefix="leash-dev-"))
     redis_proc = None
-    url = os.environ.get("REDIS_URL")
+    url = config.get("REDIS_URL")
     if not url:
         # Redis's own port when it is free, so the other leash commands find it without REDIS_URL.
         redis_proc, url = start_redis(workdir, port=free_port(preferred=6379))
-    env = dict(os.environ, REDIS_URL=url, LEASH_DEV="1")
+    env = dict(config.environ(), REDIS_URL=url, LEASH_DEV="1")
     env.setdefault("LEASH_LOCAL_DELAY_MS", "300")
     exe = [sys.executable, "-m"]
     web = subprocess.Popen(

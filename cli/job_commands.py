@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import sys
 
 import click
 
-from jobs import control, listing, results, states
+from jobs import config, control, listing, results, states
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob, NoSuchJob
 from jobs.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens
@@ -38,7 +37,7 @@ def owner_option(func):
 
 def acting_owner(owner: str | None, token: str | None) -> str:
     try:
-        tokens = parse_tokens(os.environ.get("LEASH_API_TOKENS"))
+        tokens = parse_tokens(config.get("LEASH_API_TOKENS"))
     except ValueError as exc:
         raise BadInput(str(exc)) from None
     if token:

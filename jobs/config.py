@@ -1,51 +1,198 @@
-"""Settings, read from the environment each time they are asked for (tests and workers
-can change them per process). Every setting has a default that suits minutes-long AI jobs."""
+"""Every setting, in one place: the only module that reads the environment.
+
+Each variable is declared once below with its type, default, lower bound and meaning (the
+README's settings tables list exactly these; tests/test_codebase.py keeps the two in step and
+fails if another module reads ``os.environ``). Values are read each time they are asked for
+(tests and workers can change them per process); a bad value is a ValueError naming the
+variable. Every default suits minutes-long AI jobs."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 
-def _number(name: str, default, minimum, cast):
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable: its name, type, default, bounds and meaning. ``documented``
+    is False for facts of the environment leash reads but does not own (``USER``, ...)."""
+
+    name: str
+    type: str  # str | int | float | bool | ints (comma-separated) | names (comma-separated)
+    default: Any
+    meaning: str
+    minimum: float | None = None
+    documented: bool = True
+
+
+DECLARED: dict[str, Setting] = {}
+
+
+def declare(name: str, type: str, default: Any, meaning: str, minimum: float | None = None,
+            documented: bool = True) -> None:
+    DECLARED[name] = Setting(name, type, default, meaning, minimum, documented)
+
+
+def raw(name: str) -> str | None:
+    """The variable as set (None when unset or empty). Only declared names may be read."""
+    if name not in DECLARED:
+        raise KeyError(f"{name} is not a declared setting (jobs/config.py)")
+    value = os.environ.get(name)
+    return value if value not in (None, "") else None
+
+
+def get(name: str) -> Any:
+    """The parsed value of a declared setting, or its default; a bad value is a ValueError
+    naming the variable (the CLI turns it into exit 2, the web app refuses to start)."""
+    setting = DECLARED[name]
+    text = raw(name)
+    if text is None:
+        return setting.default
+    text = text.strip()
     try:
-        value = cast(raw)
+        if setting.type == "int":
+            value = int(text)
+        elif setting.type == "float":
+            value = float(text)
+        elif setting.type == "bool":
+            if text.lower() not in ("0", "1", "true", "false", "yes", "no"):
+                raise ValueError
+            return text.lower() in ("1", "true", "yes")
+        elif setting.type == "ints":
+            return [int(part) for part in text.split(",") if part.strip()] or setting.default
+        elif setting.type == "names":
+            return [part.strip() for part in text.split(",") if part.strip()] or setting.default
+        else:
+            return text
     except ValueError:
-        kind = "an integer" if cast is int else "a number"
-        raise ValueError(f"{name} must be {kind}, got {raw!r}") from None
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+        expected = {"int": "an integer", "float": "a number", "bool": "0 or 1",
+                    "ints": "comma-separated integers"}[setting.type]
+        raise ValueError(f"{name} must be {expected}, got {text!r}") from None
+    if setting.minimum is not None and value < setting.minimum:
+        raise ValueError(f"{name} must be at least {setting.minimum:g}, got {value}")
     return value
 
 
-def _int(name: str, default: int, minimum: int = 0) -> int:
-    return _number(name, default, minimum, int)
+def check_all() -> None:
+    """Parse every declared setting once: a bad value fails at start, not in the middle of a job."""
+    for name in DECLARED:
+        get(name)
 
 
-def _float(name: str, default: float, minimum: float = 0.0) -> float:
-    return _number(name, default, minimum, float)
+def environ() -> dict[str, str]:
+    """A copy of the environment for a child process (``leash dev``'s web app and workers)."""
+    return dict(os.environ)
 
 
-def _int_list(name: str, default: list[int]) -> list[int]:
-    raw = os.environ.get(name)
-    if not raw:
-        return default
-    try:
-        return [int(part) for part in raw.split(",") if part.strip()]
-    except ValueError:
-        raise ValueError(f"{name} must be comma-separated integers, got {raw!r}") from None
+def export(name: str, value: str) -> None:
+    """Set a declared variable for this process and the ones it starts (gunicorn's workers)."""
+    DECLARED[name]  # noqa: B018 - only declared names
+    os.environ[name] = value
 
 
 WEEK = 7 * 24 * 3600
 
+# --- the lifecycle ---------------------------------------------------------------------------
+declare("REDIS_URL", "str", None, "Redis (`rediss://` works with Heroku's self-signed certificates)")
+declare("LEASH_QUEUE", "names", ["leash"],
+        "the queues served, comma-separated; jobs go to the first unless they name another")
+declare("LEASH_LEASE_SECONDS", "float", 120.0, "lease length; a job must heartbeat within it", 0.5)
+declare("LEASH_MAX_ATTEMPTS", "int", 3, "default attempts per job", 1)
+declare("LEASH_RETRY_BACKOFF", "ints", [10, 60, 300], "seconds before the 2nd attempt, the 3rd, then every later one")
+declare("LEASH_OWNER_CONCURRENCY", "int", 2, "queued-or-running jobs per owner", 1)
+declare("LEASH_RESULT_TTL", "int", 6 * WEEK, "how long results and failures are kept (seconds)", 60)
+# RQ's hard cap on one attempt. Hangs are caught by the lease long before this.
+declare("LEASH_JOB_TIMEOUT", "int", 6 * 3600, "RQ's hard cap on one attempt (seconds)", 1)
+declare("LEASH_HANDOFF_GRACE", "float", 20.0, "seconds a job gets to hand off on SIGTERM", 0.0)
+declare("LEASH_CANCEL_GRACE", "float", 10.0, "seconds before a cancel falls back to RQ's stop command", 0.0)
+declare("LEASH_MAX_DEFERS", "int", 10, "`RetryLater` deferrals before they count as failures", 0)
+declare("LEASH_ITEM_CONCURRENCY", "int", 8,
+        "items of one job in flight at once; the ceiling of each model's adaptive limit", 1)
+declare("LEASH_LOCAL_DELAY_MS", "int", 0, "per-item latency of the offline backend", 0)
+# Bytes of a stored error as JSON: head and tail of the traceback, small enough for the job's
+# hash (under 2 KB) and every status answer.
+declare("LEASH_ERROR_MAX_CHARS", "int", 1000, "a stored error's length, in bytes as JSON", 200)
+declare("LEASH_IMPORTS", "str", "", "modules that register job kinds (comma-separated)")
 
-def _names(name: str, default: str) -> list[str]:
-    raw = os.environ.get(name) or default
-    names = [part.strip() for part in raw.split(",") if part.strip()]
-    return names or [default]
+# --- the worker process (also `leash worker` options) -----------------------------------------
+declare("LEASH_BURST", "bool", False, "`leash worker`: quit when the queues are empty")
+declare("LEASH_WORKER_NAME", "str", None, "`leash worker`: the worker's name (default: random)")
+declare("LEASH_WITH_SCHEDULER", "bool", True, "`leash worker`: run RQ's retry scheduler in this worker")
+declare("LEASH_LOG_LEVEL", "str", "INFO", "`leash worker`: log level")
+declare("LEASH_LOG_FORMAT", "str", "text", "`text` or `json` (one JSON object per log line)")
+declare("SENTRY_DSN", "str", None, "report failed attempts and web errors to Sentry (`leash[sentry]`)")
+
+# --- limits: what one job may ask for ----------------------------------------------------------
+declare("LEASH_MAX_ITEMS", "int", 1000, "items per job", 1)
+declare("LEASH_MAX_ITEM_CHARS", "int", 10_000, "characters per item", 1)
+declare("LEASH_MAX_LABELS", "int", 20, "labels of a `classify` job", 1)
+declare("LEASH_MAX_LABEL_CHARS", "int", 40, "characters per label", 1)
+declare("LEASH_MAX_TEMPLATE_CHARS", "int", 20_000, "characters of a `prompt` template", 10)
+# The JSON payload as stored (compact, non-ASCII escaped); the HTTP body limit
+# (LEASH_MAX_BODY_BYTES) is checked first, before the body is even read.
+declare("LEASH_MAX_PAYLOAD_BYTES", "int", 1024 * 1024, "the whole payload, as JSON", 1024)
+# Deep nesting costs stack in every JSON encoder on the way (RQ's included).
+declare("LEASH_MAX_PAYLOAD_DEPTH", "int", 32, "how deeply lists and objects nest in the payload", 2)
+# A job's summary sits in its hash, read by every status poll: it must not grow with the input.
+declare("LEASH_MAX_SUMMARY_BYTES", "int", 1024, "a job's summary as JSON", 256)
+
+# --- model calls -------------------------------------------------------------------------------
+declare("LEASH_MODEL_BACKEND", "str", None,
+        "`local` or `openai` (default: `openai` if LEASH_MODEL_URL is set)")
+declare("LEASH_MODEL_URL", "str", None, "the OpenAI-compatible server's base URL")
+declare("LEASH_MODEL_NAME", "str", None, "the model to call (required for `openai`)")
+declare("LEASH_MODEL_API_KEY", "str", None, "sent as `Authorization: Bearer ...`")
+declare("LEASH_MODEL_TIMEOUT", "float", 60.0, "seconds one call may take", 0.1)
+declare("LEASH_MODEL_RPM", "float", 0.0, "requests per minute, shared by every worker (0: no limit)", 0.0)
+declare("LEASH_MODEL_TPM", "float", 0.0, "tokens per minute, shared by every worker (0: no limit)", 0.0)
+declare("LEASH_MODEL_MAX_INLINE_WAIT", "float", 30.0,
+        "the longest `Retry-After` a job waits out in place", 0.0)
+declare("LEASH_MODEL_TEMPERATURE", "float", None, "sampling temperature (default: the server's)", 0.0)
+declare("LEASH_MODEL_MAX_TOKENS", "int", 1024, "tokens one answer may take", 1)
+
+# --- the web app -------------------------------------------------------------------------------
+declare("SECRET_KEY", "str", None, "signs browser sessions; required outside `leash dev`")
+declare("LEASH_SECRET_KEY", "str", None, "the same as SECRET_KEY (either may be set)")
+declare("LEASH_API_TOKENS", "str", "", "`owner=token,...`; unset: an open API (development only)")
+declare("LEASH_DASHBOARD_USER", "str", None, "rq-dashboard at /rq: basic-auth user")
+declare("LEASH_DASHBOARD_PASSWORD", "str", None, "rq-dashboard at /rq: basic-auth password")
+declare("LEASH_MAX_BODY_BYTES", "int", 1024 * 1024, "request body limit", 1)
+declare("LEASH_SECURE_COOKIES", "bool", False, "`1`: cookies only over HTTPS")
+declare("LEASH_REDIS_TIMEOUT", "float", 5.0, "seconds before an unanswered Redis call is a 503", 0.01)
+declare("LEASH_METRICS_TOKEN", "str", None, "bearer token /metrics requires")
+declare("LEASH_GUNICORN_CONTROL_SOCKET", "str", None, "a path of its own for gunicorn's control socket (default: off)")
+declare("WEB_CONCURRENCY", "int", 2, "gunicorn worker processes (8 threads each; read by the Procfile)", 1)
+declare("PORT", "int", 5000, "the web app's port (the Procfile's gunicorn; `leash dev --port`)", 1)
+declare("LEASH_DEV", "bool", False,
+        "set by `leash dev`: development defaults (a per-run secret, /rq without a password)")
+declare("PROMETHEUS_MULTIPROC_DIR", "str", None,
+        "where gunicorn's processes share metrics (gunicorn.conf.py makes one)")
+
+# --- the command line --------------------------------------------------------------------------
+declare("LEASH_OWNER", "str", None, "the owner `leash submit` / `leash jobs` act as")
+declare("LEASH_TOKEN", "str", None, "an API token the CLI acts with (its owner)")
+declare("LEASH_WEB_URL", "str", None, "the web app's address `leash submit` prints (default: `leash dev`'s)")
+declare("LEASH_DEV_WORKERS", "int", 1, "`leash dev`: how many workers", 1)
+declare("LEASH_ACTOR", "str", None, "who `leash replay` records as the actor (default: $USER)")
+declare("LEASH_ALERT_WINDOW", "str", "1h", "`leash alert --window`")
+declare("LEASH_ALERT_MAX_FAILURES", "int", None, "`leash alert --max-failures`", 0)
+declare("LEASH_ALERT_MAX_RATIO", "float", None, "`leash alert --max-ratio`", 0.0)
+declare("LEASH_ALERT_WEBHOOK", "str", None, "`leash alert --webhook`")
+declare("LEASH_ALERT_INCLUDE_CANCELED", "bool", False, "`leash alert --include-canceled`")
+
+# --- facts of the environment leash reads but does not own -------------------------------------
+declare("USER", "str", "unknown", "the operator (the default replay actor)", documented=False)
+declare("XDG_STATE_HOME", "str", None, "where `leash dev` records its addresses", documented=False)
+
+
+def _int(name: str, default: int, minimum: int = 0) -> int:
+    """A declared int setting (``default`` and ``minimum`` are the declaration's; kept for callers)."""
+    return get(name)
+
+
+def _float(name: str, default: float, minimum: float = 0.0) -> float:
+    return get(name)
 
 
 @dataclass(frozen=True)
@@ -73,23 +220,19 @@ class Settings:
 
 def settings() -> Settings:
     return Settings(
-        queues=_names("LEASH_QUEUE", "leash"),
-        lease_seconds=_float("LEASH_LEASE_SECONDS", 120.0, minimum=0.5),
-        max_attempts=_int("LEASH_MAX_ATTEMPTS", 3, minimum=1),
-        owner_concurrency=_int("LEASH_OWNER_CONCURRENCY", 2, minimum=1),
-        result_ttl=_int("LEASH_RESULT_TTL", 6 * WEEK, minimum=60),
-        # RQ's hard cap on one attempt. Hangs are caught by the lease long before this.
-        job_timeout=_int("LEASH_JOB_TIMEOUT", 6 * 3600, minimum=1),
-        retry_backoff=_int_list("LEASH_RETRY_BACKOFF", [10, 60, 300]),
-        handoff_grace=_float("LEASH_HANDOFF_GRACE", 20.0, minimum=0.0),
-        cancel_grace=_float("LEASH_CANCEL_GRACE", 10.0, minimum=0.0),
-        local_delay_ms=_int("LEASH_LOCAL_DELAY_MS", 0),
-        # Bytes of a stored error as JSON: head and tail of the traceback, small enough for the
-        # job's hash (under 2 KB) and every status answer.
-        error_max_chars=_int("LEASH_ERROR_MAX_CHARS", 1000, minimum=200),
-        max_defers=_int("LEASH_MAX_DEFERS", 10, minimum=0),
-        # Items of one attempt in flight at once (ctx.for_each); also the adaptive limit's ceiling.
-        item_concurrency=_int("LEASH_ITEM_CONCURRENCY", 8, minimum=1),
+        queues=get("LEASH_QUEUE"),
+        lease_seconds=get("LEASH_LEASE_SECONDS"),
+        max_attempts=get("LEASH_MAX_ATTEMPTS"),
+        owner_concurrency=get("LEASH_OWNER_CONCURRENCY"),
+        result_ttl=get("LEASH_RESULT_TTL"),
+        job_timeout=get("LEASH_JOB_TIMEOUT"),
+        retry_backoff=get("LEASH_RETRY_BACKOFF"),
+        handoff_grace=get("LEASH_HANDOFF_GRACE"),
+        cancel_grace=get("LEASH_CANCEL_GRACE"),
+        local_delay_ms=get("LEASH_LOCAL_DELAY_MS"),
+        error_max_chars=get("LEASH_ERROR_MAX_CHARS"),
+        max_defers=get("LEASH_MAX_DEFERS"),
+        item_concurrency=get("LEASH_ITEM_CONCURRENCY"),
     )
 
 
@@ -110,17 +253,12 @@ class Limits:
 
 def limits() -> Limits:
     return Limits(
-        max_items=_int("LEASH_MAX_ITEMS", 1000, minimum=1),
-        max_item_chars=_int("LEASH_MAX_ITEM_CHARS", 10_000, minimum=1),
-        max_labels=_int("LEASH_MAX_LABELS", 20, minimum=1),
-        max_label_chars=_int("LEASH_MAX_LABEL_CHARS", 40, minimum=1),
-        max_template_chars=_int("LEASH_MAX_TEMPLATE_CHARS", 20_000, minimum=10),
-        # The JSON payload as stored (compact, non-ASCII escaped); the HTTP body limit
-        # (LEASH_MAX_BODY_BYTES) is checked first, before the body is even read.
-        max_payload_bytes=_int("LEASH_MAX_PAYLOAD_BYTES", 1024 * 1024, minimum=1024),
-        # Deep nesting costs stack in every JSON encoder on the way (RQ's included).
-        max_payload_depth=_int("LEASH_MAX_PAYLOAD_DEPTH", 32, minimum=2),
-        # A job's summary sits in its hash, read by every status poll: it must not grow with
-        # the input (classify's counts per label are bounded by the label limits).
-        max_summary_bytes=_int("LEASH_MAX_SUMMARY_BYTES", 1024, minimum=256),
+        max_items=get("LEASH_MAX_ITEMS"),
+        max_item_chars=get("LEASH_MAX_ITEM_CHARS"),
+        max_labels=get("LEASH_MAX_LABELS"),
+        max_label_chars=get("LEASH_MAX_LABEL_CHARS"),
+        max_template_chars=get("LEASH_MAX_TEMPLATE_CHARS"),
+        max_payload_bytes=get("LEASH_MAX_PAYLOAD_BYTES"),
+        max_payload_depth=get("LEASH_MAX_PAYLOAD_DEPTH"),
+        max_summary_bytes=get("LEASH_MAX_SUMMARY_BYTES"),
     )

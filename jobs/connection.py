@@ -8,15 +8,16 @@ these defaults (redis-py merges them last), so ``rediss://...?ssl_cert_reqs=requ
 
 from __future__ import annotations
 
-import os
 
 from redis import Redis
+
+from . import config
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
 
 def redis_url() -> str:
-    return os.environ.get("REDIS_URL") or DEFAULT_URL
+    return config.get("REDIS_URL") or DEFAULT_URL
 
 
 def connect(url: str | None = None, client_class: type[Redis] = Redis, **kwargs) -> Redis:

@@ -13,15 +13,15 @@ To add a kind::
 from __future__ import annotations
 
 import importlib
-import os
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .models.backends import get_backend
+from . import config
 from .context import JobContext, validate_concurrency
 from .errors import InvalidJob, ItemError
+from .models.backends import get_backend
 from .limits import check_fields, check_items, check_labels, check_template
 
 # The defaults of LEASH_MAX_ITEMS, LEASH_MAX_ITEM_CHARS and LEASH_MAX_TEMPLATE_CHARS;
@@ -65,7 +65,7 @@ def _import_from_env() -> None:
 def import_kinds(modules: list[str] | tuple[str, ...] | None = None) -> None:
     """Import the modules that register job kinds (``--import`` / ``LEASH_IMPORTS``)."""
     if modules is None:
-        modules = [os.environ.get("LEASH_IMPORTS", "")]
+        modules = [config.get("LEASH_IMPORTS")]
     for spec in modules:
         for name in spec.split(","):
             if name.strip():

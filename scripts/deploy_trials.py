@@ -70,7 +70,8 @@ def trial(redis_url: str, children: Children, target: str, moment: str, args, rn
     delay_ms = 50 if moment == "between" else int(args.item_seconds * 1000)
     grace = args.stuck_grace if moment == "stuck" else args.grace
     env = worker_env(redis_url, LEASH_HANDOFF_GRACE=str(grace), LEASH_LOCAL_DELAY_MS=str(delay_ms),
-                     LEASH_LEASE_SECONDS=str(max(30.0, 3 * args.item_seconds)))
+                     LEASH_LEASE_SECONDS=str(max(30.0, 3 * args.item_seconds)),
+                     LEASH_ITEM_CONCURRENCY="1")  # one item at a time: the signal lands mid-item
     with open(log_path, "wb") as out:
         worker = children.start([sys.executable, "-m", "cli", "worker", "--log-level", "INFO"], env,
                                 stdout=out, stderr=subprocess.STDOUT)

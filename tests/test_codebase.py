@@ -43,3 +43,49 @@ def test_every_lua_script_declares_its_keys_and_args_and_builds_no_key_names():
         assert re.search(r"_v\d+$", name), f"{name}: scripts carry a version suffix"
         assert "KEYS[1]" in header and "ARGV[1]" in header, f"{name}: KEYS/ARGV header missing"
         assert not re.search(r"['\"](leash|rq):", text), f"{name}: key names come in through KEYS"
+
+
+def test_only_jobs_config_reads_the_environment():
+    reads = re.compile(r"os\.environ|os\.getenv|getenv\(")
+    places = list(python_files()) + [ROOT / "gunicorn.conf.py"]
+    offenders = [f"{p.relative_to(ROOT)}:{i}" for p in places if p != ROOT / "jobs" / "config.py"
+                 for i, line in enumerate(p.read_text().splitlines(), 1) if reads.search(line)]
+    assert offenders == [], "read settings through jobs.config.get (declare them there)"
+
+
+def _readme_table_variables() -> set[str]:
+    names = set()
+    for line in (ROOT / "README.md").read_text().splitlines():
+        if line.startswith("| `"):
+            names.update(re.findall(r"`([A-Z][A-Z0-9_]+)`", line.split("|")[1]))
+    return names
+
+
+def test_the_readme_tables_list_exactly_the_declared_settings():
+    from jobs import config
+
+    documented = {name for name, setting in config.DECLARED.items() if setting.documented}
+    listed = _readme_table_variables()
+    assert sorted(documented - listed) == [], "declared but missing from the README's settings tables"
+    assert sorted(listed - documented) == [], "in the README's settings tables but not declared in jobs/config.py"
+
+
+def test_every_cli_environment_variable_is_a_declared_setting():
+    from jobs import config
+
+    used = {name for p in (ROOT / "cli").rglob("*.py") for name in re.findall(r'envvar="([A-Z0-9_]+)"', p.read_text())}
+    assert used and sorted(used - set(config.DECLARED)) == []
+
+
+def test_a_bad_setting_is_one_line_naming_it():
+    import pytest
+
+    from jobs import config
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LEASH_LEASE_SECONDS", "soon")
+        with pytest.raises(ValueError, match=r"^LEASH_LEASE_SECONDS must be a number, got 'soon'$"):
+            config.check_all()
+        mp.setenv("LEASH_LEASE_SECONDS", "0.1")
+        with pytest.raises(ValueError, match=r"^LEASH_LEASE_SECONDS must be at least 0.5, got 0.1$"):
+            config.settings()

@@ -29,6 +29,8 @@ def deploy_env(env):
     # Leases long enough for multi-second items; the hand-off, not a reclaim, must free the job.
     env.setenv("LEASH_LEASE_SECONDS", "30")
     env.setenv("LEASH_HANDOFF_GRACE", str(GRACE))
+    # One item at a time, so a job of multi-second items is still mid-item when the signal comes.
+    env.setenv("LEASH_ITEM_CONCURRENCY", "1")
     return env
 
 

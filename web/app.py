@@ -22,7 +22,6 @@ Configuration comes from the environment (``test_config`` overrides it in tests)
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 from datetime import timedelta
 
@@ -30,14 +29,13 @@ from flask import Flask, jsonify, request
 from flask_wtf.csrf import CSRFProtect
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from jobs import kinds
+from jobs import config, kinds
 
 from . import api, auth, dashboard, errors, metrics, observability, pages
 from .redis_guard import guarded_connection
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_BODY = 1024 * 1024
 #: The one line the web app (and gunicorn.conf.py) stops with outside ``leash dev``.
 SECRET_KEY_MISSING = ("SECRET_KEY is not set; set it to a long random value shared by every web process, e.g. "
                       "heroku config:set SECRET_KEY=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')")
@@ -49,23 +47,20 @@ UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 def _config_from_env() -> dict:
-    raw_limit = os.environ.get("LEASH_MAX_BODY_BYTES") or str(DEFAULT_MAX_BODY)
-    try:
-        limit = int(raw_limit)
-    except ValueError:
-        raise ValueError(f"LEASH_MAX_BODY_BYTES must be a number of bytes, got {raw_limit!r}") from None
+    config.check_all()  # a bad value anywhere: the app refuses to start, naming the variable
+    get = config.get
     return {
-        "REDIS_URL": os.environ.get("REDIS_URL"),
-        "SECRET_KEY": os.environ.get("SECRET_KEY") or os.environ.get("LEASH_SECRET_KEY"),
-        "LEASH_API_TOKENS": os.environ.get("LEASH_API_TOKENS", ""),
-        "MAX_CONTENT_LENGTH": limit,
-        "LEASH_DASHBOARD_USER": os.environ.get("LEASH_DASHBOARD_USER"),
-        "LEASH_DASHBOARD_PASSWORD": os.environ.get("LEASH_DASHBOARD_PASSWORD"),
-        "LEASH_DEV": os.environ.get("LEASH_DEV") == "1",
-        "SESSION_COOKIE_SECURE": os.environ.get("LEASH_SECURE_COOKIES") == "1",
+        "REDIS_URL": get("REDIS_URL"),
+        "SECRET_KEY": get("SECRET_KEY") or get("LEASH_SECRET_KEY"),
+        "LEASH_API_TOKENS": get("LEASH_API_TOKENS"),
+        "MAX_CONTENT_LENGTH": get("LEASH_MAX_BODY_BYTES"),
+        "LEASH_DASHBOARD_USER": get("LEASH_DASHBOARD_USER"),
+        "LEASH_DASHBOARD_PASSWORD": get("LEASH_DASHBOARD_PASSWORD"),
+        "LEASH_DEV": get("LEASH_DEV"),
+        "SESSION_COOKIE_SECURE": get("LEASH_SECURE_COOKIES"),
         # A request must not hang on a Redis that accepts connections but does not answer.
-        "LEASH_REDIS_TIMEOUT": float(os.environ.get("LEASH_REDIS_TIMEOUT") or 5),
-        "LEASH_METRICS_TOKEN": os.environ.get("LEASH_METRICS_TOKEN") or None,
+        "LEASH_REDIS_TIMEOUT": get("LEASH_REDIS_TIMEOUT"),
+        "LEASH_METRICS_TOKEN": get("LEASH_METRICS_TOKEN"),
     }
 
 

@@ -17,7 +17,6 @@ fails looks like a dead web process, not an unreachable store.
 from __future__ import annotations
 
 import hmac
-import os
 import time
 
 import redis
@@ -28,7 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from werkzeug.exceptions import Unauthorized
 
-from jobs import clock, keys
+from jobs import clock, config, keys
 from jobs.models import concurrency as model_concurrency
 from jobs.config import settings
 
@@ -157,7 +156,7 @@ def metrics():
 
 def init_app(app: Flask) -> None:
     registry = CollectorRegistry(auto_describe=False)
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if config.get("PROMETHEUS_MULTIPROC_DIR"):
         MultiProcessCollector(registry)
     else:
         registry.register(REQUESTS)

@@ -13,7 +13,6 @@ leaves an audit entry (who, when, selector, ids) in a capped stream.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -21,7 +20,7 @@ from redis import Redis
 from rq.utils import now as rq_now
 from rq.utils import utcformat
 
-from .. import clock, keys, scripts
+from .. import clock, config, keys, scripts
 from ..config import settings
 from ..enqueue import rq_job_for, rq_queue
 from ..errors import NoSuchJob
@@ -212,7 +211,7 @@ def _failed_registry(connection: Redis, origin: str) -> str:
 
 
 def default_actor() -> str:
-    return os.environ.get("LEASH_ACTOR") or os.environ.get("USER") or "unknown"
+    return config.get("LEASH_ACTOR") or config.get("USER")
 
 
 def _audit(connection: Redis, actor: str, selector: dict, replayed: list[str],

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import os
 import re
 import time
 from typing import TYPE_CHECKING, Protocol
 
+from .. import config
 from ..config import settings
 from ..errors import PermanentError
 
@@ -90,10 +90,10 @@ def register(name: str, factory) -> None:
 
 
 def backend_name() -> str:
-    name = os.environ.get("LEASH_MODEL_BACKEND", "").strip()
+    name = (config.get("LEASH_MODEL_BACKEND") or "").strip()
     if name:
         return name
-    return "openai" if os.environ.get("LEASH_MODEL_URL", "").strip() else "local"
+    return "openai" if (config.get("LEASH_MODEL_URL") or "").strip() else "local"
 
 
 def get_backend(ctx: JobContext | None = None) -> Backend:

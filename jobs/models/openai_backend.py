@@ -21,7 +21,6 @@ Every call takes a slot of the model's adaptive concurrency limit (jobs.models.c
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from contextlib import nullcontext
@@ -32,7 +31,7 @@ import openai
 
 from . import backends
 from .. import clock
-from ..config import _float, _int, settings
+from ..config import get, settings
 from ..connection import connect
 from ..context import JobContext
 from ..errors import ItemError, PermanentError, RetryLater
@@ -65,22 +64,21 @@ class ModelSettings:
 
     @classmethod
     def from_env(cls) -> ModelSettings:
-        name = os.environ.get("LEASH_MODEL_NAME", "").strip()
+        name = (get("LEASH_MODEL_NAME") or "").strip()
         if not name:
             raise PermanentError("LEASH_MODEL_NAME is not set: name the model to call (e.g. gpt-4o-mini, llama3.1)")
-        raw_temperature = os.environ.get("LEASH_MODEL_TEMPERATURE", "").strip()
         try:
             return cls(
-                url=os.environ.get("LEASH_MODEL_URL", "").strip() or None,
+                url=(get("LEASH_MODEL_URL") or "").strip() or None,
                 name=name,
                 # Local servers ignore the key, but the SDK insists on one.
-                api_key=os.environ.get("LEASH_MODEL_API_KEY", "").strip() or "no-key",
-                timeout=_float("LEASH_MODEL_TIMEOUT", 60.0, minimum=0.1),
-                max_inline_wait=_float("LEASH_MODEL_MAX_INLINE_WAIT", 30.0),
-                rpm=_float("LEASH_MODEL_RPM", 0.0),
-                tpm=_float("LEASH_MODEL_TPM", 0.0),
-                temperature=_float("LEASH_MODEL_TEMPERATURE", 0.0) if raw_temperature else None,
-                max_tokens=_int("LEASH_MODEL_MAX_TOKENS", 1024, minimum=1),
+                api_key=(get("LEASH_MODEL_API_KEY") or "").strip() or "no-key",
+                timeout=get("LEASH_MODEL_TIMEOUT"),
+                max_inline_wait=get("LEASH_MODEL_MAX_INLINE_WAIT"),
+                rpm=get("LEASH_MODEL_RPM"),
+                tpm=get("LEASH_MODEL_TPM"),
+                temperature=get("LEASH_MODEL_TEMPERATURE"),
+                max_tokens=get("LEASH_MODEL_MAX_TOKENS"),
             )
         except ValueError as exc:  # a setting no retry can fix
             raise PermanentError(str(exc)) from None

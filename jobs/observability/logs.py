@@ -15,8 +15,9 @@ The same context tags errors sent to Sentry (``jobs.observability.reporting``).
 from __future__ import annotations
 
 import logging
-import os
 import sys
+
+from .. import config
 from collections.abc import Callable
 
 FORMATS = ("text", "json")
@@ -29,7 +30,7 @@ _providers: list[Callable[[], dict]] = []
 
 
 def log_format() -> str:
-    value = (os.environ.get("LEASH_LOG_FORMAT") or "text").strip().lower()
+    value = config.get("LEASH_LOG_FORMAT").strip().lower()
     if value not in FORMATS:
         raise ValueError(f"LEASH_LOG_FORMAT must be one of {', '.join(FORMATS)}, got {value!r}")
     return value

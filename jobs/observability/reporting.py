@@ -13,8 +13,8 @@ to the slug's commit) by itself.
 from __future__ import annotations
 
 import logging
-import os
 
+from .. import config
 from ..errors import Canceled, HandOff, LeaseLost
 from .logs import CONTEXT_FIELDS, job_context
 
@@ -28,7 +28,7 @@ _initialised = False
 def init(component: str) -> bool:
     """Start reporting in this process if SENTRY_DSN is set; True if reporting is on."""
     global _initialised
-    dsn = os.environ.get("SENTRY_DSN")
+    dsn = config.get("SENTRY_DSN")
     if not dsn:
         return False
     if _initialised:
