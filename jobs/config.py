@@ -186,15 +186,6 @@ declare("USER", "str", "unknown", "the operator (the default replay actor)", doc
 declare("XDG_STATE_HOME", "str", None, "where `leash dev` records its addresses", documented=False)
 
 
-def _int(name: str, default: int, minimum: int = 0) -> int:
-    """A declared int setting (``default`` and ``minimum`` are the declaration's; kept for callers)."""
-    return get(name)
-
-
-def _float(name: str, default: float, minimum: float = 0.0) -> float:
-    return get(name)
-
-
 @dataclass(frozen=True)
 class Settings:
     #: every queue this deployment serves, first = highest priority for workers
