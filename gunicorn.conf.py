@@ -18,7 +18,10 @@ import tempfile
 
 # Heroku sends SIGKILL 30 s after SIGTERM: finish in-flight requests well before that.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the app's packages, before gunicorn adds them
-from jobs import config  # noqa: E402  (settings are read in jobs/config.py only)
+# gunicorn reads every known setting name of this module (``config`` is one): import under
+# names it does not know.
+from jobs.config import export as _export_setting  # noqa: E402  (settings are read in jobs/config.py only)
+from jobs.config import get as _setting  # noqa: E402
 from jobs.observability import logs  # noqa: E402
 
 graceful_timeout = 25
@@ -28,14 +31,14 @@ timeout = 30
 # ($XDG_RUNTIME_DIR/gunicorn.ctl or ~/.gunicorn/gunicorn.ctl), shared by every gunicorn that
 # user runs: a second app's server would take it over. Off, unless
 # LEASH_GUNICORN_CONTROL_SOCKET names a path for this server alone.
-control_socket = config.get("LEASH_GUNICORN_CONTROL_SOCKET") or ""
+control_socket = _setting("LEASH_GUNICORN_CONTROL_SOCKET") or ""
 control_socket_disable = not control_socket
 
 _made_dir = None
-_metrics_dir = config.get("PROMETHEUS_MULTIPROC_DIR")
+_metrics_dir = _setting("PROMETHEUS_MULTIPROC_DIR")
 if not _metrics_dir:
     _made_dir = _metrics_dir = tempfile.mkdtemp(prefix="leash-prometheus-")
-    config.export("PROMETHEUS_MULTIPROC_DIR", _made_dir)
+    _export_setting("PROMETHEUS_MULTIPROC_DIR", _made_dir)
 else:
     # Files left by a previous run would be added to this run's counters.
     os.makedirs(_metrics_dir, exist_ok=True)
@@ -43,8 +46,8 @@ else:
         if name.endswith(".db") and name.startswith(("counter_", "gauge_", "histogram_", "summary_")):
             os.remove(os.path.join(_metrics_dir, name))
 
-if not (config.get("SECRET_KEY") or config.get("LEASH_SECRET_KEY")):
-    if not config.get("LEASH_DEV"):
+if not (_setting("SECRET_KEY") or _setting("LEASH_SECRET_KEY")):
+    if not _setting("LEASH_DEV"):
         # Checked here, in the master, so a deploy without it stops with one line, not a traceback per worker.
         from web.app import SECRET_KEY_MISSING
 
@@ -52,7 +55,7 @@ if not (config.get("SECRET_KEY") or config.get("LEASH_SECRET_KEY")):
         raise SystemExit(1)
     # leash dev: every worker must sign sessions with the same key, or a browser's owner id
     # would be valid in one worker and not the next.
-    config.export("LEASH_SECRET_KEY", secrets.token_urlsafe(32))
+    _export_setting("LEASH_SECRET_KEY", secrets.token_urlsafe(32))
 
 try:
     if logs.log_format() == "json":
