@@ -114,7 +114,9 @@ def sigterm_trial(conn, workers, log_path: Path, target: str, moment: str) -> di
     worker = leash_worker(workers, log_path, LEASH_HANDOFF_GRACE=str(grace))
     job_id = None
     if moment == "idle":
-        wait_for(lambda: conn.get(LOCK) and "Listening on" in log_path.read_text(), 20,
+        # Idle: listening, its scheduler started and its start-up maintenance done (a signal in
+        # the first few ms of a worker's life is another case: see docs/OPERATIONS.md).
+        wait_for(lambda: conn.get(LOCK) and "cleaning group registries" in log_path.read_text(), 20,
                  message="the worker listening")
     elif moment == "stuck":
         job_id, _ = enqueue(conn, "hang", {"seconds": 60})
