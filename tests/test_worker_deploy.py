@@ -115,7 +115,7 @@ def sigterm_trial(conn, workers, log_path: Path, target: str, moment: str) -> di
     job_id = None
     if moment == "idle":
         # Idle: listening, its scheduler started and its start-up maintenance done (a signal in
-        # the first few ms of a worker's life is another case: see docs/OPERATIONS.md).
+        # the first few ms of a worker's life has a test of its own, below).
         wait_for(lambda: conn.get(LOCK) and "cleaning group registries" in log_path.read_text(), 20,
                  message="the worker listening")
     elif moment == "stuck":
@@ -200,3 +200,25 @@ def test_a_scheduler_that_does_not_stop_is_killed_and_its_lock_released(conn, de
     assert conn.get(LOCK) is None
     assert scheduler.acquire_locks(auto_start=True) == set() and scheduler._process is process, \
         "a closed scheduler never starts again"
+
+
+def test_a_sigterm_while_the_worker_starts_still_ends_in_a_clean_exit(conn, workers, deploy_env, tmp_path):
+    # RQ installs its signal handlers only after starting the retry scheduler; a deploy that
+    # lands in between must not kill the worker outright and orphan the scheduler's lock.
+    outcomes = []
+    for number in range(6):
+        conn.flushdb()
+        log_path = tmp_path / f"starting-{number}.log"
+        worker = leash_worker(workers, log_path)
+        wait_for(lambda p=log_path: "Listening on" in p.read_text(errors="replace"), 20, interval=0.002,
+                 message="the worker starting")
+        family = [worker.pid, *workers.children(worker)]
+        os.killpg(worker.pid, signal.SIGTERM)
+        try:
+            code = worker.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            code = "still running"
+        wait_for(lambda f=family: not any(alive(pid) for pid in f), 5, message="every process of the worker gone")
+        log_text = log_path.read_text(errors="replace")
+        outcomes.append((code, conn.get(LOCK), "Traceback" in log_text))
+    assert outcomes == [(0, None, False)] * 6

@@ -292,8 +292,23 @@ class LeashWorker(Worker):
 
     # --- shutdown: hand the job off, stop the scheduler --------------------------------
 
+    def bootstrap(self, *args, **kwargs):
+        # RQ installs its signal handlers only after it has started the retry scheduler: a
+        # SIGTERM in that window (a deploy right after a start) would end the worker at once
+        # (status -15) and orphan its scheduler with the lock. Until then, a signal only asks
+        # the worker to stop; its loop sees that before it takes any job.
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._stop_while_starting)
+        super().bootstrap(*args, **kwargs)
+
+    def _stop_while_starting(self, signum, frame):
+        self.log.info("Worker %s: stop requested while starting", self.name)
+        self._stop_requested = True
+
     def _start_scheduler(self, burst=False, logging_level="INFO", date_format=DEFAULT_LOGGING_DATE_FORMAT,
                          log_format=DEFAULT_LOGGING_FORMAT):
+        if self._stop_requested:
+            return  # stopping already: a scheduler would only delay the exit
         # RQ's own, with a scheduler that a shutdown always stops (scheduler.py).
         self.scheduler = LeashScheduler(
             self.queues, connection=self.connection, serializer=self.serializer, date_format=date_format,
