@@ -23,9 +23,11 @@ def samples(response) -> dict[tuple[str, tuple], float]:
 
 def test_metrics_report_the_queue_from_redis(env, conn):
     env.setenv("LEASH_OWNER_CONCURRENCY", "10")  # all three ready at once, none held by the owner's limit
+    env.setenv("LEASH_QUEUE", "leash,bulk")
     client = make_app().test_client()
     for _ in range(3):
         assert client.post("/jobs", json=CLASSIFY).status_code == 202
+    assert client.post("/jobs", json={**CLASSIFY, "queue": "bulk"}).status_code == 202
     now = time.time()
     conn.zadd(keys.LEASES, {"fresh-job": now + 60, "stale-job-1": now - 5, "stale-job-2": now - 1})
     conn.hset(keys.STATS_TOTALS, mapping={"succeeded:classify": 7, "failed:classify": 2, "failed:summarise": 1,
@@ -35,6 +37,8 @@ def test_metrics_report_the_queue_from_redis(env, conn):
     found = samples(client.get("/metrics"))
     assert found[("leash_redis_up", ())] == 1
     assert found[("leash_queue_depth", (("queue", "leash"),))] == 3
+    assert found[("leash_queue_depth", (("queue", "bulk"),))] == 1
+    assert found[("leash_jobs_scheduled", (("queue", "bulk"),))] == 0
     assert found[("leash_jobs_running", ())] == 3
     assert found[("leash_jobs_stale", ())] == 2
     assert found[("leash_jobs_succeeded_total", (("kind", "classify"),))] == 7

@@ -42,9 +42,9 @@ LATENCY = Histogram("leash_http_request_duration_seconds", "Time to answer an HT
 class RedisCollector:
     """Gauges and counters computed from Redis when scraped."""
 
-    def __init__(self, connection: redis.Redis, queue: str):
+    def __init__(self, connection: redis.Redis, queues: list[str]):
         self.connection = connection
-        self.queue = queue
+        self.queues = queues  # every queue the deployment serves (LEASH_QUEUE)
 
     def describe(self):
         return []  # names are known only after a read; do not touch Redis at registration
@@ -53,15 +53,18 @@ class RedisCollector:
         now = clock.wall()
         try:
             with self.connection.pipeline(transaction=False) as pipe:
-                pipe.llen(keys.rq_queue(self.queue))
-                pipe.zcard(keys.rq_scheduled(self.queue, self.connection))
+                for queue in self.queues:
+                    pipe.llen(keys.rq_queue(queue))
+                    pipe.zcard(keys.rq_scheduled(queue, self.connection))
                 pipe.zcard(keys.LEASES)
                 pipe.zcount(keys.LEASES, "-inf", now)
                 pipe.zcard(keys.FAILED_INDEX)
                 pipe.hgetall(keys.STATS_TOTALS)
                 pipe.get(keys.RECLAIMS)
                 pipe.get(keys.REJECTED_WRITES)
-                depth, scheduled, running, stale, failed_index, totals, reclaims, rejected = pipe.execute()
+                replies = pipe.execute()
+            per_queue, rest = replies[:2 * len(self.queues)], replies[2 * len(self.queues):]
+            running, stale, failed_index, totals, reclaims, rejected = rest
             models = model_concurrency.snapshot(self.connection)
         except redis.exceptions.RedisError:
             yield GaugeMetricFamily("leash_redis_up", "1 if Redis answered this scrape.", value=0)
@@ -70,11 +73,13 @@ class RedisCollector:
         # Ready to run now; jobs held back by their owner's concurrency limit wait in per-owner
         # sets and are not counted here.
         gauge = GaugeMetricFamily("leash_queue_depth", "Jobs ready to run, waiting in the RQ queue.", labels=["queue"])
-        gauge.add_metric([self.queue], depth)
+        for n, queue in enumerate(self.queues):
+            gauge.add_metric([queue], per_queue[2 * n])
         yield gauge
         gauge = GaugeMetricFamily("leash_jobs_scheduled", "Jobs waiting for a retry's backoff to pass.",
                                   labels=["queue"])
-        gauge.add_metric([self.queue], scheduled)
+        for n, queue in enumerate(self.queues):
+            gauge.add_metric([queue], per_queue[2 * n + 1])
         yield gauge
         yield GaugeMetricFamily("leash_jobs_running", "Jobs holding a lease.", value=running)
         yield GaugeMetricFamily("leash_jobs_stale", "Running jobs whose lease has expired (worker stopped "
@@ -161,7 +166,7 @@ def init_app(app: Flask) -> None:
     else:
         registry.register(REQUESTS)
         registry.register(LATENCY)
-    registry.register(RedisCollector(app.extensions["leash_redis"], settings().queue))
+    registry.register(RedisCollector(app.extensions["leash_redis"], settings().queues))
     app.extensions["leash_metrics"] = registry
     app.before_request(_start_timer)
     app.after_request(_record)
