@@ -97,7 +97,9 @@ def test_sigkill_mid_batch_redoes_at_most_the_calls_in_flight(conn, workers, mod
 
     assert final["state"] == "succeeded" and final["done"] == 64 and final["attempts"] == 2
     assert stored(conn, job_id) == {i: f"echo: item-{i}" for i in range(64)}
-    asked_again = [s.item for s in model_server.requests[asked_before_kill:]]
+    # A connection the killed work-horse cut before its body arrived reaches the server as an
+    # empty request (no item): it asked nothing.
+    asked_again = [s.item for s in model_server.requests[asked_before_kill:] if s.item]
     assert not {items.index(item) for item in asked_again} & stored_at_kill, "a stored item was asked again"
     redone = sum(count - 1 for count in calls_per_item(model_server).values())
     print(f"SIGKILL at concurrency 8: {redone} calls redone")
