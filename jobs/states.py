@@ -24,7 +24,7 @@ from redis import Redis
 
 from . import clock, keys
 from .details import details
-from .consistency import REMOVED, requeued_by_rq
+from .consistency import ENDED_BY_RQ, REMOVED, requeued_by_rq
 from .errors import NoSuchJob
 
 
@@ -37,10 +37,9 @@ class State(StrEnum):
 
 TERMINAL = frozenset({State.SUCCEEDED, State.FAILED})
 
-# RQ statuses of a job that leash has not ended, when RQ's own tools ended it; the sweep
-# (jobs/consistency.py) records the same in leash within one reaper tick.
-_RQ_ENDED = {"failed": "failed in RQ", "stopped": "stopped by RQ's stop command",
-             "canceled": "canceled in RQ", None: REMOVED}
+# RQ statuses of a job that leash has not ended, when RQ's own tools ended it: the same texts
+# the sweep (jobs/consistency.py) records in leash within one reaper tick.
+_RQ_ENDED = {**ENDED_BY_RQ, None: REMOVED}
 
 FIELDS = ("job_id", "kind", "state", "done", "total", "result", "error", "stale", "attempts",
           "max_attempts", "created_at", "updated_at", "lease_expires_at",
@@ -108,7 +107,7 @@ def retry_time(connection: Redis, job_id: str, raw: dict, rq_status: str | None)
     if rq_status != "scheduled":
         return None
     queue = _text(raw.get(b"queue") or raw.get("queue"))
-    return connection.zscore(keys.rq_scheduled(queue or "leash", connection), job_id) if queue else None
+    return connection.zscore(keys.rq_scheduled(queue, connection), job_id) if queue else None
 
 
 def from_raw(job_id: str, raw: dict, rq_status: str | None, now: float | None = None,
