@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import signal
-import time
 import urllib.error
 import urllib.request
 
@@ -79,9 +78,11 @@ def test_the_job_page_follows_a_job_through_a_worker_kill_to_its_results(conn, w
 
     context = chromium.new_context(viewport={"width": 1100, "height": 900})
     page = context.new_page()
-    polls: list[float] = []
-    # The status polls (JSON); the page's HTML fetched after a change is not a poll.
-    page.on("request", lambda r: polls.append(time.monotonic())
+    poll_requests = []
+    # The status polls (JSON); the page's HTML fetched after a change is not a poll. Their times
+    # are read from the browser's own record at the end: the moment this process hears of a
+    # request depends on when Playwright's sync API delivers events, not on when it was sent.
+    page.on("request", lambda r: poll_requests.append(r)
             if r.resource_type == "fetch" and re.search(r"/jobs/[\w-]+$", r.url)
             and r.headers.get("accept") == "application/json" else None)
 
@@ -153,6 +154,7 @@ def test_the_job_page_follows_a_job_through_a_worker_kill_to_its_results(conn, w
     assert static_page.locator("#results tbody tr").count() == 20
 
     # The page polled on the backoff schedule: 1 s apart at first, 5 s apart after 10 s.
+    polls = sorted(r.timing["startTime"] / 1000 for r in poll_requests)
     gaps = [(later - polls[0], later - earlier) for earlier, later in zip(polls, polls[1:], strict=False)]
     assert gaps, "the page never polled"
     assert all(gap >= 0.9 for _, gap in gaps), gaps
