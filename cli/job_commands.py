@@ -16,6 +16,7 @@ import sys
 import click
 
 from jobs import config, control, listing, results, states
+from jobs.context import CONCURRENCY_FIELD
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob, NoSuchJob
 from jobs.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens
@@ -78,9 +79,12 @@ def status_or_exit(conn, job_id: str) -> dict:
 @click.option("--idempotency-key", help="Submitting again with the same key returns the first job.")
 @click.option("--max-attempts", type=int, help="Attempts before the job fails (default LEASH_MAX_ATTEMPTS).")
 @click.option("--queue", help="One of the queues in LEASH_QUEUE (default: the first).")
+@click.option("--item-concurrency", type=click.IntRange(min=1),
+              help="Items of this job in flight at once, at most LEASH_ITEM_CONCURRENCY (the worker's).")
 @click.option("--json", "as_json", is_flag=True, help='Print {"job_id": ..., "created": ..., "url": ...}.')
 @click.argument("source", type=click.File("r"), default="-")
-def submit(kind, labels, template, owner, token, idempotency_key, max_attempts, queue, as_json, source):
+def submit(kind, labels, template, owner, token, idempotency_key, max_attempts, queue, item_concurrency, as_json,
+           source):
     """Enqueue one job; items are read one per line from SOURCE (a file, or - for stdin).
     Prints the job id, and its web address on stderr."""
     owner = acting_owner(owner, token)
@@ -93,6 +97,8 @@ def submit(kind, labels, template, owner, token, idempotency_key, max_attempts, 
         payload["labels"] = [x.strip() for x in labels.split(",") if x.strip()]
     if template is not None:
         payload["template"] = template
+    if item_concurrency is not None:
+        payload[CONCURRENCY_FIELD] = item_concurrency
     conn = connect_checked()
     try:
         job_id, created = enqueue(conn, kind, payload, owner=owner, max_attempts=max_attempts,
@@ -163,8 +169,7 @@ def results_command(job_id, fmt, output):
     for index, item, value in results.iter_results(conn, job_id):
         missing += value is None
         if writer is not None:
-            writer.writerow([index, item if item is not None else "",
-                             "" if value is None else value if isinstance(value, str) else json.dumps(value)])
+            writer.writerow(results.csv_row(index, item, value))
         else:
             output.write(json.dumps({"index": index, "item": item, "result": value}, ensure_ascii=False) + "\n")
     if missing:

@@ -107,3 +107,29 @@ def iter_results(connection: Redis, job_id: str, page_size: int = MAX_PAGE):
             yield index, inputs[index] if index < len(inputs) else None, found.get(index)
         offset += page_size
         page = None
+
+
+#: What a spreadsheet reads as the start of a formula (OWASP's list for CSV injection).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_cell(text: str | None) -> str:
+    """A CSV cell a spreadsheet shows as text. Items come from users and results from a model, so
+    a cell such as `=HYPERLINK(...)` or `@SUM(...)` would run as a formula when the download is
+    opened: such a cell gets a leading `'`, which Excel, LibreOffice and Google Sheets hide. A plain
+    number ("-3.5") is left alone; the JSON-lines download is never altered."""
+    if not text:
+        return ""
+    if text.startswith(FORMULA_STARTS):
+        try:
+            float(text)
+        except ValueError:
+            return "'" + text
+    return text
+
+
+def csv_row(index: int, item: Any, value: Any) -> list:
+    """One row of a CSV download (web and CLI): index, item, result (text as is, else JSON)."""
+    result = None if value is None else value if isinstance(value, str) else json.dumps(value)
+    return [index, spreadsheet_cell(item if item is None or isinstance(item, str) else json.dumps(item)),
+            spreadsheet_cell(result)]

@@ -8,6 +8,8 @@ import json
 import re
 
 from click.testing import CliRunner
+from rq.job import Job
+from rq.serializers import JSONSerializer
 
 from cli import job_commands, main
 from cli.watch import JobLine, follow
@@ -37,6 +39,15 @@ def test_submit_prints_the_id_and_the_web_address_and_status_json_has_the_status
         "queued", 2, "classify", ["positive", "negative"])
     assert fields["results_url"] == f"/jobs/{job_id}/result"
     assert fields["waiting"] == "in the queue, waiting for a worker"
+
+
+def test_submit_can_ask_for_fewer_items_in_flight_and_refuses_zero(conn, env):
+    result = run("submit", "--labels", "a,b", "--item-concurrency", "2", "-", input="x\ny\n")
+    assert result.exit_code == 0, result.output
+    job = Job.fetch(result.stdout.strip(), connection=conn, serializer=JSONSerializer)
+    assert job.args[1]["item_concurrency"] == 2
+    refused = run("submit", "--labels", "a,b", "--item-concurrency", "0", "-", input="x\n")
+    assert refused.exit_code == 2 and "--item-concurrency" in refused.output and "Traceback" not in refused.output
 
 
 def test_submit_with_the_same_idempotency_key_returns_the_same_job(conn, env):

@@ -122,6 +122,20 @@ def test_downloads_stream_every_item_beside_its_result_as_csv_and_jsonl(client, 
     assert f'href="/jobs/{job_id}/result.csv"' in html and f'href="/jobs/{job_id}/result.jsonl"' in html
 
 
+def test_a_csv_download_shows_formulas_as_text_and_the_jsonl_keeps_them(client, conn):
+    items = ["=HYPERLINK(\"http://x.example\",\"click\")", "+1+2", "@SUM(A1)", "-3.5", "plain", "\tx"]
+    job_id = submit(client, items=items)
+    attempt = lease.claim(conn, job_id, "leash", "w")
+    for n in range(len(items)):
+        attempt.heartbeat(item=(n, json.dumps("-cmd|' /C calc'!A0" if n == 0 else -2 if n == 3 else "ok")))
+    attempt.finish({"items": len(items)})
+    rows = list(csv.reader(io.StringIO(client.get(f"/jobs/{job_id}/result.csv").get_data(as_text=True))))[1:]
+    assert [row[1] for row in rows] == ["'" + items[0], "'+1+2", "'@SUM(A1)", "-3.5", "plain", "'\tx"]
+    assert rows[0][2] == "'-cmd|' /C calc'!A0" and rows[3][2] == "-2" and rows[1][2] == "ok"
+    lines = [json.loads(line) for line in client.get(f"/jobs/{job_id}/result.jsonl").get_data(as_text=True).splitlines()]
+    assert [line["item"] for line in lines] == items and lines[0]["result"] == "-cmd|' /C calc'!A0"
+
+
 def test_downloads_are_the_owners_only(token_app, conn):
     client = token_app.test_client()
     job_id = client.post("/jobs", json={"kind": "classify", "items": ["x"], "labels": ["a", "b"]},

@@ -180,8 +180,7 @@ def download(job_id: str, fmt: str):
         writer = csv.writer(buffer)
         writer.writerow(["index", "item", "result"])
         for index, item, value in rows:
-            writer.writerow([index, "" if item is None else item,
-                             "" if value is None else value if isinstance(value, str) else json.dumps(value)])
+            writer.writerow(results.csv_row(index, item, value))
             if buffer.tell() > 32_768:
                 yield buffer.getvalue()
                 buffer.seek(0)
