@@ -222,3 +222,32 @@ def test_a_sigterm_while_the_worker_starts_still_ends_in_a_clean_exit(conn, work
         log_text = log_path.read_text(errors="replace")
         outcomes.append((code, conn.get(LOCK), "Traceback" in log_text))
     assert outcomes == [(0, None, False)] * 6
+
+
+def test_a_stop_said_twice_at_once_stays_warm_and_a_second_stop_a_second_later_is_cold(conn, workers, deploy_env,
+                                                                                       tmp_path):
+    # Ctrl+C reaches the worker (SIGINT) and honcho or `leash dev` sends its own SIGTERM a moment
+    # later: one warm stop, as in RQ, so the item in flight finishes and is kept. A second stop
+    # said later is a cold one: the work-horse is killed, the job handed back at once.
+    outcomes = {}
+    for case in ("at once", "a second later"):
+        conn.flushdb()
+        log_path = tmp_path / f"{case.replace(' ', '-')}.log"
+        worker = leash_worker(workers, log_path)
+        job_id, _ = enqueue(conn, "count", {"items": [f"i{i}" for i in range(4)], "delay": 4})
+        # The first item stored: the second is in flight for the next 4 s.
+        wait_for(lambda j=job_id: states.status(conn, j)["done"] == 1, 20, message="the first item stored")
+        worker.send_signal(signal.SIGINT)
+        if case == "a second later":
+            time.sleep(1.5)  # RQ's window for a repeated signal is 1 s
+        worker.send_signal(signal.SIGTERM)
+        try:
+            code = worker.wait(timeout=GRACE + 5)
+        except subprocess.TimeoutExpired:
+            code = "still running"
+        log_text = log_path.read_text(errors="replace")
+        job = states.status(conn, job_id)
+        outcomes[case] = (code, job["state"], job["attempts"], job["done"], log_text.count("handed back"),
+                          "at a cold shutdown" in log_text, log_text.count("Traceback"))
+    assert outcomes == {"at once": (0, "queued", 0, 2, 1, False, 0),
+                        "a second later": (0, "queued", 0, 1, 1, True, 0)}

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from datetime import timedelta
 
 import redis
 from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
@@ -33,6 +34,7 @@ from rq.exceptions import StopRequested
 from rq.job import Job, JobStatus
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
+from rq.utils import now
 from rq.worker import Worker
 
 from .. import clock, consistency, keys, lease, runner
@@ -361,6 +363,12 @@ class LeashWorker(Worker):
                 signal.setitimer(signal.ITIMER_REAL, 1)
 
     def request_force_stop(self, signum, frame):
+        # A second signal within a second is the same stop said twice (Ctrl+C reaches the whole
+        # terminal group and honcho or `leash dev` then sends its own SIGTERM): RQ ignores it, so
+        # does leash, or a warm hand-off would turn cold.
+        if self._shutdown_requested_date and now() - self._shutdown_requested_date < timedelta(seconds=1):
+            self.log.debug("Worker %s: second stop signal within 1 s ignored", self.name)
+            return
         # A second signal: do not leave the job "started" as RQ would; release it now.
         attempt = self._attempt
         if attempt is not None and self.horse_pid:
