@@ -100,6 +100,16 @@ def test_results_streams_every_item_with_its_input_as_jsonl_or_csv(conn, env, tm
     assert len(table) == 1001 and table[2] == ["1", "item 1, with a comma", ""]
 
 
+def test_results_as_csv_show_a_would_be_formula_as_text(conn, env, tmp_path):
+    job_id = submit("=1+1", "-2")
+    attempt = lease.claim(conn, job_id, "leash", "w")
+    attempt.heartbeat(item=(0, json.dumps("@SUM(A1:A9)")))
+    out = tmp_path / "results.csv"
+    assert run("results", job_id, "--format", "csv", "-o", str(out)).exit_code == 0
+    assert list(csv.reader(out.open(encoding="utf-8")))[1:] == [["0", "'=1+1", "'@SUM(A1:A9)"], ["1", "-2", ""]]
+    assert json.loads(run("results", job_id).stdout.splitlines()[0])["item"] == "=1+1"
+
+
 def test_cancel_shows_canceled_and_is_left_out_of_failures_and_alerts(conn, env):
     job_id = submit("x")
     result = run("cancel", job_id)
