@@ -31,7 +31,8 @@ def test_a_job_that_always_raises_fails_after_exactly_max_attempts_with_its_trac
     assert "Traceback (most recent call last)" in final["error"]
     history = [json.loads(e) for e in conn.lrange(keys.errors(job_id), 0, -1)]
     assert [h["attempt"] for h in history] == [1, 2, 3]
-    assert conn.hget(keys.rq_job(job_id), "status") == b"failed"
+    # leash records the failure in the work-horse before RQ's own handling writes RQ's status.
+    wait_for(lambda: conn.hget(keys.rq_job(job_id), "status") == b"failed", 10, message="RQ's status failed")
 
 
 def test_permanent_error_fails_after_one_attempt(conn, workers):
@@ -64,7 +65,7 @@ def test_cancel_of_a_job_that_ignores_it_falls_back_to_rqs_stop_command(conn, wo
     cancel(conn, job_id)
     final = final_state(conn, job_id, timeout=15)
     assert (final["state"], final["error"]) == ("failed", "canceled")
-    assert conn.hget(keys.rq_job(job_id), "status") == b"stopped"
+    wait_for(lambda: conn.hget(keys.rq_job(job_id), "status") == b"stopped", 10, message="RQ's status stopped")
 
 
 def test_cancel_of_a_queued_job_fails_it_at_once(conn):
