@@ -61,7 +61,7 @@ def worker(queues, burst, name, scheduler, log_level, imports):
         logs.configure(log_level)  # LEASH_LOG_FORMAT: text or json
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    conn = connect_checked()
+    conn = connect_checked(for_worker=True)
     names = [q.strip() for spec in (queues or settings().queues) for q in spec.split(",") if q.strip()]
     w = LeashWorker(names, connection=conn, name=name)  # names: it builds its own LeashQueue objects
     reporting.init_worker(w)  # SENTRY_DSN

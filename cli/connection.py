@@ -106,13 +106,16 @@ def web_url() -> str:
     return str(configured).rstrip("/")
 
 
-def connect_checked() -> redis.Redis:
+def connect_checked(for_worker: bool = False) -> redis.Redis:
     """A connection for the command line, pinged once: a bad or unreachable Redis is one
-    line naming the URL instead of a traceback later."""
+    line naming the URL instead of a traceback later. A command's calls give up after
+    LEASH_REDIS_TIMEOUT, so a Redis that accepts connections but does not answer (stalled,
+    partitioned) is an error instead of a command that hangs; a worker's connection gets
+    RQ's own socket timeout instead, long enough for its blocking dequeue."""
     url, origin = resolve()
     check_url(url, "REDIS_URL" if origin == "REDIS_URL" else origin)
     try:
-        conn = connect(url)
+        conn = connect(url) if for_worker else connect(url, socket_timeout=config.get("LEASH_REDIS_TIMEOUT"))
         conn.ping()
     except ValueError as exc:
         raise BadRedisUrl(f"{shown(url)!r} is not a Redis URL ({exc}); write it like {EXAMPLE_URL}") from None

@@ -159,7 +159,8 @@ declare("LEASH_DASHBOARD_USER", "str", None, "rq-dashboard at /rq: basic-auth us
 declare("LEASH_DASHBOARD_PASSWORD", "str", None, "rq-dashboard at /rq: basic-auth password")
 declare("LEASH_MAX_BODY_BYTES", "int", 1024 * 1024, "request body limit", 1)
 declare("LEASH_SECURE_COOKIES", "bool", False, "`1`: cookies only over HTTPS")
-declare("LEASH_REDIS_TIMEOUT", "float", 5.0, "seconds before an unanswered Redis call is a 503", 0.01)
+declare("LEASH_REDIS_TIMEOUT", "float", 5.0,
+        "seconds before an unanswered Redis call is given up: a 503 in the web app, exit 1 from a command", 0.01)
 declare("LEASH_METRICS_TOKEN", "str", None, "bearer token /metrics requires")
 declare("LEASH_GUNICORN_CONTROL_SOCKET", "str", None, "a path of its own for gunicorn's control socket (default: off)")
 declare("WEB_CONCURRENCY", "int", 2, "gunicorn worker processes (8 threads each; read by the Procfile)", 1)

@@ -12,13 +12,17 @@ import json
 import os
 import signal
 import statistics
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from cli.devserver import start_redis
-from tests.conftest import wait_for
+from jobs.connection import connect
+from jobs.enqueue import enqueue
+from tests.conftest import ROOT, wait_for
 from tests.web_support import CLASSIFY, basic, make_app
 
 pytestmark = pytest.mark.slow
@@ -168,3 +172,29 @@ def test_rq_dashboard_pages_are_a_503_at_once_while_the_stall_is_known(stallable
     assert refused.status_code == 401  # still no dashboard without its password
     response, took = _timed(lambda: client.get("/rq/", headers={"Accept": "application/json", **auth}))
     assert response.status_code == 503 and response.headers["Retry-After"] and took < REDIS_TIMEOUT / 2
+
+
+def test_a_leash_command_whose_redis_stalls_mid_command_ends_in_one_line_and_exit_1(stallable_redis, tmp_path):
+    # `leash watch` is connected and polling when Redis stops answering (hung or partitioned):
+    # its next call gives up after LEASH_REDIS_TIMEOUT (1 s here; redis-py's own default is 5 s).
+    job_id, _ = enqueue(connect(stallable_redis.url), "classify", {"items": ["x"], "labels": ["a", "b"]})
+    environment = {**os.environ, "REDIS_URL": stallable_redis.url, "LEASH_REDIS_TIMEOUT": "1",
+                   "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(tmp_path)}
+    out, err = tmp_path / "watch.out", tmp_path / "watch.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        watch = subprocess.Popen([sys.executable, "-m", "cli", "watch", job_id], env=environment, cwd=ROOT,
+                                 stdout=stdout, stderr=stderr)
+    try:
+        wait_for(lambda: "queued" in out.read_text(), 20, message="leash watch's first line")
+        stallable_redis.stall()
+        stalled = time.monotonic()
+        code = watch.wait(timeout=REDIS_TIMEOUT + 20)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.wait(timeout=10)
+    message = err.read_text()
+    assert code == 1, message
+    assert "Traceback" not in message and len(message.strip().splitlines()) == 1, message
+    assert f"Redis at {stallable_redis.url}" in message and "Timeout" in message, message
+    assert time.monotonic() - stalled < 4.0  # its next poll within 1 s, then 1 s of waiting
