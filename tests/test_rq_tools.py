@@ -160,6 +160,30 @@ def test_rq_dashboard_delete_of_a_queued_job_fails_it_and_frees_its_slot(conn):
     assert conn.zscore(keys.FAILED_INDEX, held) is not None
 
 
+def test_rq_dashboard_delete_of_a_running_job_lets_it_finish_and_records_it_truly(conn, workers):
+    # RQ's Delete does not stop a running job (RQ's own workers run it on too); leash's state
+    # must still end true, RQ's record must not be left behind without an expiry, the owner's
+    # slot must come back and the worker must go on.
+    job_id, _ = enqueue(conn, "count", {"items": [f"i{n}" for n in range(8)], "delay": 0.4})
+    worker = workers.start("--no-scheduler", extra_env={"LEASH_ITEM_CONCURRENCY": "1"})
+    wait_for(lambda: state(conn, job_id)["done"] >= 2, 20, message="two items stored")
+    client = make_app(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD).test_client()
+    auth = basic(USER, PASSWORD)
+    client.get("/rq/", headers=auth)
+    csrf = {**auth, "X-CSRFToken": client.get_cookie("_csrf_token", path="/rq").value}
+    assert client.post(f"/rq/job/{job_id}/delete", headers=csrf).get_json() == {"status": "OK"}
+    assert state(conn, job_id)["state"] == "running", "a status read right after the delete"
+
+    final = wait_for(lambda: (s := state(conn, job_id))["state"] in ("succeeded", "failed") and s, 30,
+                     message="the job to end")
+    assert (final["state"], final["done"], final["attempts"]) == ("succeeded", 8, 1)
+    assert all(conn.ttl(key) > 0 for key in conn.scan_iter(f"*{job_id}*") if not key.startswith(b"test:"))
+    follow_up, _ = enqueue(conn, "count", {"items": ["a"]})
+    wait_for(lambda: state(conn, follow_up)["state"] == "succeeded", 20, message="the worker's next job")
+    wait_for(lambda: slots(conn) == ([], []), 10, message="the owner's slots free")
+    assert worker.poll() is None
+
+
 @pytest.mark.parametrize("serializer", [JSON, None], ids=["json-serializer", "default-serializer"])
 def test_a_plain_rq_worker_cannot_silently_burn_a_job(conn, workers, serializer):
     job_id, _ = enqueue(conn, "count", {"items": ["a", "b"], "delay": 0}, max_attempts=3)
