@@ -160,6 +160,30 @@ def test_rq_dashboard_delete_of_a_queued_job_fails_it_and_frees_its_slot(conn):
     assert conn.zscore(keys.FAILED_INDEX, held) is not None
 
 
+def test_rq_dashboard_delete_of_a_job_waiting_for_its_retry_fails_it_and_replay_runs_it(conn, workers, env):
+    env.setenv("LEASH_RETRY_BACKOFF", "600")  # the retry waits in RQ's scheduled registry
+    conn.set("test:broken:retry", 1)
+    job_id, _ = enqueue(conn, "breaks_at", {"items": ["a", "b", "c"], "break_at": 1, "flag": "retry"},
+                        max_attempts=3)
+    workers.start("--no-scheduler")
+    wait_for(lambda: conn.zscore(keys.rq_scheduled("leash", conn), job_id) is not None, 20, message="the retry scheduled")
+    assert state(conn, job_id)["state"] == "queued"
+    client = make_app(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD).test_client()
+    auth = basic(USER, PASSWORD)
+    client.get("/rq/", headers=auth)
+    csrf = {**auth, "X-CSRFToken": client.get_cookie("_csrf_token", path="/rq").value}
+    assert client.post(f"/rq/job/{job_id}/delete", headers=csrf).get_json() == {"status": "OK"}
+
+    s = state(conn, job_id)
+    assert (s["state"], s["error"]) == ("failed", consistency.REMOVED), "at once, in a status read"
+    assert consistency.sweep(conn)["removed"] == 1
+    assert slots(conn) == ([], [])
+    conn.delete("test:broken:retry")  # the model is fixed
+    assert CliRunner().invoke(main, ["replay", "--yes", "--", job_id]).exit_code == 0
+    final = wait_for(lambda: (s := state(conn, job_id))["state"] == "succeeded" and s, 20, message="the replay")
+    assert final["done"] == 3 and item_calls(conn, job_id)[0] == 1, "the checkpointed item was not run again"
+
+
 def test_rq_dashboard_delete_of_a_running_job_lets_it_finish_and_records_it_truly(conn, workers):
     # RQ's Delete does not stop a running job (RQ's own workers run it on too); leash's state
     # must still end true, RQ's record must not be left behind without an expiry, the owner's
