@@ -16,7 +16,7 @@ import pytest
 from jobs import keys, states
 from jobs.enqueue import enqueue
 from jobs.worker.scheduler import LeashScheduler
-from tests.conftest import ROOT, wait_for
+from tests.conftest import REDIS_URL, ROOT, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -251,3 +251,23 @@ def test_a_stop_said_twice_at_once_stays_warm_and_a_second_stop_a_second_later_i
                           "at a cold shutdown" in log_text, log_text.count("Traceback"))
     assert outcomes == {"at once": (0, "queued", 0, 2, 1, False, 0),
                         "a second later": (0, "queued", 0, 1, 1, True, 0)}
+
+
+def test_a_stop_that_cut_a_command_off_from_its_reply_still_ends_in_a_clean_exit(conn):
+    # A stop signal raises out of whatever the worker loop was doing; between a command sent and
+    # its reply read, the connection goes back to the pool with the reply still to come (here: a
+    # BLPOP the server answers in 1 s). The way out must not read that reply as its own.
+    from rq.worker import Worker
+
+    from jobs.connection import connect
+    from jobs.worker import LeashWorker
+
+    worker = LeashWorker(["leash"], connection=connect(REDIS_URL))
+    worker.register_birth()
+    assert worker.key in Worker.all_keys(connection=conn)
+    pool = worker.connection.connection_pool
+    cut_off = pool.get_connection()
+    cut_off.send_command("BLPOP", "test:nothing-here", 1)
+    pool.release(cut_off)
+    worker.teardown()  # records the worker's death, as at the end of RQ's loop
+    assert worker.key not in Worker.all_keys(connection=conn)

@@ -333,6 +333,11 @@ class LeashWorker(Worker):
         self.scheduler.close(wait=False)
 
     def teardown(self):
+        if not self.is_horse:
+            # RQ's stop signal raises StopRequested wherever the loop is, maybe between a command
+            # and its reply: that connection is back in the pool with the reply pending, and the
+            # way out would read it as its own ("Wrong number of response items"). Fresh ones.
+            self.connection.connection_pool.disconnect(inuse_connections=False)
         if not self.is_horse and self.scheduler is not None:
             self.scheduler.close()  # bounded: repeats the SIGTERM, kills, releases its locks
         super().teardown()
