@@ -14,7 +14,7 @@ Lifecycle of one job on this worker (main process = M, work-horse = H):
     SIGTERM (deploy): stop claiming; H checkpoints and releases the job to the front of
        the queue at its next heartbeat (attempt not counted); if H has not done so within
        LEASH_HANDOFF_GRACE seconds, M kills H and releases the job itself. A second SIGTERM
-       does the same at once.
+       (1 s or more later: sooner is the same stop said twice) does the same at once.
     Redis unreachable: the worker stays up. RQ's dequeue loop backs off (1, 2, 4 s, capped
        at a few seconds so reaping resumes soon after Redis returns); the other Redis calls of
        the main loop are skipped until then. A job whose work-horse could not write meanwhile
@@ -193,6 +193,7 @@ class LeashWorker(Worker):
             # SIGTERM between the claim and the fork (RQ only defers a stop once it is busy):
             # nothing ran, so the claim goes back at once, like any hand-off.
             if not self.horse_pid:
+                self._drop_idle_connections()  # the signal may have cut a command off (teardown)
                 attempt.release()
             raise
         finally:
@@ -334,13 +335,15 @@ class LeashWorker(Worker):
 
     def teardown(self):
         if not self.is_horse:
-            # RQ's stop signal raises StopRequested wherever the loop is, maybe between a command
-            # and its reply: that connection is back in the pool with the reply pending, and the
-            # way out would read it as its own ("Wrong number of response items"). Fresh ones.
-            self.connection.connection_pool.disconnect(inuse_connections=False)
+            self._drop_idle_connections()
         if not self.is_horse and self.scheduler is not None:
             self.scheduler.close()  # bounded: repeats the SIGTERM, kills, releases its locks
         super().teardown()
+
+    def _drop_idle_connections(self) -> None:
+        # RQ's stop signal raises wherever the loop is, maybe between a command and its reply:
+        # that pooled connection would give the reply to the next command ("Wrong number of ...").
+        self.connection.connection_pool.disconnect(inuse_connections=False)
 
     def setup_work_horse_signals(self):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -368,13 +371,11 @@ class LeashWorker(Worker):
                 signal.setitimer(signal.ITIMER_REAL, 1)
 
     def request_force_stop(self, signum, frame):
-        # A second signal within a second is the same stop said twice (Ctrl+C reaches the whole
-        # terminal group and honcho or `leash dev` then sends its own SIGTERM): RQ ignores it, so
-        # does leash, or a warm hand-off would turn cold.
+        # Within 1 s it is the same stop said twice (Ctrl+C reaches the terminal's group, then
+        # honcho or `leash dev` sends SIGTERM): ignored, as in RQ, so a warm hand-off stays warm.
         if self._shutdown_requested_date and now() - self._shutdown_requested_date < timedelta(seconds=1):
-            self.log.debug("Worker %s: second stop signal within 1 s ignored", self.name)
             return
-        # A second signal: do not leave the job "started" as RQ would; release it now.
+        # Cold: do not leave the job "started" as RQ would; release it now.
         attempt = self._attempt
         if attempt is not None and self.horse_pid:
             self.kill_horse()
