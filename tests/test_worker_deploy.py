@@ -60,6 +60,14 @@ def alive(pid: int) -> bool:
         return False
 
 
+def exit_code(proc: subprocess.Popen, timeout: float) -> int | str:
+    """The process's exit status, or "still running" after ``timeout`` seconds."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "still running"
+
+
 def running(conn, job_id: str) -> bool:
     return states.status(conn, job_id)["state"] == "running"
 
@@ -133,10 +141,7 @@ def sigterm_trial(conn, workers, log_path: Path, target: str, moment: str) -> di
         os.killpg(worker.pid, signal.SIGTERM)
     else:
         worker.send_signal(signal.SIGTERM)
-    try:
-        code = worker.wait(timeout=grace + 5)
-    except subprocess.TimeoutExpired:
-        code = "still running"
+    code = exit_code(worker, grace + 5)
     log_text = log_path.read_text(errors="replace")
     job = states.status(conn, job_id) if job_id else None
     return {
@@ -214,10 +219,7 @@ def test_a_sigterm_while_the_worker_starts_still_ends_in_a_clean_exit(conn, work
                  message="the worker starting")
         family = [worker.pid, *workers.children(worker)]
         os.killpg(worker.pid, signal.SIGTERM)
-        try:
-            code = worker.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            code = "still running"
+        code = exit_code(worker, 10)
         wait_for(lambda f=family: not any(alive(pid) for pid in f), 5, message="every process of the worker gone")
         log_text = log_path.read_text(errors="replace")
         outcomes.append((code, conn.get(LOCK), "Traceback" in log_text))
@@ -241,10 +243,7 @@ def test_a_stop_said_twice_at_once_stays_warm_and_a_second_stop_a_second_later_i
         if case == "a second later":
             time.sleep(1.5)  # RQ's window for a repeated signal is 1 s
         worker.send_signal(signal.SIGTERM)
-        try:
-            code = worker.wait(timeout=GRACE + 5)
-        except subprocess.TimeoutExpired:
-            code = "still running"
+        code = exit_code(worker, GRACE + 5)
         log_text = log_path.read_text(errors="replace")
         job = states.status(conn, job_id)
         outcomes[case] = (code, job["state"], job["attempts"], job["done"], log_text.count("handed back"),
