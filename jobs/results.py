@@ -116,8 +116,8 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 def spreadsheet_cell(text: str | None) -> str:
     """A CSV cell a spreadsheet shows as text. Items come from users and results from a model, so
     a cell such as `=HYPERLINK(...)` or `@SUM(...)` would run as a formula when the download is
-    opened: such a cell gets a leading `'`, which Excel, LibreOffice and Google Sheets hide. A plain
-    number ("-3.5") is left alone; the JSON-lines download is never altered."""
+    opened: such a cell gets a leading `'` (OWASP's advice), so the spreadsheet shows it as text. A
+    plain number ("-3.5") is left alone; the JSON-lines download is never altered."""
     if not text:
         return ""
     if text.startswith(FORMULA_STARTS):
