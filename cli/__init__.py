@@ -1,6 +1,7 @@
-"""The ``leash`` command. Every option can also be set by the environment variable shown
-in ``--help``. Redis is ``REDIS_URL``, else the one a running ``leash dev`` recorded (see
-cli/connection.py); any Redis error is one line naming the URL tried."""
+"""The ``leash`` command. Options that are settings can also be set by the environment
+variable ``--help`` shows beside them (each declared in jobs/config.py). Redis is
+``REDIS_URL``, else the one a running ``leash dev`` recorded (see cli/connection.py); any
+Redis error is one line naming the URL tried."""
 
 from __future__ import annotations
 
@@ -24,7 +25,10 @@ class LeashGroup(click.Group):
             raise click.ClickException(f"Redis at {shown(resolve()[0])}: {exc}") from None
 
 
-@click.group(cls=LeashGroup, context_settings={"auto_envvar_prefix": "LEASH", "help_option_names": ["-h", "--help"]})
+# No click auto_envvar_prefix: it would make every option an undeclared LEASH_<COMMAND>_<OPTION>
+# variable (LEASH_REPLAY_YES=1 skipping a confirmation unseen). Options that are settings name
+# their declared variable (envvar=..., shown in --help); jobs/config.py lists them all.
+@click.group(cls=LeashGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """leash: a queue for long-running AI jobs whose states are never wrong."""
     from jobs.config import check_all

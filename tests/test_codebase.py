@@ -77,6 +77,23 @@ def test_every_cli_environment_variable_is_a_declared_setting():
     assert used and sorted(used - set(config.DECLARED)) == []
 
 
+def test_an_option_without_a_declared_variable_is_not_read_from_the_environment(conn, env):
+    # click's auto_envvar_prefix would read LEASH_SUBMIT_KIND, LEASH_REPLAY_YES, ... unseen.
+    import json
+
+    from click.testing import CliRunner
+
+    from cli import main
+    from jobs import states
+
+    env.setenv("LEASH_SUBMIT_KIND", "prompt")
+    env.setenv("LEASH_SUBMIT_MAX_ATTEMPTS", "9")
+    result = CliRunner().invoke(main, ["submit", "--labels", "a,b", "--json", "-"], input="x\n")
+    assert result.exit_code == 0, result.output
+    fields = states.status(conn, json.loads(result.stdout)["job_id"])
+    assert (fields["kind"], fields["max_attempts"]) == ("classify", 3)
+
+
 def test_a_bad_setting_is_one_line_naming_it():
     import pytest
 
