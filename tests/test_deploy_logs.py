@@ -44,6 +44,17 @@ def json_lines(path: Path) -> list[dict]:
     return parsed
 
 
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM, as a deploy does, so the process writes its last lines; SIGKILL its group if it hangs."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
 @pytest.mark.slow
 def test_every_worker_line_is_json_and_lines_about_a_job_carry_its_context(conn, env, tmp_path):
     output = tmp_path / "worker.log"
@@ -56,12 +67,8 @@ def test_every_worker_line_is_json_and_lines_about_a_job_carry_its_context(conn,
         bad, _ = enqueue(conn, "permanent", {"items": ["x"]}, owner="erin")
         wait_for(lambda: states.status(conn, good)["state"] == "succeeded"
                  and states.status(conn, bad)["state"] == "failed", 60, message="both jobs to end")
-        worker.send_signal(signal.SIGTERM)
-        worker.wait(timeout=30)
     finally:
-        if worker.poll() is None:
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait(timeout=10)
+        stop(worker)
 
     lines = json_lines(output)
     loggers = {line["logger"] for line in lines}
@@ -98,12 +105,8 @@ def test_every_web_line_is_json_including_gunicorns_and_a_request_about_a_job_na
             return 200
 
         assert wait_for(job_read_status, 30, interval=0.2, message="gunicorn to answer") == 503
-        web.send_signal(signal.SIGTERM)
-        web.wait(timeout=30)
     finally:
-        if web.poll() is None:
-            os.killpg(web.pid, signal.SIGKILL)
-            web.wait(timeout=10)
+        stop(web)
 
     lines = json_lines(output)
     assert any(line["logger"] == "gunicorn.error" and "Booting worker" in line["message"] for line in lines)

@@ -110,21 +110,27 @@ def test_a_resumed_batch_skips_every_stored_item(conn, env):
     assert results == ["earlier 0", "i1", "earlier 2", "i3", "i4", "earlier 5"]
 
 
-def test_a_lost_lease_stops_launching_and_every_thread_s_write_is_refused(conn, env):
-    env.setenv("LEASH_ITEM_CONCURRENCY", "3")
-    items = [f"i{n}" for n in range(9)]
-    attempt, ctx = _running(conn, items)
-    gates = Gates()
+def _for_each_in_thread(ctx, items, fn) -> tuple[threading.Thread, list[BaseException]]:
+    """``ctx.for_each(items, fn)`` started on a thread; the list gets what it raised."""
     raised: list[BaseException] = []
 
     def run():
         try:
-            ctx.for_each(items, gates)
+            ctx.for_each(items, fn)
         except BaseException as exc:
             raised.append(exc)
 
     worker = threading.Thread(target=run)
     worker.start()
+    return worker, raised
+
+
+def test_a_lost_lease_stops_launching_and_every_thread_s_write_is_refused(conn, env):
+    env.setenv("LEASH_ITEM_CONCURRENCY", "3")
+    items = [f"i{n}" for n in range(9)]
+    attempt, ctx = _running(conn, items)
+    gates = Gates()
+    worker, raised = _for_each_in_thread(ctx, items, gates)
     wait_for(lambda: gates.running == 3, 5)
     rejected_before = int(conn.get(keys.REJECTED_WRITES) or 0)
     lease.reclaim(conn, attempt.job_id, "leash", "taken back by the test", token=attempt.token)
@@ -142,16 +148,7 @@ def test_a_cancel_or_hand_off_stops_launching_and_stores_what_was_in_flight(conn
     items = [f"i{n}" for n in range(9)]
     attempt, ctx = _running(conn, items)
     gates = Gates()
-    errors: list[BaseException] = []
-
-    def run():
-        try:
-            ctx.for_each(items, gates)
-        except BaseException as exc:
-            errors.append(exc)
-
-    worker = threading.Thread(target=run)
-    worker.start()
+    worker, errors = _for_each_in_thread(ctx, items, gates)
     wait_for(lambda: gates.running == 3, 5)
     if stop == "cancel":
         control.cancel(conn, attempt.job_id)
