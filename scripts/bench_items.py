@@ -75,7 +75,7 @@ class Bench:
         level = "INFO" if log_path else "WARNING"
         stderr = open(log_path, "w") if log_path else None  # noqa: SIM115 (the child writes it)
         return self.children.start(
-            [sys.executable, "-m", "jobs.cli", "worker", "--no-scheduler", "--log-level", level],
+            [sys.executable, "-m", "cli", "worker", "--no-scheduler", "--log-level", level],
             worker_env(self.redis.url, **settings), stderr=stderr)
 
     def job(self, n: int, owner: str = "bench", prefix: str = "item") -> tuple[str, list[str]]:

@@ -14,3 +14,13 @@ def noop(kind_name, payload):
 def sleep(kind_name, payload):
     time.sleep(float(payload.get("seconds", 60)))
     return {}
+
+
+def one_model_call(url, model, prompt):
+    """One chat completion, as a plain RQ job calling a model would do it (the SDK is imported
+    inside the work-horse, as a plain ``rq worker`` does for the function's module)."""
+    import openai
+
+    client = openai.OpenAI(base_url=url, api_key="bench", max_retries=0)
+    answer = client.chat.completions.create(model=model, messages=[{"role": "user", "content": prompt}])
+    return answer.choices[0].message.content

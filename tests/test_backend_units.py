@@ -4,6 +4,9 @@ limit's arithmetic, and ``ctx.keepalive`` / ``ctx.sleep`` on a real lease."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from email.utils import formatdate
 
@@ -16,7 +19,7 @@ from jobs.context import JobContext
 from jobs.enqueue import enqueue
 from jobs.errors import Canceled, InvalidJob, LeaseLost, PermanentError
 from jobs.models.rate import ACQUIRED, PAUSED, TOKENS_SPENT, ModelRateLimit
-from tests.conftest import wait_for
+from tests.conftest import REDIS_URL, ROOT, wait_for
 from tests.fake_openai import Error
 
 
@@ -51,6 +54,32 @@ def test_the_backend_is_chosen_by_configuration(env):
     env.setenv("LEASH_MODEL_BACKEND", "nonsense")
     with pytest.raises(PermanentError, match="choose one of"):
         backends.get_backend()
+
+
+PRELOAD_PROBE = """
+import logging, sys
+import redis
+from jobs.worker import LeashWorker
+logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
+assert "openai" not in sys.modules
+LeashWorker(["leash"], connection=redis.Redis.from_url(sys.argv[1]))
+print("openai loaded:", "openai" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("backend, says", [
+    ("", "openai loaded: True"),  # LEASH_MODEL_URL is set: the OpenAI client is imported before any fork
+    ("local", "openai loaded: False"),
+    ("nonsense", "LEASH_MODEL_BACKEND='nonsense' is unknown; choose one of ['local', 'openai']: model jobs on "
+                 "this worker will fail until it is fixed\nopenai loaded: False"),
+])
+def test_a_worker_imports_its_model_backend_once_before_it_forks(conn, backend, says):
+    probe_env = {**os.environ, "LEASH_MODEL_URL": "http://127.0.0.1:9/v1", "LEASH_MODEL_BACKEND": backend,
+                 "PYTHONPATH": str(ROOT)}
+    probe = subprocess.run([sys.executable, "-c", PRELOAD_PROBE, REDIS_URL], env=probe_env, cwd=ROOT,
+                           capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.strip() == says
 
 
 @pytest.mark.parametrize("status, message, says", [

@@ -36,6 +36,7 @@ from rq.worker import Worker
 from .. import clock, consistency, keys, lease, runner
 from ..config import settings
 from ..enqueue import EXECUTE
+from ..models import backends
 from ..reaper import Reaper, release_rate_limit_slot
 from . import scheduler_locks
 from .dequeue import LeashQueue
@@ -59,6 +60,8 @@ class LeashWorker(Shutdown, Worker):
         # Wake often enough to notice an expired lease well inside its length.
         self.tick_seconds = max(0.25, min(5.0, settings().lease_seconds / 4))
         super().__init__(*args, **kwargs)
+        if problem := backends.preload():
+            log.warning("%s: model jobs on this worker will fail until it is fixed", problem)
         self.job_monitoring_interval = max(1, int(self.tick_seconds))
         self.reaper = Reaper(self.connection, self.name, self.tick_seconds, tuple(self.queue_names()))
         self._attempt: lease.Attempt | None = None
