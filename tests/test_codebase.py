@@ -29,6 +29,17 @@ def test_modules_stay_under_400_lines():
     assert long == {}, "split these modules"
 
 
+def test_every_module_a_script_or_test_runs_with_python_m_exists():
+    import importlib.util
+
+    run = re.compile(r"""["']-m["'],\s*["']([\w.]+)["']""")
+    named = {m for folder in ("scripts", "tests") for p in sorted((ROOT / folder).rglob("*.py"))
+             for m in run.findall(p.read_text())}
+    ours = sorted(m for m in named if m.split(".")[0] in {"cli", "jobs", "web", "scripts", "tests"})
+    assert "cli" in ours
+    assert [m for m in ours if importlib.util.find_spec(m) is None] == []
+
+
 def test_redis_key_names_live_only_in_jobs_keys():
     literal = re.compile(r"""["'](leash|rq):[a-z_]+[:"']""")
     offenders = [f"{p.relative_to(ROOT)}:{i}" for p in python_files() if p.name != "keys.py"
