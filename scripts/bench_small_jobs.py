@@ -6,7 +6,7 @@ Each job is one model call to the loopback OpenAI-compatible server of the tests
 (tests/fake_openai.py, so '.[test]' must be installed), answering after ``--latency`` s.
 leash: ``prompt`` jobs of one item on ``leash worker --burst``; plain RQ: a function making
 the same call through the same SDK on ``rq worker --burst``. Both fork a work-horse per job;
-leash's worker imports the model client once, before it forks (jobs.models.backends.preload),
+leash's worker loads the model client once, before it forks (jobs.models.backends.preload),
 a plain RQ work-horse imports the function's module, and so the SDK, for every job.
 
 Reports jobs per second (the first job's start to the last job's end, from RQ's own

@@ -63,15 +63,15 @@ from jobs.worker import LeashWorker
 logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
 assert "openai" not in sys.modules
 LeashWorker(["leash"], connection=redis.Redis.from_url(sys.argv[1]))
-print("openai loaded:", "openai" in sys.modules)
+print("openai loaded:", "openai" in sys.modules, "with its chat client:", "openai.resources.chat" in sys.modules)
 """
 
 
 @pytest.mark.parametrize("backend, says", [
-    ("", "openai loaded: True"),  # LEASH_MODEL_URL is set: the OpenAI client is imported before any fork
-    ("local", "openai loaded: False"),
+    ("", "openai loaded: True with its chat client: True"),  # LEASH_MODEL_URL is set: imported before any fork
+    ("local", "openai loaded: False with its chat client: False"),
     ("nonsense", "LEASH_MODEL_BACKEND='nonsense' is unknown; choose one of ['local', 'openai']: model jobs on "
-                 "this worker will fail until it is fixed\nopenai loaded: False"),
+                 "this worker will fail until it is fixed\nopenai loaded: False with its chat client: False"),
 ])
 def test_a_worker_imports_its_model_backend_once_before_it_forks(conn, backend, says):
     probe_env = {**os.environ, "LEASH_MODEL_URL": "http://127.0.0.1:9/v1", "LEASH_MODEL_BACKEND": backend,

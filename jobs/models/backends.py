@@ -14,6 +14,7 @@ import hashlib
 import importlib
 import re
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from .. import config
@@ -80,13 +81,17 @@ class LocalBackend:
 
 
 _BACKENDS = {"local": LocalBackend}
+_WARM: dict[str, Callable[[], None]] = {}
 # Built-in backends whose module registers them when first asked for (keeps imports light).
 _BUILT_IN = {"openai": "jobs.models.openai_backend"}
 
 
-def register(name: str, factory) -> None:
-    """``factory(ctx)`` builds the backend for one attempt (``ctx`` may be None outside a job)."""
+def register(name: str, factory, warm: Callable[[], None] | None = None) -> None:
+    """``factory(ctx)`` builds the backend for one attempt (``ctx`` may be None outside a job);
+    ``warm()``, if given, runs once in the worker before it forks (see ``preload``)."""
     _BACKENDS[name] = factory
+    if warm is not None:
+        _WARM[name] = warm
 
 
 def backend_name() -> str:
@@ -112,11 +117,14 @@ def get_backend(ctx: JobContext | None = None) -> Backend:
 
 def preload() -> str | None:
     """Import the configured backend's module now, in the worker before it forks: every
-    work-horse then inherits it instead of importing it again for each job (the OpenAI
-    client alone takes about 0.4 s, most of a short job). Returns what is wrong with the
-    configuration (its jobs will fail with that text), or None."""
+    work-horse then inherits it instead of importing it again for each job (the OpenAI SDK
+    takes about 0.4 s, most of a short job), and warm what the backend imports lazily.
+    Returns what is wrong with the configuration (its jobs will fail with that text), or None."""
+    name = backend_name()
     try:
-        _factory(backend_name())
+        _factory(name)
     except PermanentError as exc:
         return str(exc)
+    if name in _WARM:
+        _WARM[name]()
     return None
