@@ -136,14 +136,15 @@ class Reaper:
                 requeued += self.requeue_if_swallowed(job_id, queue_name)
         return requeued
 
-    def requeue_if_swallowed(self, job_id: str, queue_name: str) -> int:
+    def requeue_if_swallowed(self, job_id: str, queue_name: str,
+                             why: str = "taken off by a worker that died before claiming it") -> int:
         """Put a still-unclaimed job from the intermediate list back on its queue (1 if done)."""
         intermediate = IntermediateQueue(keys.rq_queue(queue_name), self.connection)
         if not scripts.run(self.connection, "requeue_swallowed_v1",
                            keys=[keys.job(job_id), intermediate.key, keys.rq_queue(queue_name)], args=[job_id]):
             return 0
         self.connection.delete(intermediate.get_first_seen_key(job_id))
-        log.warning("job %s was taken off %s by a worker that died before claiming it; requeued", job_id, queue_name)
+        log.warning("job %s was %s; back on %s", job_id, why, queue_name)
         return 1
 
 

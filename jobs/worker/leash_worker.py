@@ -180,6 +180,11 @@ class LeashWorker(Shutdown, Worker):
     def _execute_job(self, job: Job, queue: Queue):
         if job.func_name != EXECUTE:
             return super().execute_job(job, queue)  # a plain RQ job on this queue
+        if self._stop_requested:
+            # The stop came while this job was being taken and its StopRequested was swallowed
+            # (Shutdown.request_stop): the job goes back to the front of its queue, unclaimed.
+            self.reaper.requeue_if_swallowed(job.id, queue.name, why="taken by a worker that was stopping")
+            raise StopRequested()
         attempt = lease.claim(self.connection, job.id, queue.name, self.name)
         if attempt is None:
             self._not_claimable(job, queue)

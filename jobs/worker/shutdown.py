@@ -4,7 +4,8 @@ scheduler always stops with the worker, and a stop never turns into an error.
 A mixin of ``LeashWorker`` (jobs/worker/leash_worker.py), before RQ's ``Worker`` in its bases:
 
     SIGTERM / SIGINT while starting   ask to stop; no scheduler is started, no job taken
-    first SIGTERM, idle               RQ's warm stop (the loop ends)
+    first SIGTERM, idle               RQ's warm stop (the loop ends), recorded as well as raised,
+                                      so code that swallows the raise (a log line) cannot lose it
     first SIGTERM, busy               the work-horse hands the job back at its next heartbeat
                                       (attempt not counted); after LEASH_HANDOFF_GRACE seconds the
                                       main process kills it and releases the job itself
@@ -20,6 +21,7 @@ import signal
 from datetime import timedelta
 
 from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
+from rq.exceptions import StopRequested
 from rq.utils import now
 
 from .. import clock, runner
@@ -94,6 +96,29 @@ class Shutdown:
             except ProcessLookupError:
                 pass
 
+    def request_stop(self, signum, frame):
+        # RQ's warm stop raises StopRequested out of whatever the idle loop is doing. Code that
+        # catches every Exception swallows it: logging's handlers do (they print "--- Logging
+        # error ---" and go on), and the worker would keep running, deaf to the deploy. So the
+        # stop is also recorded, and RQ's loop checks that before every dequeue; inside a log
+        # line it is not raised at all (that check ends the loop instead).
+        self._stop_requested = True
+        try:
+            super().request_stop(signum, frame)
+        except StopRequested:
+            if _inside_logging(frame):
+                return
+            raise
+
+    @property
+    def should_run_maintenance_tasks(self):
+        # RQ asks this before every dequeue (its main loop's and the idle wait's, which
+        # otherwise never looks at the stop): a stop whose StopRequested was swallowed ends
+        # the loop here, before another job is taken.
+        if self._stop_requested:
+            raise StopRequested()
+        return super().should_run_maintenance_tasks
+
     def _shutdown(self):
         super()._shutdown()  # idle: raises StopRequested; busy: the work-horse is handing off
         if self._handoff_deadline is not None:
@@ -117,6 +142,14 @@ class Shutdown:
             attempt.release()
             log_not_a_failure(attempt, None, how="at a cold shutdown")
         raise SystemExit()
+
+
+def _inside_logging(frame) -> bool:
+    while frame is not None:
+        if frame.f_globals.get("__name__", "").split(".")[0] == "logging":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _horse_sigterm(signum, frame):
