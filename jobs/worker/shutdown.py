@@ -72,8 +72,8 @@ class Shutdown:
     def teardown(self):
         if not self.is_horse:
             self._drop_idle_connections()
-        if not self.is_horse and self.scheduler is not None:
-            self.scheduler.close()  # bounded: repeats the SIGTERM, kills, releases its locks
+            if self.scheduler is not None:
+                self.scheduler.close()  # bounded: repeats the SIGTERM, kills, releases its locks
         super().teardown()
 
     def _drop_idle_connections(self) -> None:
