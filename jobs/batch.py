@@ -186,6 +186,7 @@ class Batch:
             value = self.fn(self.items[index])
             encoded = json.dumps(value)
         except BaseException as exc:
+            self.ctx.flush_usage()  # no item to carry the calls it made: counted all the same
             self.stop.record(exc)
             return
         try:

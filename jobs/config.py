@@ -151,6 +151,12 @@ declare("LEASH_MODEL_MAX_INLINE_WAIT", "float", 30.0,
 declare("LEASH_MODEL_TEMPERATURE", "float", None, "sampling temperature (default: the server's)", 0.0)
 declare("LEASH_MODEL_MAX_TOKENS", "int", 1024, "tokens one answer may take", 1)
 
+# --- cost: usage, prices, budgets ---------------------------------------------------------------
+declare("LEASH_MODEL_PRICES", "str", None,
+        'JSON `{"<model>": {"input": USD per 1M tokens, "output": ...}}`; other models: the genai-prices table')
+declare("LEASH_OWNER_DAILY_TOKENS", "int", 0, "tokens an owner's jobs may use per UTC day (0: no limit)", 0)
+declare("LEASH_OWNER_DAILY_USD", "float", 0.0, "USD an owner's jobs may spend per UTC day (0: no limit)", 0.0)
+
 # --- the web app -------------------------------------------------------------------------------
 declare("SECRET_KEY", "str", None, "signs browser sessions; required outside `leash dev`")
 declare("LEASH_SECRET_KEY", "str", None, "the same as SECRET_KEY (either may be set)")

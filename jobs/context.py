@@ -26,6 +26,8 @@ from .batch import Batch, NotStarted, Renewer, StopSignal
 from .config import settings
 from .errors import Canceled, HandOff, InvalidJob
 from .lease import Attempt
+from .usage.meter import Meter
+from .usage.meter import flush as flush_usage
 
 log = logging.getLogger("leash.context")
 
@@ -46,6 +48,7 @@ class JobContext:
         self.payload = payload
         self.connection = attempt.connection
         self.job_id = attempt.job_id
+        self.meter = Meter(attempt.kind)  # model calls' usage, until the item write carries it
         self._stop: StopSignal | None = None  # set while a for_each batch runs
         self._renewer: Renewer | None = None
 
@@ -64,7 +67,15 @@ class JobContext:
         self.checkpoint_encoded(index, json.dumps(value))
 
     def checkpoint_encoded(self, index: int, encoded: str) -> None:
-        self._after_heartbeat(self.attempt.heartbeat(item=(index, encoded)))
+        # The usage of the calls that produced this item rides on the same write.
+        self._after_heartbeat(self.attempt.heartbeat(item=(index, encoded), usage=self.meter.take()))
+
+    def flush_usage(self, all_threads: bool = False) -> None:
+        """Write the usage of calls no item write carried (an item that failed, an attempt
+        that ends): they were paid for."""
+        pending = self.meter.take_all() if all_threads else [p for p in [self.meter.take()] if p]
+        if pending:
+            flush_usage(self.connection, self.attempt, pending)
 
     def items_done(self) -> dict[int, Any]:
         """Results already stored by earlier attempts (the resume point)."""

@@ -23,6 +23,7 @@ from . import clock, keys, kinds
 from .config import Settings, settings
 from .errors import InvalidJob
 from .limits import check_payload
+from .usage import budget
 
 EXECUTE = "jobs.runner.execute"
 _SAFE = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
@@ -110,6 +111,7 @@ def _validate(kind: str, payload, owner: str, max_attempts: int, idempotency_key
         raise InvalidJob("max_attempts must be an integer from 1 to 100")
     if idempotency_key is not None and (not isinstance(idempotency_key, str) or not _SAFE.match(idempotency_key)):
         raise InvalidJob("idempotency key must be 1-200 characters of letters, digits and _.:@-")
+    budget.parse(payload.get(budget.BUDGET_FIELD))
     return definition.validate(payload)
 
 
@@ -182,6 +184,8 @@ def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str
         "kind": kind, "owner": owner, "queue": q.name, "state": "queued",
         "max_attempts": max_attempts, "total": total, "created_at": now, "updated_at": now,
         "params": submitted_params(payload),
+        # What the job may spend (model_admit_v1 reads it; a replay may raise it).
+        **(budget.parse(payload.get(budget.BUDGET_FIELD)) or budget.Budget()).hash_fields(),
     })
     pipe.set(keys.payload(job_id), json.dumps(payload, separators=(",", ":")))
     pipe.zadd(keys.owner_jobs(owner), {job_id: now})

@@ -160,3 +160,20 @@ def rq_scheduler_lock(queue_name: str) -> str:
     return RQScheduler.get_locking_key(queue_name)
 
 
+
+
+def usage(job_id: str) -> str:
+    """Hash of one job's usage by attempt ("a<n>:<field>") and by item ("i<index>": calls,
+    input and output tokens); the job's totals live in its own hash (status reads them)."""
+    return f"{PREFIX}usage:job:{job_id}"
+
+
+def usage_owner_day(owner: str, day: str) -> str:
+    """Hash of an owner's usage during one UTC day (YYYY-MM-DD): totals, "by|<model>|<kind>|
+    <field>", and the reservations of calls in flight (the daily budget's check)."""
+    return f"{PREFIX}usage:owner:{len(owner)}:{owner}:{day}"
+
+
+def usage_model(model: str) -> str:
+    """Hash of one model's all-time usage and cost (``/metrics``)."""
+    return f"{PREFIX}usage:model:{model}"

@@ -23,6 +23,7 @@ from rq.utils import utcformat
 from . import clock, keys, scripts
 from .config import settings
 from .errors import CANCELED, LeaseLost
+from .usage.meter import Pending, write_args
 
 
 def error_entry(attempt: int, message: str, now: float) -> str:
@@ -79,6 +80,7 @@ class Attempt:
     rq_started_member: str = ""
     kind: str = ""
     worker_pid: int = 0  # the worker process that claimed; its death orphans the work-horse
+    owner: str = ""  # whose usage this attempt's calls count against (read when first needed)
     handoff_requested: bool = False
     outcome: str | None = None  # succeeded | retry | failed | superseded | handed_off
     done: int = 0
@@ -96,6 +98,11 @@ class Attempt:
             keys.rq_started(self.queue, self.connection),
             keys.REJECTED_WRITES,
         ]
+
+    def owner_name(self) -> str:
+        if not self.owner:
+            self.owner = (self.connection.hget(keys.job(self.job_id), "owner") or b"").decode()
+        return self.owner
 
     def _run(self, name: str, keys_: list[str], args: list) -> tuple[object, bool]:
         """Run a fenced script, riding out a Redis blip (failover, restart) for as long as the
@@ -122,15 +129,18 @@ class Attempt:
         return None
 
     def heartbeat(self, done: int | None = None, total: int | None = None,
-                  item: tuple[int, str] | None = None, now: float | None = None) -> bool:
-        """Renew the lease and record progress (and an item's result) atomically.
+                  item: tuple[int, str] | None = None, now: float | None = None,
+                  usage: Pending | None = None) -> bool:
+        """Renew the lease and record progress (and an item's result, and the usage of the
+        model calls behind it) atomically. The usage is counted even if the write is refused.
 
         Returns whether a cancel was requested. Raises LeaseLost for a superseded attempt.
         """
         now = clock.wall() if now is None else now
+        usage_keys, usage_args = write_args(self, usage, now)
         reply, _ = self._run(
-            "heartbeat_v1",
-            self._heartbeat_keys,
+            "heartbeat_v2",
+            self._heartbeat_keys + usage_keys,
             [
                 self.job_id, self.token, now, self.lease_seconds,
                 "" if done is None else int(done),
@@ -139,6 +149,7 @@ class Attempt:
                 "" if item is None else item[1],
                 self.rq_started_member,
                 "0" if self.orphaned() else "1",
+                *usage_args,
             ],
         )
         if int(reply[0]) != 1:

@@ -63,8 +63,9 @@ def check_payload(payload: Any) -> None:
                          "LEASH_MAX_PAYLOAD_BYTES): send fewer or shorter items, or split the batch")
 
 
-#: Payload fields every kind with items accepts: how many items may run at once (jobs/batch.py).
-ITEM_OPTIONS = ("item_concurrency",)
+#: Payload fields every kind with items accepts: how many items may run at once (jobs/batch.py)
+#: and what the job may spend (jobs/usage/budget.py).
+ITEM_OPTIONS = ("item_concurrency", "budget")
 
 
 def check_fields(payload: dict, known: Iterable[str]) -> None:

@@ -50,7 +50,10 @@ def execute(kind_name: str, payload: dict) -> dict[str, Any]:
     kind = kinds.get(kind_name)
     ctx = JobContext(attempt, payload)
     try:
-        summary = kind.func(ctx, payload) or {}
+        try:
+            summary = kind.func(ctx, payload) or {}
+        finally:
+            ctx.flush_usage(all_threads=True)  # calls no item write carried (before the outcome)
         _check_summary(summary)
         attempt.finish(summary)
         return summary

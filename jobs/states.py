@@ -26,6 +26,7 @@ from . import clock, keys
 from .details import details
 from .consistency import ENDED_BY_RQ, REMOVED, requeued_by_rq
 from .errors import NoSuchJob
+from .usage.report import job_usage
 
 
 class State(StrEnum):
@@ -45,7 +46,9 @@ FIELDS = ("job_id", "kind", "state", "done", "total", "result", "error", "stale"
           "max_attempts", "created_at", "updated_at", "lease_expires_at",
           # What a person watching the job wants to know (see ``details``).
           "canceled", "error_summary", "started_at", "finished_at", "elapsed_seconds", "items_per_second",
-          "eta_seconds", "labels", "template", "results_url", "waiting", "next_retry_at", "history")
+          "eta_seconds", "labels", "template", "results_url", "waiting", "next_retry_at", "history",
+          # What its model calls used and cost, and the budget it runs under (jobs/usage).
+          "usage", "cost_usd", "budget")
 
 
 def _text(value: bytes | str | None) -> str | None:
@@ -142,4 +145,5 @@ def from_raw(job_id: str, raw: dict, rq_status: str | None, now: float | None = 
         "created_at": clock.iso(_float(h.get("created_at"))),
         "updated_at": clock.iso(_float(h.get("updated_at"))),
         "lease_expires_at": clock.iso(lease_expires_at) if state == State.RUNNING else None,
-    } | details(job_id, h, state.value, error, rq_status, now, errors or [], history or [], retry_at)
+    } | details(job_id, h, state.value, error, rq_status, now, errors or [], history or [], retry_at) \
+      | job_usage(h)

@@ -22,3 +22,84 @@ local function count_outcome(kind_minute_key, all_minute_key, totals_key, field,
   end
   redis.call('HINCRBY', totals_key, field, 1)
 end
+
+-- Add one batch of model-call usage (cjson-decoded table ``u``: model, kind, calls, input,
+-- output, cached, nusd, unpriced, estimated, res_tokens, res_nusd) to the job's totals, the
+-- attempt's, the owner's UTC day and the model's, and settle the reservation it was sent
+-- under. Called by every write that carries usage; a call is counted even when the write it
+-- came with is refused: it was paid for.
+-- job_key: the job hash (totals, reservation); usage_key: per-attempt and per-item usage;
+-- day_key: the owner's UTC day; model_key: the model's all-time totals.
+local USAGE_FIELDS = {{'calls', 'calls'}, {'input', 'input_tokens'}, {'output', 'output_tokens'},
+  {'cached', 'cached_input_tokens'}, {'nusd', 'cost_nusd'}, {'unpriced', 'unpriced_calls'},
+  {'estimated', 'estimated_calls'}}
+
+local function add_usage(job_key, usage_key, day_key, model_key, u, token, day, attempt, ttl, day_ttl)
+  local job_exists = redis.call('EXISTS', job_key) == 1
+  for _, f in ipairs(USAGE_FIELDS) do
+    local n = tonumber(u[f[1]]) or 0
+    if n ~= 0 then
+      -- The job hash only while it exists: a late write must not recreate an expired job.
+      if job_exists then redis.call('HINCRBY', job_key, 'usage_' .. f[2], n) end
+      redis.call('HINCRBY', day_key, f[2], n)
+      redis.call('HINCRBY', day_key, 'by|' .. u.model .. '|' .. u.kind .. '|' .. f[2], n)
+      redis.call('HINCRBY', model_key, f[2], n)
+    end
+  end
+  for _, f in ipairs({{'calls', 'calls'}, {'input', 'input_tokens'}, {'output', 'output_tokens'}}) do
+    local n = tonumber(u[f[1]]) or 0
+    if n ~= 0 then redis.call('HINCRBY', usage_key, 'a' .. attempt .. ':' .. f[2], n) end
+  end
+  redis.call('EXPIRE', usage_key, tonumber(ttl))
+  redis.call('EXPIRE', day_key, tonumber(day_ttl))
+  -- Settle: the reservation this attempt made for these calls (its worst case) goes; the
+  -- real usage above took its place. A reservation left by a dead attempt is not ours.
+  if job_exists and redis.call('HGET', job_key, 'reserved_by') == token then
+    for _, f in ipairs({{'res_tokens', 'reserved_tokens'}, {'res_nusd', 'reserved_nusd'}}) do
+      local n = tonumber(u[f[1]]) or 0
+      if n > 0 then
+        local left = redis.call('HINCRBY', job_key, f[2], -n)
+        if left < 0 then redis.call('HSET', job_key, f[2], 0) end
+        if redis.call('HGET', job_key, 'reserved_day') == day then
+          left = redis.call('HINCRBY', day_key, f[2], -n)
+          if left < 0 then redis.call('HSET', day_key, f[2], 0) end
+        end
+      end
+    end
+  end
+end
+
+-- The model rate limit's clock: ARGV's now in ms, or Redis TIME (one clock for every worker).
+local function now_ms(given)
+  local now = tonumber(given)
+  if now then return now end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- A rate-limit bucket holds the next time (ms) it is free; the key lives a minute past it.
+local function bucket_store(key, until_ms, now)
+  redis.call('SET', key, string.format('%d', math.ceil(until_ms)), 'PX', math.max(1, math.ceil(until_ms - now)) + 60000)
+end
+local function bucket_read(key)
+  return tonumber(redis.call('GET', key) or '0') or 0
+end
+
+-- Ask the model's shared rate limit for a request slot (GCRA: requests spread evenly).
+-- Returns {0, w} slot reserved, start after w ms; {1, w} token budget spent, ask again after
+-- w ms; {2, w} paused (429) for longer than max_wait, nothing reserved.
+local function rate_acquire(requests_key, tokens_key, paused_key, now, per_request, per_token, max_wait)
+  local paused = bucket_read(paused_key)
+  if paused - now > max_wait then
+    return {2, math.ceil(paused - now)}
+  end
+  local tokens_free_at = bucket_read(tokens_key)
+  if per_token > 0 and tokens_free_at > now then
+    return {1, math.ceil(tokens_free_at - now)}
+  end
+  local start = math.max(bucket_read(requests_key), now, paused)
+  if per_request > 0 then
+    bucket_store(requests_key, start + per_request, now)
+  end
+  return {0, math.ceil(start - now)}
+end

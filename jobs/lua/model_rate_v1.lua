@@ -12,48 +12,23 @@
 -- Returns {code, wait_ms}. acquire: {0, w} a request slot is reserved, start after w ms;
 -- {1, w} the token budget is spent, ask again after w ms (nothing reserved); {2, w} paused
 -- for longer than ARGV[6], nothing reserved. spend, pause: {0, 0}.
-local now = tonumber(ARGV[2])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local now = now_ms(ARGV[2])
 local per_request = tonumber(ARGV[3]) or 0
 local per_token = tonumber(ARGV[4]) or 0
 local amount = tonumber(ARGV[5]) or 0
 
--- A bucket key lives a minute past the time it stops mattering.
-local function store(key, until_ms)
-  redis.call('SET', key, string.format('%d', math.ceil(until_ms)), 'PX', math.max(1, math.ceil(until_ms - now)) + 60000)
-end
-local function read(key)
-  return tonumber(redis.call('GET', key) or '0') or 0
-end
-
 if ARGV[1] == 'pause' then
-  if now + amount > read(KEYS[3]) then
-    store(KEYS[3], now + amount)
+  if now + amount > bucket_read(KEYS[3]) then
+    bucket_store(KEYS[3], now + amount, now)
   end
   return {0, 0}
 end
 
 if ARGV[1] == 'spend' then
   if per_token > 0 and amount > 0 then
-    store(KEYS[2], math.max(read(KEYS[2]), now) + amount * per_token)
+    bucket_store(KEYS[2], math.max(bucket_read(KEYS[2]), now) + amount * per_token, now)
   end
   return {0, 0}
 end
 
--- acquire
-local paused = read(KEYS[3])
-if paused - now > (tonumber(ARGV[6]) or 0) then
-  return {2, math.ceil(paused - now)}
-end
-local tokens_free_at = read(KEYS[2])
-if per_token > 0 and tokens_free_at > now then
-  return {1, math.ceil(tokens_free_at - now)}
-end
-local start = math.max(read(KEYS[1]), now, paused)
-if per_request > 0 then
-  store(KEYS[1], start + per_request)
-end
-return {0, math.ceil(start - now)}
+return rate_acquire(KEYS[1], KEYS[2], KEYS[3], now, per_request, per_token, tonumber(ARGV[6]) or 0)

@@ -189,6 +189,7 @@ class LeashWorker(Shutdown, Worker):
         if attempt is None:
             self._not_claimable(job, queue)
             return
+        attempt.owner = str((job.meta or {}).get("leash_owner") or "")
         self._attempt = attempt
         runner.set_current(attempt)
         try:

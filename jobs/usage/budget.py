@@ -1,0 +1,151 @@
+"""Budgets: a job's (payload ``budget: {"tokens": N, "usd": X}``) and an owner's per UTC day
+(``LEASH_OWNER_DAILY_TOKENS``, ``LEASH_OWNER_DAILY_USD``).
+
+A budget is checked before a call is sent, never after: ``admit`` reserves the call's worst
+case in Redis (model_admit_v1), shared by every worker, and the item write settles it with
+the real usage. When the next call would pass a budget the job launches nothing new, stores
+what is in flight, and fails with an error that starts ``budget reached`` -- replayable with a
+larger budget (``leash replay --budget-tokens N``), resuming from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from dataclasses import dataclass
+
+from redis import Redis
+
+from .. import keys, scripts
+from ..config import get
+from ..errors import InvalidJob, PermanentError
+from . import prices
+from .meter import DAY_TTL, utc_day
+
+BUDGET_FIELD = "budget"
+#: Far beyond any real job, small enough to stay an exact integer everywhere.
+MAX_TOKENS = 10**12
+MAX_USD = 10**6
+
+
+class BudgetReached(PermanentError):
+    """budget reached"""
+
+
+@dataclass(frozen=True)
+class Budget:
+    tokens: int | None = None
+    usd: float | None = None
+
+    def hash_fields(self) -> dict:
+        """The job hash's fields (model_admit_v1 reads them; a replay can raise them)."""
+        fields: dict = {}
+        if self.tokens is not None:
+            fields["budget_tokens"] = self.tokens
+        if self.usd is not None:
+            fields["budget_nusd"] = prices.nano(self.usd)
+        return fields
+
+
+def parse(value, where: str = "'budget'") -> Budget | None:
+    """The payload's ``budget`` (absent: None); InvalidJob saying what is wrong."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not value or set(value) - {"tokens", "usd"}:
+        raise InvalidJob(f'{where} must be an object with "tokens" (an integer) and/or "usd" (a number), '
+                         f'e.g. {{"tokens": 200000, "usd": 5}}')
+    tokens, usd = value.get("tokens"), value.get("usd")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)
+                               or not 1 <= tokens <= MAX_TOKENS):
+        raise InvalidJob(f"{where}.tokens must be an integer from 1 to {MAX_TOKENS:,}, got {tokens!r}"[:200])
+    if usd is not None and (isinstance(usd, bool) or not isinstance(usd, int | float) or not 0 < usd <= MAX_USD):
+        raise InvalidJob(f"{where}.usd must be a number above 0 and at most {MAX_USD:,}, got {usd!r}"[:200])
+    return Budget(tokens, None if usd is None else float(usd))
+
+
+def owner_daily_limits() -> tuple[int, int]:
+    """(tokens, nano-USD) an owner may use per UTC day; 0 = no limit."""
+    return get("LEASH_OWNER_DAILY_TOKENS"), prices.nano(get("LEASH_OWNER_DAILY_USD"))
+
+
+def seconds_to_next_utc_day(now: float | None = None) -> int:
+    now = time.time() if now is None else now
+    tomorrow = calendar.timegm(time.gmtime(now)[:3] + (0, 0, 0)) + 86400
+    return max(1, int(tomorrow - now) + 1)
+
+
+def owner_over_daily(connection: Redis, owner: str, now: float | None = None) -> str | None:
+    """Why ``owner`` may not submit now (its daily budget is spent), or None."""
+    limit_tokens, limit_nusd = owner_daily_limits()
+    if not limit_tokens and not limit_nusd:
+        return None
+    day = utc_day(now)
+    used_in, used_out, used_nusd = connection.hmget(keys.usage_owner_day(owner, day), "input_tokens",
+                                                    "output_tokens", "cost_nusd")
+    used_tokens = int(used_in or 0) + int(used_out or 0)
+    if limit_tokens and used_tokens >= limit_tokens:
+        return (f"budget reached: owner {owner!r} used {used_tokens:,} tokens today (UTC {day}), its daily budget "
+                f"is {limit_tokens:,} (LEASH_OWNER_DAILY_TOKENS)")
+    if limit_nusd and int(used_nusd or 0) >= limit_nusd:
+        return (f"budget reached: owner {owner!r} spent ${prices.usd(int(used_nusd or 0)):.4f} today (UTC {day}), "
+                f"its daily budget is ${prices.usd(limit_nusd):.2f} (LEASH_OWNER_DAILY_USD)")
+    return None
+
+
+# model_admit_v1's answers.
+ADMITTED, TOKENS_SPENT, PAUSED, LEASE_LOST, OVER_BUDGET = 0, 1, 2, 3, 4
+
+
+@dataclass
+class Admission:
+    code: int
+    wait_seconds: float = 0.0
+    refusal: str | None = None  # the error text when OVER_BUDGET
+
+
+def admit(connection: Redis, rate_keys: list[str], ms_per_request: float, ms_per_token: float,
+          max_pause: float, attempt, worst_tokens: int, worst_nusd: int | None,
+          now: float | None = None, now_ms: int | None = None) -> Admission:
+    """One round trip: the call's rate-limit turn, the lease, and the worst case reserved
+    against the job's and the owner's budgets."""
+    limit_tokens, limit_nusd = owner_daily_limits()
+    day = utc_day(now)
+    reply = scripts.run(
+        connection, "model_admit_v1",
+        keys=rate_keys + [keys.job(attempt.job_id), keys.usage_owner_day(attempt.owner_name(), day)],
+        args=["" if now_ms is None else now_ms, ms_per_request, ms_per_token, int(max_pause * 1000), attempt.token,
+              int(worst_tokens), "" if worst_nusd is None else int(worst_nusd), day, limit_tokens, limit_nusd, DAY_TTL],
+    )
+    code = int(reply[0])
+    if code == OVER_BUDGET:
+        return Admission(code, refusal=refusal_text(attempt.owner_name(), *[_text(r) for r in reply[1:5]],
+                                                    worst_tokens=worst_tokens, day=day))
+    return Admission(code, wait_seconds=int(reply[1]) / 1000 if len(reply) > 1 else 0.0)
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def refusal_text(owner: str, what: str, used: str, reserved: str, limit: str, worst_tokens: int = 0,
+                 day: str = "") -> str:
+    """The error a budget stop leaves on the job: starts ``budget reached``, names the figure
+    and the budget, and what raises it."""
+    used_n, reserved_n, limit_n = int(used), int(reserved), int(limit)
+    in_flight = f", {reserved_n:,} more reserved by calls in flight" if reserved_n else ""
+    if what == "job_tokens":
+        return (f"budget reached: the job used {used_n:,} tokens{in_flight}; its next call (up to {worst_tokens:,} "
+                f"tokens) would pass its budget of {limit_n:,} tokens -- raise it with "
+                f"`leash replay --budget-tokens N -- <job id>`")
+    if what == "job_usd":
+        return (f"budget reached: the job spent ${prices.usd(used_n):.6f}; its next call would pass its budget of "
+                f"${prices.usd(limit_n):.4f} -- raise it with `leash replay --budget-usd X -- <job id>`")
+    if what in ("job_usd_unpriced", "owner_usd_unpriced"):
+        whose = "the job's" if what.startswith("job") else f"owner {owner!r}'s daily"
+        return (f"budget reached: {whose} budget is in USD (${prices.usd(limit_n):.4f}) but no price is known for "
+                f"this model: set LEASH_MODEL_PRICES, or give a budget in tokens")
+    if what == "owner_tokens":
+        return (f"budget reached: owner {owner!r} used {used_n:,} tokens today (UTC {day}){in_flight}; the next call "
+                f"would pass its daily budget of {limit_n:,} tokens (LEASH_OWNER_DAILY_TOKENS)")
+    return (f"budget reached: owner {owner!r} spent ${prices.usd(used_n):.6f} today (UTC {day}); the next call would "
+            f"pass its daily budget of ${prices.usd(limit_n):.2f} (LEASH_OWNER_DAILY_USD)")

@@ -1,0 +1,141 @@
+"""Usage on its way to Redis: each item's calls wait here, on the item's thread, until the
+write that stores the item carries them (heartbeat_v2) -- so accounting costs no extra round
+trip. Calls with no item to ride on are written by ``flush`` (usage_record_v1).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+from redis import Redis
+
+from .. import keys, scripts
+from ..config import settings
+from .prices import Price
+
+log = logging.getLogger("leash.usage")
+
+#: How long an owner's daily usage is kept (``leash usage`` reads back this far).
+DAYS_KEPT = 400
+DAY_TTL = DAYS_KEPT * 24 * 3600
+
+
+def utc_day(now: float | None = None) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(time.time() if now is None else now))
+
+
+@dataclass
+class CallUsage:
+    """One call's usage, as the server reported it (``estimated`` when it reported none and
+    we counted about four characters a token)."""
+
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int = 0
+    estimated: bool = False
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass
+class Pending:
+    """Calls of one model not yet written: what they used, cost, and had reserved."""
+
+    model: str
+    kind: str
+    calls: int = 0
+    input: int = 0
+    output: int = 0
+    cached: int = 0
+    nusd: int = 0
+    unpriced: int = 0
+    estimated: int = 0
+    res_tokens: int = 0
+    res_nusd: int = 0
+
+    def encode(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+
+class Meter:
+    """Pending usage per thread for one attempt (items run on several threads at once)."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._pending: dict[int, Pending] = {}
+        self._spilled: list[Pending] = []  # another model's calls on a thread: written at the end
+        self._lock = threading.Lock()
+
+    def _mine(self, model: str) -> Pending:
+        ident = threading.get_ident()
+        pending = self._pending.get(ident)
+        if pending is None or pending.model != model:
+            if pending is not None and (pending.calls or pending.res_tokens):
+                self._spilled.append(pending)
+            pending = self._pending[ident] = Pending(model, self.kind)
+        return pending
+
+    def reserved(self, model: str, tokens: int, nusd: int | None) -> None:
+        """The call was admitted with this worst case reserved (settled when written)."""
+        with self._lock:
+            pending = self._mine(model)
+            pending.res_tokens += tokens
+            pending.res_nusd += nusd or 0
+
+    def record(self, model: str, usage: CallUsage, price: Price | None) -> None:
+        """A call returned (or failed after the server did its work): count it."""
+        with self._lock:
+            pending = self._mine(model)
+            pending.calls += 1
+            pending.input += usage.input_tokens
+            pending.output += usage.output_tokens
+            pending.cached += usage.cached_input_tokens
+            pending.estimated += int(usage.estimated)
+            if price is None:
+                pending.unpriced += 1
+            else:
+                pending.nusd += price.nano_usd(usage.input_tokens, usage.output_tokens, usage.cached_input_tokens)
+
+    def take(self) -> Pending | None:
+        """This thread's pending usage, for the write that stores its item."""
+        with self._lock:
+            return self._pending.pop(threading.get_ident(), None)
+
+    def take_all(self) -> list[Pending]:
+        with self._lock:
+            pending = list(self._pending.values()) + self._spilled
+            self._pending, self._spilled = {}, []
+        return pending
+
+
+def write_args(attempt, pending: Pending | None, now: float) -> tuple[list[str], list]:
+    """KEYS and ARGV that add ``pending`` to the job, its attempt, the owner's day and the
+    model (heartbeat_v2's KEYS[7..9] and ARGV[11..15]; usage_record_v1's)."""
+    if pending is None:
+        # Nothing to count: the keys are passed but not touched.
+        return [keys.usage(attempt.job_id)] * 3, ["", "", attempt.number, 0, 0]
+    day = utc_day(now)
+    usage_keys = [keys.usage(attempt.job_id), keys.usage_owner_day(attempt.owner_name(), day),
+                  keys.usage_model(pending.model)]
+    return (usage_keys, [pending.encode(), day, attempt.number, settings().result_ttl + 24 * 3600, DAY_TTL])
+
+
+def flush(connection: Redis, attempt, pending: list[Pending], now: float | None = None) -> None:
+    """Write usage that has no item to ride on. Best effort at an attempt's end: a Redis
+    error is logged, not raised over the attempt's own outcome."""
+    now = time.time() if now is None else now
+    for entry in pending:
+        if not entry.calls and not entry.res_tokens:
+            continue
+        usage_keys, args = write_args(attempt, entry, now)
+        try:
+            scripts.run(connection, "usage_record_v1", keys=[keys.job(attempt.job_id)] + usage_keys,
+                        args=[attempt.token] + args)
+        except Exception as exc:
+            log.warning("job %s: could not record the usage of %d call(s): %s", attempt.job_id, entry.calls, exc)

@@ -1,0 +1,109 @@
+"""What a model's tokens cost: the operator's ``LEASH_MODEL_PRICES`` first, then the
+maintained table of the ``genai-prices`` package (offline: it ships its data). A model
+neither names has no price, and its cost is shown as unknown -- never a guess shown as fact.
+
+The table is asked with the provider's address (``LEASH_MODEL_URL``, api.openai.com when
+unset), so a model name served by your own server (vLLM, Ollama, llama.cpp) is not priced as
+some provider's model of the same name.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from decimal import Decimal
+from functools import lru_cache
+
+from .. import config
+
+log = logging.getLogger("leash.usage")
+
+#: The OpenAI SDK's default address: with no LEASH_MODEL_URL, calls go there.
+OPENAI_API_URL = "https://api.openai.com/v1"
+NANO_PER_USD = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per 1M tokens; ``cached_input`` for input tokens the provider served from its cache."""
+
+    input: float
+    output: float
+    cached_input: float | None = None
+    source: str = "LEASH_MODEL_PRICES"
+
+    def nano_usd(self, input_tokens: int, output_tokens: int, cached_input_tokens: int = 0) -> int:
+        """The cost in nano-USD. ``input_tokens`` includes the cached ones, as providers count."""
+        cached = min(max(cached_input_tokens, 0), input_tokens)
+        cached_rate = self.input if self.cached_input is None else self.cached_input
+        micro = (input_tokens - cached) * self.input + cached * cached_rate + output_tokens * self.output
+        return round(micro * 1000)
+
+
+def parse_overrides(text: str | None) -> dict[str, Price]:
+    """``LEASH_MODEL_PRICES``: ``{"<model>": {"input": USD per 1M, "output": USD per 1M,
+    "cached_input": optional}}``; a ValueError naming the setting when it is not that."""
+    if not text:
+        return {}
+    try:
+        table = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"LEASH_MODEL_PRICES must be JSON: {exc}") from None
+    if not isinstance(table, dict):
+        raise ValueError('LEASH_MODEL_PRICES must be a JSON object: {"<model>": {"input": ..., "output": ...}}')
+    prices = {}
+    for model, entry in table.items():
+        fields = entry if isinstance(entry, dict) else {}
+        numbers = {k: fields.get(k) for k in ("input", "output", "cached_input")}
+        if any(not _price_number(numbers[k]) for k in ("input", "output")) or \
+                (numbers["cached_input"] is not None and not _price_number(numbers["cached_input"])):
+            raise ValueError(f"LEASH_MODEL_PRICES[{model!r}] must be {{\"input\": <USD per 1M tokens>, "
+                             f"\"output\": <USD per 1M tokens>}} with numbers >= 0, got {json.dumps(entry)[:80]}")
+        prices[str(model)] = Price(float(numbers["input"]), float(numbers["output"]),
+                                   None if numbers["cached_input"] is None else float(numbers["cached_input"]))
+    return prices
+
+
+def _price_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e6
+
+
+def price_for(model: str, provider_url: str | None = None) -> Price | None:
+    """The price of ``model`` at ``provider_url`` (default: LEASH_MODEL_URL), or None."""
+    overrides = parse_overrides(config.get("LEASH_MODEL_PRICES"))
+    if model in overrides:
+        return overrides[model]
+    url = provider_url if provider_url is not None else (config.get("LEASH_MODEL_URL") or "").strip()
+    return _table_price(model, url or OPENAI_API_URL)
+
+
+@lru_cache(maxsize=256)
+def _table_price(model: str, provider_url: str) -> Price | None:
+    try:
+        from genai_prices import Usage, calc_price
+    except ImportError:  # pragma: no cover - a dependency; its absence only loses table prices
+        return None
+    try:
+        million = 1_000_000
+        # Priced as a million of each, so tiered prices read at their first tier's rate.
+        found = calc_price(Usage(input_tokens=million, output_tokens=0), model_ref=model, provider_api_url=provider_url)
+        out = calc_price(Usage(input_tokens=0, output_tokens=million), model_ref=model, provider_api_url=provider_url)
+        cached = calc_price(Usage(input_tokens=million, cache_read_tokens=million), model_ref=model,
+                            provider_api_url=provider_url)
+    except LookupError:
+        return None
+    except Exception as exc:  # a table that cannot price this model is "no price", not a crash
+        log.warning("genai-prices could not price %s at %s: %s", model, provider_url, exc)
+        return None
+    return Price(float(found.total_price), float(out.total_price), float(Decimal(cached.total_price)),
+                 source=f"genai-prices {found.provider.id}")
+
+
+def usd(nano: int | None) -> float | None:
+    """nano-USD as dollars (rounded to a millionth of a cent, beyond any bill's precision)."""
+    return None if nano is None else round(nano / NANO_PER_USD, 8)
+
+
+def nano(dollars: float) -> int:
+    return round(dollars * NANO_PER_USD)

@@ -1,0 +1,109 @@
+"""Reading usage back: a job's (from the job hash a status read already holds), an owner's
+per UTC day, a model's all-time totals, and each item's. No model code, no SDK."""
+
+from __future__ import annotations
+
+import calendar
+import time
+from typing import Any
+
+from redis import Redis
+
+from .. import keys
+from .prices import usd
+
+TOTALS = ("calls", "input_tokens", "output_tokens", "cached_input_tokens", "cost_nusd", "unpriced_calls",
+          "estimated_calls")
+
+
+def _int(value) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _figures(get) -> dict[str, Any]:
+    """The public shape of a set of totals (``get(field)`` reads one)."""
+    calls = _int(get("calls"))
+    unpriced = _int(get("unpriced_calls"))
+    return {
+        "usage": {"calls": calls, "input_tokens": _int(get("input_tokens")),
+                  "output_tokens": _int(get("output_tokens")),
+                  "cached_input_tokens": _int(get("cached_input_tokens")),
+                  # Some calls' servers reported no usage: those figures are estimates.
+                  "estimated": _int(get("estimated_calls")) > 0},
+        # Unknown when any call's price is: a partial sum shown as the cost would be a guess.
+        "cost_usd": None if unpriced else usd(_int(get("cost_nusd"))),
+    }
+
+
+def job_usage(h: dict[str, str | None]) -> dict[str, Any]:
+    """``usage``, ``cost_usd`` and ``budget`` of a job, from its (decoded) hash."""
+    out = _figures(lambda field: h.get(f"usage_{field}"))
+    budget: dict[str, Any] = {}
+    if h.get("budget_tokens"):
+        budget["tokens"] = _int(h["budget_tokens"])
+    if h.get("budget_nusd"):
+        budget["usd"] = usd(_int(h["budget_nusd"]))
+    out["budget"] = budget or None
+    return out
+
+
+def item_usage(connection: Redis, job_id: str, indexes: list[int]) -> dict[int, dict[str, int]]:
+    """{index: {calls, input_tokens, output_tokens}} for the items that have it."""
+    if not indexes:
+        return {}
+    raw = connection.hmget(keys.usage(job_id), [f"i{i}" for i in indexes])
+    out = {}
+    for index, value in zip(indexes, raw, strict=True):
+        if value:
+            calls, input_tokens, output_tokens = (int(n) for n in value.decode().split(","))
+            out[index] = {"calls": calls, "input_tokens": input_tokens, "output_tokens": output_tokens}
+    return out
+
+
+def days_back(days: int, now: float | None = None) -> list[str]:
+    """The last ``days`` UTC days, newest first (YYYY-MM-DD)."""
+    now = time.time() if now is None else now
+    today = calendar.timegm(time.gmtime(now)[:3] + (0, 0, 0))
+    return [time.strftime("%Y-%m-%d", time.gmtime(today - n * 86400)) for n in range(days)]
+
+
+def owner_usage(connection: Redis, owner: str, days: int = 30, now: float | None = None) -> dict[str, Any]:
+    """An owner's usage per UTC day (newest first, days without calls left out), each split
+    by model and kind, and the total over the period."""
+    wanted = days_back(days, now)
+    with connection.pipeline(transaction=False) as pipe:
+        for day in wanted:
+            pipe.hgetall(keys.usage_owner_day(owner, day))
+        raw_days = pipe.execute()
+    out_days, total = [], dict.fromkeys(TOTALS, 0)
+    for day, raw in zip(wanted, raw_days, strict=True):
+        h = {k.decode(): v.decode() for k, v in raw.items()}
+        if not _int(h.get("calls")):
+            continue
+        breakdown: dict[tuple[str, str], dict[str, str]] = {}
+        for field, value in h.items():
+            if field.startswith("by|"):
+                _, model, kind, name = field.split("|", 3)
+                breakdown.setdefault((model, kind), {})[name] = value
+        for name in TOTALS:
+            total[name] += _int(h.get(name))
+        out_days.append({"day": day, **_figures(h.get),
+                         "by": [{"model": model, "kind": kind, **_figures(fields.get)}
+                                for (model, kind), fields in sorted(breakdown.items())]})
+    return {"owner": owner, "days": out_days, "total": _figures(total.get)}
+
+
+def model_totals(connection: Redis) -> dict[str, dict[str, int]]:
+    """{model: all-time totals} for every model leash has called (``/metrics``)."""
+    models = sorted(m.decode() for m in connection.smembers(keys.MODELS))
+    if not models:
+        return {}
+    with connection.pipeline(transaction=False) as pipe:
+        for model in models:
+            pipe.hmget(keys.usage_model(model), TOTALS)
+        rows = pipe.execute()
+    return {model: dict(zip(TOTALS, (_int(v) for v in row), strict=True))
+            for model, row in zip(models, rows, strict=True) if any(row)}
