@@ -102,5 +102,9 @@ from .deadletter import register as _register_deadletter  # noqa: E402
 
 _register_deadletter(main)
 
+from .usage import usage_command  # noqa: E402
+
+main.add_command(usage_command)
+
 if __name__ == "__main__":
     main()

@@ -14,6 +14,7 @@ import click
 
 from jobs.deadletter import alerts, durations, failures
 from jobs import clock, deadletter
+from jobs.usage.budget import Budget
 from .connection import connect_checked
 
 #: Above this many jobs, replay asks before acting (unless --yes).
@@ -112,8 +113,12 @@ def alert_command(window, max_failures, max_ratio, kind, webhook, include_cancel
 @click.option("--dry-run", is_flag=True, help="List what would be replayed; change nothing.")
 @click.option("--yes", is_flag=True, help=f"Do not ask when more than {CONFIRM_ABOVE} jobs match.")
 @click.option("--actor", envvar="LEASH_ACTOR", show_envvar=True, help="Who is replaying (audit; default $USER).")
+@click.option("--budget-tokens", type=click.IntRange(min=1),
+              help="Run the replayed jobs under this token budget (e.g. larger, after 'budget reached').")
+@click.option("--budget-usd", type=click.FloatRange(min=0, min_open=True),
+              help="Run the replayed jobs under this USD budget.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
-def replay_command(job_ids, kind, error_contains, since, dry_run, yes, actor, as_json):
+def replay_command(job_ids, kind, error_contains, since, dry_run, yes, actor, budget_tokens, budget_usd, as_json):
     """Put failed jobs back to queued with attempts 0; their checkpoints and error history are
     kept. Select by JOB_IDS and/or --kind, --error-contains, --since. Job ids can start
     with "-": put them after "--" (leash replay --yes -- ID...)."""
@@ -141,8 +146,11 @@ def replay_command(job_ids, kind, error_contains, since, dry_run, yes, actor, as
     # The ids given are the replayed ones plus the skipped ones, both in the entry: count them here.
     selector = {"ids_given": len(job_ids), "kind": kind, "error_contains": error_contains,
                 "since": "all" if since == ALL else since}
+    budget = None
+    if budget_tokens is not None or budget_usd is not None:
+        budget = Budget(budget_tokens, budget_usd)
     outcome = deadletter.replay(conn, matched, actor or deadletter.default_actor(), selector,
-                                skipped=selection.skipped)
+                                skipped=selection.skipped, budget=budget)
     _print_replay(as_json, "replayed", outcome.replayed, outcome.skipped, audit_id=outcome.audit_id)
 
 

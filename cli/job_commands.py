@@ -20,6 +20,8 @@ from jobs.context import CONCURRENCY_FIELD
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob, NoSuchJob
 from jobs.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens
+from jobs.usage.budget import BUDGET_FIELD
+from jobs.usage.report import spend_text
 
 from .connection import connect_checked, web_url
 from .watch import follow
@@ -81,10 +83,14 @@ def status_or_exit(conn, job_id: str) -> dict:
 @click.option("--queue", help="One of the queues in LEASH_QUEUE (default: the first).")
 @click.option("--item-concurrency", type=click.IntRange(min=1),
               help="Items of this job in flight at once, at most LEASH_ITEM_CONCURRENCY (the worker's).")
+@click.option("--budget-tokens", type=click.IntRange(min=1),
+              help="Stop the job (failed, replayable) before its model calls pass this many tokens.")
+@click.option("--budget-usd", type=click.FloatRange(min=0, min_open=True),
+              help="Stop the job before its model calls cost more than this (needs a known price).")
 @click.option("--json", "as_json", is_flag=True, help='Print {"job_id": ..., "created": ..., "url": ...}.')
 @click.argument("source", type=click.File("r"), default="-")
-def submit(kind, labels, template, owner, token, idempotency_key, max_attempts, queue, item_concurrency, as_json,
-           source):
+def submit(kind, labels, template, owner, token, idempotency_key, max_attempts, queue, item_concurrency,
+           budget_tokens, budget_usd, as_json, source):
     """Enqueue one job; items are read one per line from SOURCE (a file, or - for stdin).
     Prints the job id, and its web address on stderr."""
     owner = acting_owner(owner, token)
@@ -99,6 +105,9 @@ def submit(kind, labels, template, owner, token, idempotency_key, max_attempts, 
         payload["template"] = template
     if item_concurrency is not None:
         payload[CONCURRENCY_FIELD] = item_concurrency
+    budget = {"tokens": budget_tokens, "usd": budget_usd}
+    if any(v is not None for v in budget.values()):
+        payload[BUDGET_FIELD] = {k: v for k, v in budget.items() if v is not None}
     conn = connect_checked()
     try:
         job_id, created = enqueue(conn, kind, payload, owner=owner, max_attempts=max_attempts,
@@ -126,6 +135,10 @@ def status(job_id, as_json):
         if name == "history":
             value = "; ".join(f"#{a['attempt']} {a['started_at'] or '-'} on {a['worker']}: {a['ended'] or '-'}"
                               for a in value) or None
+        elif name == "usage":
+            value = spend_text(fields) or "no model calls yet"
+        elif name == "cost_usd" and value is None and fields["usage"]["calls"]:
+            value = "unknown: no price for the model (LEASH_MODEL_PRICES)"
         elif name == "error" and value:
             value = value.strip().splitlines()[0] + (" (the whole text: --json)" if "\n" in value.strip() else "")
         elif isinstance(value, (dict, list)):
@@ -154,7 +167,7 @@ def watch(job_id):
 @click.command("results")
 @click.argument("job_id")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), default="jsonl", show_default=True,
-              help="jsonl: one {index, item, result} object a line; csv: index,item,result.")
+              help="jsonl: one {index, item, result, usage} object a line; csv: index,item,result,calls,tokens.")
 @click.option("-o", "--output", type=click.File("w", encoding="utf-8", lazy=True), default="-",
               help="Write here instead of stdout.")
 def results_command(job_id, fmt, output):
@@ -164,14 +177,14 @@ def results_command(job_id, fmt, output):
     status_or_exit(conn, job_id)
     writer = csv.writer(output) if fmt == "csv" else None
     if writer is not None:
-        writer.writerow(["index", "item", "result"])
+        writer.writerow(results.CSV_HEADER)
     missing = 0
-    for index, item, value in results.iter_results(conn, job_id):
-        missing += value is None
+    for row in results.iter_results(conn, job_id):
+        missing += row[2] is None
         if writer is not None:
-            writer.writerow(results.csv_row(index, item, value))
+            writer.writerow(results.csv_row(*row))
         else:
-            output.write(json.dumps({"index": index, "item": item, "result": value}, ensure_ascii=False) + "\n")
+            output.write(results.jsonl_row(*row))
     if missing:
         click.echo(f"{missing} item(s) have no result yet", err=True)
 
@@ -205,10 +218,21 @@ def jobs_command(state, limit, owner, token, as_json):
             continue
         shown = "canceled" if job["canceled"] else job["state"] + (" (stale)" if job["stale"] else "")
         click.echo(f"{job['job_id']}  {(job['kind'] or '')[:12]:<12} {shown:<17} {job['done']:>6}/{job['total']:<6} "
-                   f"{(job['created_at'] or '')[:19].replace('T', ' ')}  {(job['error_summary'] or '')[:60]}")
+                   f"{(job['created_at'] or '')[:19].replace('T', ' ')}  {_spent(job):>18}  "
+                   f"{(job['error_summary'] or '')[:60]}")
     if not as_json:
         click.echo(f"{len(found)} of {total} job(s) of owner {owner}" + (f" in state {state}" if state else ""),
                    err=True)
+
+
+def _spent(job: dict) -> str:
+    """Tokens and cost in a column: "12,345 tok $0.0123" ("~" estimated, "$?" no price)."""
+    usage = job.get("usage") or {}
+    if not usage.get("calls"):
+        return "-"
+    tokens = usage["input_tokens"] + usage["output_tokens"]
+    cost = "$?" if job.get("cost_usd") is None else f"${job['cost_usd']:.4f}"
+    return f"{'~' if usage.get('estimated') else ''}{tokens:,} tok {cost}"
 
 
 COMMANDS = (submit, status, watch, results_command, cancel_command, jobs_command)

@@ -16,6 +16,7 @@ from typing import TextIO
 
 import click
 
+from jobs.usage.report import spend_text
 from jobs.watch import TERMINAL, poll_delay
 
 BAR_TEMPLATE = "[%(bar)s] %(info)s"
@@ -40,6 +41,9 @@ def facts(fields: dict) -> str:
         parts.append(f"ETA {clock_text(fields.get('eta_seconds'))}")
     if fields.get("elapsed_seconds") is not None:
         parts.append(f"elapsed {clock_text(fields['elapsed_seconds'])}")
+    spent = spend_text(fields)
+    if spent:
+        parts.append(spent)
     if fields["attempts"] > 1:
         parts.append(f"attempt {fields['attempts']}/{fields['max_attempts']}")
     if fields["state"] == "queued" and fields.get("waiting"):

@@ -35,6 +35,8 @@ class Page:
     limit: int
     #: (index, result) for the items of the range that have a result, in index order.
     items: list[tuple[int, Any]] = field(default_factory=list)
+    #: index -> {calls, input_tokens, output_tokens}: what each stored item's model calls used.
+    usage: dict[int, dict[str, int]] = field(default_factory=dict)
 
     @property
     def next_offset(self) -> int | None:
@@ -58,12 +60,22 @@ def read_page(connection: Redis, job_id: str, offset: int = 0, limit: int = 50) 
     with connection.pipeline(transaction=False) as pipe:
         pipe.hmget(keys.job(job_id), "owner", "state", "done", "total")
         pipe.hmget(keys.items(job_id), indexes)
-        (owner, state, done, total), values = pipe.execute()
+        pipe.hmget(keys.usage(job_id), [f"i{index}" for index in indexes])
+        (owner, state, done, total), values, usages = pipe.execute()
     if owner is None:
         raise NoSuchJob(f"no such job: {job_id}")
     items = [(index, json.loads(value)) for index, value in zip(indexes, values, strict=True) if value is not None]
     return Page(job_id=job_id, owner=_text(owner), state=_text(state) or "queued", done=int(done or 0),
-                total=int(total or 0), offset=offset, limit=limit, items=items)
+                total=int(total or 0), offset=offset, limit=limit, items=items,
+                usage={index: parse_item_usage(raw) for index, raw in zip(indexes, usages, strict=True) if raw})
+
+
+USAGE_COLUMNS = ("calls", "input_tokens", "output_tokens")
+
+
+def parse_item_usage(raw: bytes | str) -> dict[str, int]:
+    """An item's usage as heartbeat_v2 stores it: "calls,input,output"."""
+    return dict(zip(USAGE_COLUMNS, (int(n) for n in _text(raw).split(",")), strict=True))
 
 
 def item_inputs(connection: Redis, job_id: str, offset: int, limit: int) -> list[Any]:
@@ -92,8 +104,8 @@ def submitted_items(connection: Redis, job_id: str) -> list[Any]:
 
 
 def iter_results(connection: Redis, job_id: str, page_size: int = MAX_PAGE):
-    """(index, item, result or None) for every item, page by page: a job of any size is
-    streamed, never held whole. Raises ``NoSuchJob`` for an unknown id."""
+    """(index, item, result or None, usage or None) for every item, page by page: a job of
+    any size is streamed, never held whole. Raises ``NoSuchJob`` for an unknown id."""
     first = read_page(connection, job_id, 0, page_size)
     inputs = submitted_items(connection, job_id)
     total = max(first.total, len(inputs))
@@ -104,7 +116,7 @@ def iter_results(connection: Redis, job_id: str, page_size: int = MAX_PAGE):
             page = read_page(connection, job_id, offset, page_size)
         found = dict(page.items)
         for index in range(offset, min(offset + page_size, total)):
-            yield index, inputs[index] if index < len(inputs) else None, found.get(index)
+            yield index, inputs[index] if index < len(inputs) else None, found.get(index), page.usage.get(index)
         offset += page_size
         page = None
 
@@ -128,8 +140,18 @@ def spreadsheet_cell(text: str | None) -> str:
     return text
 
 
-def csv_row(index: int, item: Any, value: Any) -> list:
-    """One row of a CSV download (web and CLI): index, item, result (text as is, else JSON)."""
+#: The CSV download's header (web and CLI).
+CSV_HEADER = ["index", "item", "result", *USAGE_COLUMNS]
+
+
+def csv_row(index: int, item: Any, value: Any, usage: dict[str, int] | None = None) -> list:
+    """One row of a CSV download (web and CLI): index, item, result (text as is, else JSON),
+    then the item's calls and tokens (empty when not known: no model call, or an older job)."""
     result = None if value is None else value if isinstance(value, str) else json.dumps(value)
     return [index, spreadsheet_cell(item if item is None or isinstance(item, str) else json.dumps(item)),
-            spreadsheet_cell(result)]
+            spreadsheet_cell(result), *((usage or {}).get(column, "") for column in USAGE_COLUMNS)]
+
+
+def jsonl_row(index: int, item: Any, value: Any, usage: dict[str, int] | None = None) -> str:
+    """One line of a JSON-lines download (web and CLI)."""
+    return json.dumps({"index": index, "item": item, "result": value, "usage": usage}, ensure_ascii=False) + "\n"

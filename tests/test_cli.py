@@ -13,6 +13,7 @@ from rq.serializers import JSONSerializer
 
 from cli import job_commands, main
 from cli.watch import JobLine, follow
+from jobs.usage.meter import Pending
 from jobs import lease, states
 from jobs.watch import poll_delay
 
@@ -87,17 +88,21 @@ def test_results_streams_every_item_with_its_input_as_jsonl_or_csv(conn, env, tm
     job_id = submit(*items)
     attempt = lease.claim(conn, job_id, "leash", "w")
     for n in range(0, 1000, 2):  # every other item done: a running job's partial results
-        attempt.heartbeat(item=(n, json.dumps("a")))
+        # Item 0's model calls: 2 calls, 30 tokens in, 4 out (the download shows them).
+        usage = Pending("m", "classify", calls=2, input=30, output=4) if n == 0 else None
+        attempt.heartbeat(item=(n, json.dumps("a")), usage=usage)
     lines = run("results", job_id)
     rows = [json.loads(line) for line in lines.stdout.splitlines()]
-    assert len(rows) == 1000 and rows[0] == {"index": 0, "item": "item 0, with a comma", "result": "a"}
-    assert rows[999] == {"index": 999, "item": "item 999, with a comma", "result": None}
+    assert len(rows) == 1000 and rows[0] == {"index": 0, "item": "item 0, with a comma", "result": "a",
+                                             "usage": {"calls": 2, "input_tokens": 30, "output_tokens": 4}}
+    assert rows[999] == {"index": 999, "item": "item 999, with a comma", "result": None, "usage": None}
     assert "500 item(s) have no result yet" in lines.stderr
     out = tmp_path / "results.csv"
     assert run("results", job_id, "--format", "csv", "-o", str(out)).exit_code == 0
     table = list(csv.reader(out.open(encoding="utf-8")))
-    assert table[0] == ["index", "item", "result"] and table[1] == ["0", "item 0, with a comma", "a"]
-    assert len(table) == 1001 and table[2] == ["1", "item 1, with a comma", ""]
+    assert table[0] == ["index", "item", "result", "calls", "input_tokens", "output_tokens"]
+    assert table[1] == ["0", "item 0, with a comma", "a", "2", "30", "4"]
+    assert len(table) == 1001 and table[2] == ["1", "item 1, with a comma", "", "", "", ""]
 
 
 def test_results_as_csv_show_a_would_be_formula_as_text(conn, env, tmp_path):
@@ -106,7 +111,8 @@ def test_results_as_csv_show_a_would_be_formula_as_text(conn, env, tmp_path):
     attempt.heartbeat(item=(0, json.dumps("@SUM(A1:A9)")))
     out = tmp_path / "results.csv"
     assert run("results", job_id, "--format", "csv", "-o", str(out)).exit_code == 0
-    assert list(csv.reader(out.open(encoding="utf-8")))[1:] == [["0", "'=1+1", "'@SUM(A1:A9)"], ["1", "-2", ""]]
+    assert list(csv.reader(out.open(encoding="utf-8")))[1:] == [["0", "'=1+1", "'@SUM(A1:A9)", "", "", ""],
+                                                                 ["1", "-2", "", "", "", ""]]
     assert json.loads(run("results", job_id).stdout.splitlines()[0])["item"] == "=1+1"
 
 

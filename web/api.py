@@ -178,9 +178,9 @@ def download(job_id: str, fmt: str):
     def csv_lines():
         buffer = io.StringIO()
         writer = csv.writer(buffer)
-        writer.writerow(["index", "item", "result"])
-        for index, item, value in rows:
-            writer.writerow(results.csv_row(index, item, value))
+        writer.writerow(results.CSV_HEADER)
+        for row in rows:
+            writer.writerow(results.csv_row(*row))
             if buffer.tell() > 32_768:
                 yield buffer.getvalue()
                 buffer.seek(0)
@@ -188,8 +188,8 @@ def download(job_id: str, fmt: str):
         yield buffer.getvalue()
 
     def jsonl_lines():
-        for index, item, value in rows:
-            yield json.dumps({"index": index, "item": item, "result": value}, ensure_ascii=False) + "\n"
+        for row in rows:
+            yield results.jsonl_row(*row)
 
     mimetype = "text/csv" if fmt == "csv" else "application/x-ndjson"
     response = Response(stream_with_context(csv_lines() if fmt == "csv" else jsonl_lines()), mimetype=mimetype)

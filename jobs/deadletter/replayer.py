@@ -24,6 +24,7 @@ from .. import clock, config, keys, scripts
 from ..config import settings
 from ..enqueue import rq_job_for, rq_queue
 from ..errors import NoSuchJob
+from ..usage.budget import Budget
 from .failures import failed_ids, heads
 
 BATCH = 500
@@ -134,14 +135,20 @@ _REASONS = {
 
 def replay(connection: Redis, candidates: list[Candidate], actor: str, selector: dict,
            skipped: list[tuple[str, str]] | None = None, now: float | None = None,
-           batch: int = BATCH) -> ReplayOutcome:
+           batch: int = BATCH, budget: Budget | None = None) -> ReplayOutcome:
     """Replay the selected jobs and record the audit entry. A job that stopped being failed
-    since it was selected is skipped with the state it is in now."""
+    since it was selected is skipped with the state it is in now. With ``budget``, each job
+    runs on under that budget (a job that stopped at ``budget reached`` resumes from its
+    checkpoint: no stored item is asked again)."""
     now = clock.wall() if now is None else now
     replayed: list[Candidate] = []
     skipped = list(skipped or [])
+    if budget is not None:
+        selector = selector | {"budget": budget.as_dict()}
     for start in range(0, len(candidates), batch):
         chunk = candidates[start:start + batch]
+        if budget is not None:
+            _set_budget(connection, [c.job_id for c in chunk], budget)
         results = _replay_batch(connection, [c.job_id for c in chunk], now, position=start)
         for candidate, result in zip(chunk, results, strict=True):
             if result == "replayed":
@@ -151,6 +158,19 @@ def replay(connection: Redis, candidates: list[Candidate], actor: str, selector:
                 skipped.append((candidate.job_id, reason))
     audit_id = _audit(connection, actor, selector, [c.job_id for c in replayed], skipped, now)
     return ReplayOutcome(replayed, skipped, audit_id)
+
+
+def _set_budget(connection: Redis, job_ids: list[str], budget: Budget) -> None:
+    """The new budget, written before the jobs are queued again (so no worker can start one
+    under the old budget). Only onto job records that exist: never recreate an expired one."""
+    with connection.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.exists(keys.job(job_id))
+        present = pipe.execute()
+        for job_id, exists in zip(job_ids, present, strict=True):
+            if exists:
+                pipe.hset(keys.job(job_id), mapping=budget.hash_fields())
+        pipe.execute()
 
 
 def _read_rq_sides(connection: Redis, job_ids: list[str]) -> list:

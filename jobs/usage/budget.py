@@ -37,6 +37,9 @@ class Budget:
     tokens: int | None = None
     usd: float | None = None
 
+    def as_dict(self) -> dict:
+        return {k: v for k, v in (("tokens", self.tokens), ("usd", self.usd)) if v is not None}
+
     def hash_fields(self) -> dict:
         """The job hash's fields (model_admit_v1 reads them; a replay can raise them)."""
         fields: dict = {}

@@ -107,3 +107,31 @@ def model_totals(connection: Redis) -> dict[str, dict[str, int]]:
         rows = pipe.execute()
     return {model: dict(zip(TOTALS, (_int(v) for v in row), strict=True))
             for model, row in zip(models, rows, strict=True) if any(row)}
+
+
+def cost_text(cost_usd: float | None, calls: int) -> str:
+    """A cost for people: "$0.0123", or why there is none."""
+    if cost_usd is None:
+        return "cost unknown (no price for the model: LEASH_MODEL_PRICES)"
+    if not calls:
+        return "$0"
+    return f"${cost_usd:.4f}" if cost_usd >= 0.0001 else f"${cost_usd:.6f}"
+
+
+def spend_text(fields: dict[str, Any]) -> str | None:
+    """What a job's calls used and cost, in one short phrase (None before its first call):
+    "1,234 tokens (1,000 in / 234 out), $0.0012"; "~" marks estimated figures."""
+    usage = fields.get("usage") or {}
+    calls = usage.get("calls") or 0
+    if not calls:
+        return None
+    approx = "~" if usage.get("estimated") else ""
+    tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
+    text = (f"{approx}{tokens:,} tokens ({usage.get('input_tokens', 0):,} in / {usage.get('output_tokens', 0):,} out, "
+            f"{calls:,} calls), {cost_text(fields.get('cost_usd'), calls)}")
+    budget = fields.get("budget")
+    if budget:
+        limits = [f"{budget['tokens']:,} tokens" if "tokens" in budget else None,
+                  f"${budget['usd']:g}" if "usd" in budget else None]
+        text += f" of a budget of {' / '.join(x for x in limits if x)}"
+    return text

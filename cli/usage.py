@@ -1,0 +1,44 @@
+"""``leash usage``: what an owner's jobs used and cost, per UTC day, model and kind."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from jobs.usage.meter import DAYS_KEPT
+from jobs.usage.report import cost_text, owner_usage
+
+from .connection import connect_checked
+from .job_commands import acting_owner, owner_option
+
+
+def _line(label: str, figures: dict) -> str:
+    usage = figures["usage"]
+    approx = "~" if usage["estimated"] else ""
+    return (f"{label:<32} {usage['calls']:>8,} {approx}{usage['input_tokens']:>13,} "
+            f"{approx}{usage['output_tokens']:>13,}  {cost_text(figures['cost_usd'], usage['calls'])}")
+
+
+@click.command("usage")
+@owner_option
+@click.option("--days", default=30, show_default=True, type=click.IntRange(1, DAYS_KEPT),
+              help="How many UTC days back, today included.")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object: the days, each split by model and kind, and the total.")
+def usage_command(owner, token, days, as_json):
+    """Tokens and cost of an owner's jobs per UTC day, split by model and kind
+    ("~": the server reported no usage, so the figure is an estimate)."""
+    owner = acting_owner(owner, token)
+    report = owner_usage(connect_checked(), owner, days=days)
+    if as_json:
+        click.echo(json.dumps(report))
+        return
+    click.echo(f"{'day / model / kind':<32} {'calls':>8} {'input tokens':>13} {'output tokens':>13}  cost")
+    for day in report["days"]:
+        click.echo(_line(day["day"], day))
+        for part in day["by"]:
+            click.echo(_line(f"  {part['model'][:20]} / {part['kind'][:8]}", part))
+    click.echo(_line(f"total, last {days} day(s)", report["total"]))
+    if not report["days"]:
+        click.echo(f"owner {owner} made no model calls in the last {days} day(s)", err=True)
