@@ -6,6 +6,7 @@
     GET  /jobs/<id>/result.csv every item beside its result, streamed (also .jsonl)
     POST /jobs/<id>/cancel     202; 409 when the job has already ended
     GET  /jobs                 the caller's jobs, newest first, ?offset=&limit=&state=
+    GET  /usage                the caller's tokens and cost per UTC day, model and kind, ?days=
 
 ``GET /jobs/<id>`` and ``GET /jobs`` answer a browser (Accept prefers text/html) with the
 page instead (web.pages, wired in by the app factory). A job that is not the caller's is a
@@ -26,6 +27,8 @@ from flask import Blueprint, Response, current_app, jsonify, redirect, request, 
 from jobs import control, kinds, listing, results, states
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob, NoSuchJob
+from jobs.usage.meter import DAYS_KEPT
+from jobs.usage.report import owner_usage
 
 from .auth import request_owner
 from .errors import api_error, wants_html
@@ -196,6 +199,13 @@ def download(job_id: str, fmt: str):
     response.headers["Content-Disposition"] = f'attachment; filename="{job_id}-results.{fmt}"'
     response.headers["Cache-Control"] = "no-cache, private"
     return response
+
+
+@bp.get("/usage")
+def usage():
+    """The caller's own usage only: an owner never sees another's figures."""
+    report = owner_usage(redis_conn(), request_owner(), days=int_arg("days", 30, 1, DAYS_KEPT))
+    return _cacheable(jsonify(report), etag=False)
 
 
 @bp.get("/jobs")

@@ -11,8 +11,8 @@ import secrets
 
 from flask_wtf import FlaskForm
 from flask_wtf.file import FileAllowed, FileField
-from wtforms import HiddenField, SelectField, StringField, TextAreaField
-from wtforms.validators import Regexp
+from wtforms import DecimalField, HiddenField, IntegerField, SelectField, StringField, TextAreaField
+from wtforms.validators import NumberRange, Optional, Regexp
 
 from jobs import kinds
 from jobs.config import limits
@@ -28,6 +28,10 @@ class SubmitForm(FlaskForm):
     items = TextAreaField("Items", description="One per line")
     items_file = FileField("…or upload a file", validators=[
         FileAllowed(["txt", "csv"], "upload a .txt (one item per line) or .csv file")])
+    budget_tokens = IntegerField("Tokens", validators=[
+        Optional(), NumberRange(min=1, message="a token budget is a whole number of at least 1")])
+    budget_usd = DecimalField("USD", places=None, validators=[
+        Optional(), NumberRange(min=0.000001, message="a USD budget is a number above 0")])
     # A fresh random key per rendered form: submitting the same form twice (double click,
     # back button) returns the first job instead of creating a second.
     submission = HiddenField(validators=[Regexp(r"^[A-Za-z0-9_-]{8,64}$", message="reload the page and submit again")])
@@ -37,6 +41,12 @@ class SubmitForm(FlaskForm):
         self.kind.choices = [(name, name) for name in sorted(kinds.KINDS)]
         if not self.submission.data:
             self.submission.data = secrets.token_urlsafe(16)
+
+    def budget(self) -> dict | None:
+        """The payload's ``budget``, or None when neither figure is given."""
+        budget = {"tokens": self.budget_tokens.data,
+                  "usd": float(self.budget_usd.data) if self.budget_usd.data is not None else None}
+        return {k: v for k, v in budget.items() if v is not None} or None
 
     def label_list(self) -> list[str]:
         return [part.strip() for part in (self.labels.data or "").split(",") if part.strip()]

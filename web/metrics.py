@@ -30,6 +30,8 @@ from werkzeug.exceptions import Unauthorized
 from jobs import clock, config, keys
 from jobs.models import concurrency as model_concurrency
 from jobs.config import settings
+from jobs.usage.prices import usd
+from jobs.usage.report import model_totals
 
 bp = Blueprint("metrics", __name__)
 disable_created_metrics()  # the *_created series double the output and nothing here reads them
@@ -66,6 +68,7 @@ class RedisCollector:
             per_queue, rest = replies[:2 * len(self.queues)], replies[2 * len(self.queues):]
             running, stale, failed_index, totals, reclaims, rejected = rest
             models = model_concurrency.snapshot(self.connection)
+            spent = model_totals(self.connection)
         except redis.exceptions.RedisError:
             yield GaugeMetricFamily("leash_redis_up", "1 if Redis answered this scrape.", value=0)
             return
@@ -101,6 +104,27 @@ class RedisCollector:
         yield CounterMetricFamily("leash_rejected_writes", "Writes refused from superseded attempts (zombies).",
                                   value=int(rejected or 0))
         yield from _model_families(models)
+        yield from _usage_families(spent)
+
+
+def _usage_families(spent: dict[str, dict[str, int]]):
+    """Tokens and cost per model (never per owner: one series per model keeps the scrape
+    bounded; an owner's figures are at GET /usage and `leash usage`)."""
+    tokens = CounterMetricFamily("leash_model_tokens", "Tokens the model's calls used (as the server reported, "
+                                 "or estimated when it reported none).", labels=["model", "direction"])
+    calls = CounterMetricFamily("leash_model_calls", "Model calls counted for usage.", labels=["model"])
+    cost = CounterMetricFamily("leash_model_cost_usd", "What the model's priced calls cost (USD; calls of "
+                               "models with no known price are left out).", labels=["model"])
+    unpriced = CounterMetricFamily("leash_model_unpriced_calls", "Calls whose model has no known price.",
+                                   labels=["model"])
+    for model, totals in spent.items():
+        tokens.add_metric([model, "input"], totals["input_tokens"])
+        tokens.add_metric([model, "output"], totals["output_tokens"])
+        tokens.add_metric([model, "cached_input"], totals["cached_input_tokens"])
+        calls.add_metric([model], totals["calls"])
+        cost.add_metric([model], usd(totals["cost_nusd"]))
+        unpriced.add_metric([model], totals["unpriced_calls"])
+    yield from (tokens, calls, cost, unpriced)
 
 
 def _model_families(models: list[model_concurrency.ModelConcurrency]):

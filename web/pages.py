@@ -26,6 +26,8 @@ from jobs import clock, kinds, limits, results, states, watch
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob
 from jobs.listing import list_jobs
+from jobs.usage.budget import BUDGET_FIELD
+from jobs.usage.report import spend_text
 
 from .auth import browser_owner
 from .forms import SubmitForm
@@ -36,7 +38,7 @@ bp = Blueprint("pages", __name__)
 RESULTS_PER_PAGE = 50
 JOBS_PER_PAGE = 25
 STALE_TEXT = "stale — the worker stopped reporting, the job will be retried"
-FORM_FIELDS = ("labels", "template", "items", "items_file", "kind")
+FORM_FIELDS = ("labels", "template", "items", "items_file", "kind", "budget_tokens", "budget_usd")
 
 
 def plain(message: str) -> str:
@@ -96,6 +98,8 @@ def _payload(form: SubmitForm, items: list[str]) -> dict:
         payload["template"] = form.template.data.strip()
     if kind == "prompt" and "template" not in payload:
         payload["template"] = ""
+    if form.budget():
+        payload[BUDGET_FIELD] = form.budget()
     return payload
 
 
@@ -174,7 +178,7 @@ def job_page(job_id: str):
         "job.html", job=fields, terminal=terminal, table=_results_table(connection, job_id, fields),
         refresh=refresh, schedule=schedule, stale_text=STALE_TEXT, percent=_percent(fields),
         shown_state="canceled" if fields["canceled"] else fields["state"],
-        traceback=_traceback(fields["error"]), duration=_duration,
+        traceback=_traceback(fields["error"]), duration=_duration, spend_text=spend_text,
         summary=fields["result"]["summary"] if fields["result"] else None,
     ))
 
