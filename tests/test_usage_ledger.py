@@ -1,0 +1,189 @@
+"""Usage is recorded with the item it produced, and a budget is checked before a call is sent:
+the Lua side (heartbeat_v2, usage_record_v1, model_admit_v1) against a real Redis."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jobs import keys, lease, scripts, states
+from jobs.enqueue import enqueue
+from jobs.errors import InvalidJob
+from jobs.usage import budget as budgets
+from jobs.usage.meter import CallUsage, Meter, Pending, flush, utc_day
+from jobs.usage.prices import Price, parse_overrides, price_for
+from jobs.usage.report import owner_usage
+
+from .web_support import TOKENS, bearer
+
+NOW = 1_790_000_000.0  # a fixed instant: one UTC day for the whole test
+DAY = utc_day(NOW)
+
+
+def submit(conn, owner="alice", **payload) -> str:
+    payload = {"items": ["a", "b", "c"], "labels": ["x", "y"]} | payload
+    job_id, _ = enqueue(conn, "classify", payload, owner=owner, now=NOW)
+    return job_id
+
+
+def admit(conn, attempt, tokens=100, nusd=None):
+    return budgets.admit(conn, [keys.model_rate("m", b) for b in ("requests", "tokens", "paused")], 0, 0, 0,
+                         attempt, tokens, nusd, now=NOW)
+
+
+def used(conn, job_id) -> dict:
+    return states.status(conn, job_id, now=NOW)
+
+
+def test_an_item_write_carries_its_calls_usage_to_the_job_attempt_item_owner_day_and_model(conn, env):
+    job_id = submit(conn)
+    attempt = lease.claim(conn, job_id, "leash", "w", now=NOW)
+    attempt.heartbeat(item=(0, '"x"'), now=NOW,
+                      usage=Pending("m", "classify", calls=2, input=100, output=7, cached=40, nusd=5_000))
+    attempt.heartbeat(item=(1, '"y"'), now=NOW, usage=Pending("m", "classify", calls=1, input=50, output=3, nusd=2_000))
+    fields = used(conn, job_id)
+    assert fields["usage"] == {"calls": 3, "input_tokens": 150, "output_tokens": 10, "cached_input_tokens": 40,
+                               "estimated": False}
+    assert fields["cost_usd"] == pytest.approx(7e-6)
+    assert conn.hget(keys.usage(job_id), "i0") == b"2,100,7" and conn.hget(keys.usage(job_id), "a1:calls") == b"3"
+    day = conn.hgetall(keys.usage_owner_day("alice", DAY))
+    assert day[b"input_tokens"] == b"150" and day[b"by|m|classify|output_tokens"] == b"10"
+    assert conn.hget(keys.usage_model("m"), "calls") == b"3"
+    # Every key it wrote expires (the job hash expires when the job ends, as before).
+    assert conn.ttl(keys.usage(job_id)) > 0 and conn.ttl(keys.usage_owner_day("alice", DAY)) > 0
+
+
+def test_a_refused_write_stores_no_item_but_still_counts_the_calls_that_were_paid_for(conn, env):
+    job_id = submit(conn)
+    zombie = lease.claim(conn, job_id, "leash", "w", now=NOW)
+    conn.hset(keys.job(job_id), mapping={"state": "queued"})  # the lease went to someone else
+    successor = lease.claim(conn, job_id, "leash", "w2", now=NOW)
+    with pytest.raises(lease.LeaseLost):
+        zombie.heartbeat(item=(0, '"late"'), now=NOW, usage=Pending("m", "classify", calls=1, input=10, output=2))
+    assert conn.hget(keys.items(job_id), "0") is None and conn.hget(keys.usage(job_id), "i0") is None
+    assert used(conn, job_id)["usage"]["calls"] == 1
+    successor.heartbeat(item=(0, '"x"'), now=NOW, usage=Pending("m", "classify", calls=1, input=10, output=2))
+    assert used(conn, job_id)["usage"]["input_tokens"] == 20
+
+
+def test_usage_with_no_item_is_flushed_and_an_unpriced_call_makes_the_cost_unknown(conn, env):
+    job_id = submit(conn)
+    attempt = lease.claim(conn, job_id, "leash", "w", now=NOW)
+    meter = Meter("classify")
+    meter.record("m", CallUsage(10, 5), price=None)
+    flush(conn, attempt, meter.take_all(), now=NOW)
+    fields = used(conn, job_id)
+    assert fields["usage"]["calls"] == 1 and fields["cost_usd"] is None
+
+
+def test_a_job_budget_refuses_the_call_that_would_pass_it_counting_calls_in_flight(conn, env):
+    job_id = submit(conn, budget={"tokens": 250})
+    attempt = lease.claim(conn, job_id, "leash", "w", now=NOW)
+    assert admit(conn, attempt, tokens=100).code == budgets.ADMITTED
+    assert admit(conn, attempt, tokens=100).code == budgets.ADMITTED
+    refused = admit(conn, attempt, tokens=100)  # 200 reserved in flight + 100 > 250
+    assert refused.code == budgets.OVER_BUDGET
+    assert refused.refusal.startswith("budget reached") and "250 tokens" in refused.refusal
+    # The two calls come back smaller than their worst case: settled, there is room again.
+    attempt.heartbeat(item=(0, '"x"'), now=NOW, usage=Pending("m", "classify", calls=2, input=60, output=20,
+                                                            res_tokens=200))
+    assert conn.hget(keys.job(job_id), "reserved_tokens") == b"0"
+    assert admit(conn, attempt, tokens=100).code == budgets.ADMITTED  # 80 used + 100 <= 250
+    assert admit(conn, attempt, tokens=100).code == budgets.OVER_BUDGET
+
+
+def test_a_dead_attempts_reservation_is_dropped_when_the_next_attempt_asks(conn, env):
+    env.setenv("LEASH_OWNER_DAILY_TOKENS", "1000")
+    job_id = submit(conn, budget={"tokens": 250})
+    first = lease.claim(conn, job_id, "leash", "w", now=NOW)
+    assert admit(conn, first, tokens=200).code == budgets.ADMITTED  # then the worker is SIGKILLed
+    conn.hset(keys.job(job_id), "state", "queued")
+    second = lease.claim(conn, job_id, "leash", "w2", now=NOW)
+    assert admit(conn, second, tokens=200).code == budgets.ADMITTED
+    assert conn.hget(keys.usage_owner_day("alice", DAY), "reserved_tokens") == b"200"
+    assert admit(conn, first, tokens=10).code == budgets.LEASE_LOST  # a zombie spends nothing
+
+
+def test_an_owners_daily_budget_stops_calls_and_submissions_for_the_rest_of_the_utc_day(conn, env):
+    env.setenv("LEASH_OWNER_DAILY_TOKENS", "150")
+    job_id = submit(conn)
+    attempt = lease.claim(conn, job_id, "leash", "w", now=NOW)
+    attempt.heartbeat(item=(0, '"x"'), now=NOW, usage=Pending("m", "classify", calls=1, input=100, output=20))
+    refused = admit(conn, attempt, tokens=40)
+    assert refused.code == budgets.OVER_BUDGET and "LEASH_OWNER_DAILY_TOKENS" in refused.refusal
+    assert budgets.owner_over_daily(conn, "alice", now=NOW) is None  # 120 of 150: may still submit
+    attempt.heartbeat(item=(1, '"x"'), now=NOW, usage=Pending("m", "classify", calls=1, input=30, output=5))
+    assert budgets.owner_over_daily(conn, "alice", now=NOW).startswith("budget reached: owner 'alice'")
+    assert budgets.owner_over_daily(conn, "bob", now=NOW) is None
+    assert 0 < budgets.seconds_to_next_utc_day(NOW) <= 86400 + 1
+    report = owner_usage(conn, "alice", days=2, now=NOW)
+    assert report["days"][0]["day"] == DAY and report["total"]["usage"]["input_tokens"] == 130
+    assert report["days"][0]["by"][0]["model"] == "m" and report["days"][0]["by"][0]["kind"] == "classify"
+
+
+def test_a_usd_budget_without_a_known_price_is_refused_rather_than_guessed(conn, env):
+    job_id = submit(conn, budget={"usd": 1})
+    attempt = lease.claim(conn, job_id, "leash", "w", now=NOW)
+    refused = admit(conn, attempt, tokens=10, nusd=None)
+    assert refused.code == budgets.OVER_BUDGET and "no price is known" in refused.refusal
+    assert admit(conn, attempt, tokens=10, nusd=500_000_000).code == budgets.ADMITTED
+    assert admit(conn, attempt, tokens=10, nusd=600_000_000).code == budgets.OVER_BUDGET  # $0.5 + $0.6 > $1
+
+
+@pytest.mark.parametrize("bad", [{"tokens": 0}, {"tokens": "10"}, {"usd": -1}, {"usd": True}, {}, {"cents": 5}, 7])
+def test_a_malformed_budget_is_refused_before_anything_is_written(conn, env, bad):
+    with pytest.raises(InvalidJob, match="budget"):
+        submit(conn, budget=bad)
+    assert conn.dbsize() == 0
+
+
+def test_the_api_takes_a_budget_and_answers_a_bad_one_with_422(client):
+    ok = client.post("/jobs", json={"kind": "classify", "items": ["a"], "labels": ["x"], "budget": {"tokens": 500}})
+    assert ok.status_code == 202
+    status = client.get(ok.json["url"]).json
+    assert status["budget"] == {"tokens": 500} and status["usage"]["calls"] == 0 and status["cost_usd"] == 0
+    bad = client.post("/jobs", json={"kind": "classify", "items": ["a"], "labels": ["x"], "budget": {"usd": "a lot"}})
+    assert bad.status_code == 422 and "budget" in bad.json["error"]
+
+
+def test_get_usage_shows_only_the_callers_own_figures(token_app, conn):
+    client = token_app.test_client()
+    owners = list(TOKENS)
+    for owner, tokens in ((owners[0], 11), (owners[1], 22)):
+        job_id = submit(conn, owner=owner)
+        attempt = lease.claim(conn, job_id, "leash", "w", now=NOW)
+        attempt.heartbeat(item=(0, '"x"'), usage=Pending("m", "classify", calls=1, input=tokens, output=1))
+    mine = client.get("/usage", headers=bearer(owners[0])).json
+    assert mine["owner"] == owners[0] and mine["total"]["usage"]["input_tokens"] == 11
+    assert client.get("/usage").status_code == 401
+    assert client.get("/usage?days=0", headers=bearer(owners[0])).status_code == 400
+
+
+def test_metrics_report_tokens_and_cost_per_model_without_an_owner_label(client, conn):
+    conn.sadd(keys.MODELS, "m")
+    job_id = submit(conn)
+    attempt = lease.claim(conn, job_id, "leash", "w", now=NOW)
+    attempt.heartbeat(item=(0, '"x"'), usage=Pending("m", "classify", calls=1, input=1000, output=10, nusd=150_000))
+    text = client.get("/metrics").data.decode()
+    assert 'leash_model_tokens_total{direction="input",model="m"} 1000.0' in text
+    assert 'leash_model_cost_usd_total{model="m"} 0.00015' in text
+    assert "owner=" not in text
+
+
+def test_prices_come_from_the_operator_then_the_maintained_table_and_never_from_a_guess(env):
+    env.setenv("LEASH_MODEL_PRICES", json.dumps({"my-model": {"input": 1, "output": 2}}))
+    assert price_for("my-model") == Price(1.0, 2.0)
+    assert price_for("my-model").nano_usd(1_000_000, 500_000) == 2_000_000_000  # $1 + $1
+    table = price_for("gpt-4o-mini", provider_url="")  # api.openai.com: the table knows it
+    assert table is not None and table.input == pytest.approx(0.15) and table.output == pytest.approx(0.6)
+    assert price_for("gpt-4o-mini", provider_url="http://127.0.0.1:8000/v1") is None  # your own server
+    assert price_for("smollm2-135m") is None
+    for bad in ("not json", "[]", '{"m": {"input": -1, "output": 1}}', '{"m": {"input": 1}}'):
+        with pytest.raises(ValueError, match="LEASH_MODEL_PRICES"):
+            parse_overrides(bad)
+
+
+def test_the_new_scripts_keep_the_old_ones_for_workers_of_the_previous_release():
+    names = scripts.names()
+    assert {"heartbeat_v1", "heartbeat_v2", "usage_record_v1", "model_admit_v1", "model_rate_v1"} <= set(names)
