@@ -9,6 +9,11 @@ A test says how the model behaves for an item (the first user message) with ``on
 Items without a rule get ``Reply()``: the text after "->" in the item ("great -> positive"
 answers "positive"), else "echo: <item>".
 
+What a call cost: ``billed`` lists the usage of every answer the server delivered (prompt and
+completion tokens), and ``hold_after(n)`` holds every request after the n-th delivered answer
+until ``release()``; a held request whose client went away meanwhile (a SIGKILLed worker) is
+never answered, so it costs nothing, like a provider that stops when its client disconnects.
+
 For load: ``latency`` delays every answer (a model that takes 0.5 s a call), ``capacity``
 answers 429 with ``Retry-After`` to any request beyond that many in flight (a server or an
 account that takes 8 calls at once), and ``max_in_flight`` records the most requests it ever
@@ -18,6 +23,8 @@ held at once.
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -53,13 +60,17 @@ class Reply:
         text = self.text if self.text is not None else server.answer(seen.item)
         prompt_tokens = sum(len(str(m.get("content", ""))) for m in seen.body.get("messages", [])) // 4 + 1
         completion_tokens = len(text) // 4 + 1
-        _send_json(handler, 200, {
+        if not server.wait_if_held(handler):
+            return
+        delivered = _send_json(handler, 200, {
             "id": f"chatcmpl-{len(server.requests)}", "object": "chat.completion", "created": int(time.time()),
             "model": seen.body.get("model"),
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": self.finish_reason}],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},
         })
+        if delivered:
+            server.bill(prompt_tokens, completion_tokens)
 
 
 @dataclass
@@ -101,7 +112,7 @@ class Trickle:
             pass
 
 
-def _send_json(handler, status: int, body: dict, headers: dict | None = None) -> None:
+def _send_json(handler, status: int, body: dict, headers: dict | None = None) -> bool:
     data = json.dumps(body).encode()
     # Like a model server, the request's slot is free once the answer is ready: a client that
     # sends its next call the moment it reads this one must not find the slot still taken.
@@ -114,8 +125,21 @@ def _send_json(handler, status: int, body: dict, headers: dict | None = None) ->
     handler.end_headers()
     try:
         handler.wfile.write(data)
+        handler.wfile.flush()
     except (BrokenPipeError, ConnectionResetError):
-        pass
+        return False
+    return True
+
+
+def _client_gone(handler) -> bool:
+    """The client closed its end (its process died): the socket reads as end-of-file."""
+    readable, _, _ = select.select([handler.connection], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return handler.connection.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
 
 
 class _Server(ThreadingHTTPServer):
@@ -136,6 +160,10 @@ class FakeOpenAI:
         self.answer = default_answer
         self.stopping = threading.Event()
         self.lock = threading.Lock()
+        self.billed: list[tuple[int, int]] = []  # (prompt, completion) tokens of each delivered answer
+        self.hold_from: int | None = None
+        self.passed = 0  # answers let through (exactly ``hold_from`` while holding)
+        self.released = threading.Event()
         self.httpd = _Server(("127.0.0.1", 0), _handler_for(self))
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="fake-openai", daemon=True)
 
@@ -175,6 +203,31 @@ class FakeOpenAI:
     def _leave(self) -> None:
         with self.lock:
             self.in_flight -= 1
+
+    def bill(self, prompt_tokens: int, completion_tokens: int) -> None:
+        with self.lock:
+            self.billed.append((prompt_tokens, completion_tokens))
+
+    def hold_after(self, delivered: int) -> None:
+        """Answer ``delivered`` calls, then hold every later one until ``release()``."""
+        with self.lock:
+            self.released.clear()
+            self.hold_from, self.passed = delivered, 0
+
+    def release(self) -> None:
+        self.released.set()
+
+    def wait_if_held(self, handler) -> bool:
+        """False when the request was held and its client went away (it is never answered)."""
+        with self.lock:
+            held = self.hold_from is not None and self.passed >= self.hold_from and not self.released.is_set()
+            self.passed += not held
+        if not held:
+            return True
+        deadline = time.monotonic() + 60
+        while not self.released.wait(0.05) and time.monotonic() < deadline and not self.stopping.is_set():
+            pass
+        return not _client_gone(handler)
 
     def start(self) -> FakeOpenAI:
         self.thread.start()

@@ -1,0 +1,113 @@
+"""Money on real ``leash worker`` processes against the fake OpenAI-compatible server: a job's
+usage is the sum of what the server billed, SIGKILL included; a budget stops a job before it
+passes the line and a replay with a larger one finishes it without asking a stored item again;
+an owner's daily budget stops its running jobs."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from jobs import keys, states
+from jobs.enqueue import enqueue
+from tests.conftest import wait_for
+from tests.test_items_workers import calls_per_item, ended, stored
+
+pytestmark = pytest.mark.slow
+
+
+def billed(server) -> tuple[int, int, int]:
+    """(calls, prompt tokens, completion tokens) of every answer the server delivered."""
+    with server.lock:
+        return len(server.billed), sum(p for p, _ in server.billed), sum(c for _, c in server.billed)
+
+
+def counted(fields) -> tuple[int, int, int]:
+    usage = fields["usage"]
+    return usage["calls"], usage["input_tokens"], usage["output_tokens"]
+
+
+def test_a_jobs_usage_is_what_the_server_billed_including_calls_redone_after_a_sigkill(
+        conn, workers, model_server, env):
+    model_server.latency = 0.2
+    env.setenv("LEASH_ITEM_CONCURRENCY", "4")
+    env.setenv("LEASH_MODEL_PRICES", '{"fake-model": {"input": 1.0, "output": 2.0}}')
+    items = [f"item-{i} " + "word " * (i % 7) for i in range(40)]
+    job_id, _ = enqueue(conn, "prompt", {"items": items, "template": "Say it back: {item}"}, max_attempts=3)
+    model_server.hold_after(12)  # 12 answers, then the calls in flight wait at the server
+    first = workers.start("--no-scheduler")
+    wait_for(lambda: states.status(conn, job_id)["done"] == 12, 30, message="12 items stored")
+    wait_for(lambda: len(model_server.requests) >= 12 + 4, 10, message="4 calls held in flight")
+    horse = workers.horse(first)
+    os.kill(first.pid, signal.SIGKILL)
+    os.kill(horse, signal.SIGKILL)
+    model_server.release()  # the held calls find their client gone: never answered, never billed
+    workers.start("--no-scheduler")
+    final = ended(conn, job_id)
+
+    assert final["state"] == "succeeded" and final["attempts"] == 2
+    calls, prompt, completion = billed(model_server)
+    assert counted(final) == (calls, prompt, completion)
+    assert calls == 40 and not final["usage"]["estimated"]
+    assert final["cost_usd"] == pytest.approx((prompt * 1.0 + completion * 2.0) / 1e6)
+    redone = sum(n - 1 for n in calls_per_item(model_server).values())
+    print(f"usage after a SIGKILL: {calls} calls billed = {calls} counted; {redone} calls asked twice")
+    assert 1 <= redone <= 4
+
+
+def test_a_budget_stops_the_job_before_it_passes_and_a_replay_with_more_finishes_it(
+        conn, workers, model_server, env):
+    """A 200-item job at concurrency 8 with a budget of 50 calls' tokens stops after at most 58
+    calls; replayed with a larger budget it finishes, with at most 8 calls made twice."""
+    model_server.latency = 0.05
+    env.setenv("LEASH_ITEM_CONCURRENCY", "8")
+    env.setenv("LEASH_MODEL_MAX_TOKENS", "8")  # answers of ~6 tokens: the worst case is close to the truth
+    items = [f"item {i:03d}" for i in range(200)]
+    template = "Repeat: {item}"
+    model_server.answer = lambda item: "ok " + item[-3:]
+    # One call: prompt ~ len("Repeat: item 000") / 4 + 1 = 5 tokens, answer 2 tokens.
+    one_call = (len("Repeat: item 000") // 4 + 1) + (len("ok 000") // 4 + 1)
+    job_id, _ = enqueue(conn, "prompt", {"items": items, "template": template,
+                                         "budget": {"tokens": 50 * one_call}})
+    worker = workers.start()
+    final = ended(conn, job_id)
+
+    assert final["state"] == "failed" and final["error"].startswith("budget reached"), final["error"]
+    assert f"{50 * one_call:,} tokens" in final["error"]
+    calls_made = len(model_server.requests)
+    spent = final["usage"]["input_tokens"] + final["usage"]["output_tokens"]
+    print(f"budget of {50 * one_call} tokens (50 calls): stopped after {calls_made} calls, {spent} tokens, "
+          f"{final['done']} items stored")
+    assert calls_made <= 58 and spent <= 50 * one_call
+    assert final["done"] == calls_made  # what was in flight was stored
+
+    from click.testing import CliRunner
+
+    from cli import main
+
+    replay = CliRunner().invoke(main, ["replay", "--budget-tokens", str(300 * one_call), "--", job_id])
+    assert replay.exit_code == 0, replay.output
+    final = wait_for(lambda: (s := states.status(conn, job_id))["state"] in ("succeeded", "failed")
+                     and s["attempts"] >= 1 and s["done"] == 200 and s, 60, message="the replay to finish")
+    assert final["state"] == "succeeded" and final["budget"] == {"tokens": 300 * one_call}
+    twice = sum(1 for n in calls_per_item(model_server).values() if n > 1)
+    print(f"replayed with {300 * one_call} tokens: {len(model_server.requests)} calls in all, {twice} items asked twice")
+    assert twice <= 8 and len(stored(conn, job_id)) == 200
+    assert counted(final) == billed(model_server)
+    assert worker.poll() is None
+
+
+def test_an_owners_daily_budget_stops_its_running_job_with_an_error_naming_it(conn, workers, model_server, env):
+    model_server.latency = 0.05
+    env.setenv("LEASH_ITEM_CONCURRENCY", "2")
+    env.setenv("LEASH_OWNER_DAILY_TOKENS", "120")
+    job_id, _ = enqueue(conn, "prompt", {"items": [f"item {i}" for i in range(100)], "template": "{item}"},
+                        owner="carol")
+    workers.start()
+    final = ended(conn, job_id)
+    assert final["state"] == "failed" and final["error"].startswith("budget reached: owner 'carol'")
+    assert "LEASH_OWNER_DAILY_TOKENS" in final["error"]
+    assert final["usage"]["input_tokens"] + final["usage"]["output_tokens"] <= 120
+    assert conn.ttl(keys.usage(job_id)) > 0
