@@ -6,6 +6,11 @@ Which backend runs is configuration: ``LEASH_MODEL_BACKEND`` names one (``local`
 ``openai``); unset, it is ``openai`` when ``LEASH_MODEL_URL`` is set and ``local`` otherwise.
 A backend is built per attempt with the job's context, so it can keep the lease alive while
 it waits for a rate limit or a slow call.
+
+A backend that calls a model server is one module, ``jobs/models/<name>_backend.py``: a subclass
+of ``jobs.models.calls.ModelBackend`` that supplies how its SDK sends one request, what its
+exceptions mean and how an answer reads, and ends with ``backends.register(...)``; it is named
+below in ``_BUILT_IN`` so the worker finds it (docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
@@ -82,7 +87,8 @@ class LocalBackend:
 
 _BACKENDS = {"local": LocalBackend}
 _WARM: dict[str, Callable[[], None]] = {}
-# Built-in backends whose module registers them when first asked for (keeps imports light).
+# Built-in backends whose module registers them when first asked for (keeps imports light):
+# a new backend is one line here.
 _BUILT_IN = {"openai": "jobs.models.openai_backend"}
 
 

@@ -1,0 +1,291 @@
+"""One call loop for every model backend: the limits, the lease and the error mapping live here,
+once. A provider module (``openai_backend``) subclasses ``ModelBackend`` and supplies only what
+its SDK does differently: ``_send`` (build and send one request), ``_failure`` (what an SDK
+exception means) and ``_read`` (text, complete or cut off, usage), in the terms of
+``jobs.models.provider``.
+
+Each call goes through these steps (``ModelBackend._call``)::
+
+    gate       take a slot of the model's adaptive concurrency limit (jobs.models.concurrency)
+    before     _before_call(request, worst_case_tokens): wait for the shared rate turn
+               (jobs.models.rate), renewing the lease meanwhile
+    send       the provider's _send(request), inside ctx.keepalive so a slow answer keeps the lease
+    classify   the outcome: ok, or the provider's _failure(exc) for an SDK exception:
+               RATE_LIMITED (wait), UNAVAILABLE, TIMED_OUT, PERMANENT or RESEND (changed request)
+    release    give the slot back, reporting ok / 429 / timeout to the shared limit
+    after      _after_call(request, usage): the call's usage (the provider's _read(response))
+    answer     the text; an answer cut off at max_tokens is an ItemError unless truncation_ok
+
+How an outcome maps onto the job's state machine (the SDK's own retries are off: the queue owns
+retries, because only the queue knows which items are checkpointed):
+
+    RATE_LIMITED, wait <= LEASH_MODEL_MAX_INLINE_WAIT -> every caller of the model pauses, this
+                                                         call waits in place (lease renewed), again
+    RATE_LIMITED, a longer wait or 5 in a row         -> RetryLater: rescheduled, no attempt counted
+    UNAVAILABLE, TIMED_OUT                            -> ModelUnavailable: the attempt fails and the
+                                                         job is retried with backoff
+    PERMANENT                                         -> PermanentError saying what to fix
+    RESEND                                            -> the provider changed its request (e.g. the
+                                                         token-limit field), sent again at once
+
+The two hooks, the only places the loop looks at the cost of a call:
+
+``_before_call(request, worst_case_tokens)``
+    Runs before every send, holding the call's concurrency slot; ``worst_case_tokens`` is the
+    prompt estimate (about four characters a token) plus the ``max_tokens`` the call asks for,
+    computed once per call by ``CallRequest.worst_case_tokens()``. Today it waits for the rate turn;
+    it is where a budget reservation goes. Raising here sends nothing.
+``_after_call(request, usage)``
+    Runs exactly once after every send that ``_before_call`` let through: with the call's
+    ``Usage`` when it answered (also when the answer is then thrown away: it was paid for), with
+    None when the send raised. Today it spends the answer's tokens on the shared TPM limit; it is
+    where usage accounting and settling a reservation go.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..config import get, settings
+from ..connection import connect
+from ..errors import ItemError, PermanentError, RetryLater
+from .concurrency import OK, RATE_LIMITED as GATE_RATE_LIMITED, TIMED_OUT as GATE_TIMED_OUT
+from .concurrency import ConcurrencyGate, SharedLimit
+from .provider import CUT_OFF, RATE_LIMITED, RESEND, TIMED_OUT, UNAVAILABLE, Answer, CallRequest, Failure, Usage
+from .rate import PAUSED, TOKENS_SPENT, ModelRateLimit
+
+if TYPE_CHECKING:
+    from ..context import JobContext
+
+#: 429s answered in place, per call, before the job is rescheduled instead.
+MAX_INLINE_429 = 5
+#: Wait after a 429 that names no delay.
+DEFAULT_RETRY_AFTER = 5.0
+#: The most tokens ``classify`` asks for: a label is a few words.
+CLASSIFY_MAX_TOKENS = 32
+
+
+class ModelUnavailable(Exception):
+    """The model server failed or could not be reached; the attempt is retried."""
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """The LEASH_MODEL_* settings (declared in jobs/config.py), which every backend shares."""
+
+    url: str | None
+    name: str
+    api_key: str
+    timeout: float
+    max_inline_wait: float
+    rpm: float
+    tpm: float
+    temperature: float | None
+    max_tokens: int = 1024
+
+    @property
+    def connect_timeout(self) -> float:
+        return min(self.timeout, 10.0)
+
+    @classmethod
+    def from_env(cls) -> ModelSettings:
+        name = (get("LEASH_MODEL_NAME") or "").strip()
+        if not name:
+            raise PermanentError("LEASH_MODEL_NAME is not set: name the model to call (e.g. gpt-4o-mini, llama3.1)")
+        try:
+            return cls(
+                url=(get("LEASH_MODEL_URL") or "").strip() or None,
+                name=name,
+                # Local servers ignore the key, but SDKs insist on one.
+                api_key=(get("LEASH_MODEL_API_KEY") or "").strip() or "no-key",
+                timeout=get("LEASH_MODEL_TIMEOUT"),
+                max_inline_wait=get("LEASH_MODEL_MAX_INLINE_WAIT"),
+                rpm=get("LEASH_MODEL_RPM"),
+                tpm=get("LEASH_MODEL_TPM"),
+                temperature=get("LEASH_MODEL_TEMPERATURE"),
+                max_tokens=get("LEASH_MODEL_MAX_TOKENS"),
+            )
+        except ValueError as exc:  # a setting no retry can fix
+            raise PermanentError(str(exc)) from None
+
+
+_THINKING = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_LIST_MARKER = re.compile(r"^(?:[-*\u2022]|\d+[.)])\s+")
+
+
+def match_label(answer: str, labels: list[str]) -> str | None:
+    """The label an answer names, tolerating case, quotes, a list marker ("- no"), a trailing
+    period and a reasoning model's <think> block, or a label that opens a sentence ("No, ice is
+    not hot."); None if it names none, or opens with more than one label."""
+    cleaned = _THINKING.sub("", answer or "").strip(" \t\r\n\"'`*.")
+    cleaned = _LIST_MARKER.sub("", cleaned).strip(" \t\r\n\"'`*.")
+    if cleaned in labels:
+        return cleaned
+    by_lower = {label.lower(): label for label in labels}
+    if cleaned.lower() in by_lower:
+        return by_lower[cleaned.lower()]
+    opening = [label for label in labels
+               if re.match(re.escape(label.lower()) + r"[,.;:!\n]", cleaned.lower())]
+    return opening[0] if len(opening) == 1 else None
+
+
+# --- the backend every provider builds on -------------------------------------------------------
+
+class ModelBackend:
+    """``classify`` and ``complete`` over one call loop. A provider subclass sets ``name`` and
+    supplies ``_send``, ``_failure`` and ``_read``; it builds its SDK client in ``__init__``
+    after calling this one (``self.settings`` then holds the model settings)."""
+
+    name = "model"
+
+    def __init__(self, ctx: JobContext | None = None, settings: ModelSettings | None = None):
+        self.ctx = ctx
+        self.settings = settings or ModelSettings.from_env()
+        s = self.settings
+        connection = ctx.connection if ctx else connect()
+        self.limit = ModelRateLimit(connection, s.name, rpm=s.rpm, tpm=s.tpm)
+        self.gate = ConcurrencyGate(SharedLimit(connection, s.name, _item_concurrency()), ctx.job_id if ctx else "")
+
+    # --- what a provider supplies ---------------------------------------------------------
+
+    def _send(self, request: CallRequest) -> Any:
+        """Build the SDK's request for ``request``, send it, return the SDK's response."""
+        raise NotImplementedError
+
+    def _failure(self, exc: Exception) -> Failure | None:
+        """What an exception ``_send`` raised means; None for one that is not the SDK's (it
+        is raised as it is)."""
+        raise NotImplementedError
+
+    def _read(self, response: Any, request: CallRequest) -> Answer:
+        """The text, how it ended and the usage of a response (``estimated_usage`` when the
+        server reported none). Never raises for an empty or cut-off answer: the loop judges."""
+        raise NotImplementedError
+
+    # --- the two operations ---------------------------------------------------------------
+
+    def classify(self, text: str, labels: list[str]) -> str:
+        listing = "\n".join(f"- {label}" for label in labels)
+        messages = [
+            {"role": "system", "content": "Classify the user's text. Reply with exactly one label from "
+                                          f"this list, written as it appears, and nothing else:\n{listing}"},
+            {"role": "user", "content": text},
+        ]
+        # A label is a few tokens; a cut-off answer is judged like any other (it names a label
+        # or it gets the correction), so truncation is fine here.
+        budget = min(CLASSIFY_MAX_TOKENS, self.settings.max_tokens)
+        first = self._chat(messages, max_tokens=budget, truncation_ok=True)
+        label = match_label(first, labels)
+        if label is not None:
+            return label
+        messages += [
+            {"role": "assistant", "content": first},
+            {"role": "user", "content": f"{first.strip()[:200]!r} is not one of the labels. "
+                                        f"Reply with exactly one of: {', '.join(labels)}"},
+        ]
+        second = self._chat(messages, max_tokens=budget, truncation_ok=True)
+        label = match_label(second, labels)
+        if label is None:
+            raise ItemError(f"the model answered {first.strip()[:100]!r}, then {second.strip()[:100]!r}: "
+                            f"neither is one of the labels {labels}")
+        return label
+
+    def complete(self, prompt: str, max_tokens: int | None = None, truncation_ok: bool = False) -> str:
+        """The model's answer; one cut off at ``max_tokens`` (at most LEASH_MODEL_MAX_TOKENS)
+        is an ItemError unless ``truncation_ok``."""
+        return self._chat([{"role": "user", "content": prompt}], max_tokens=max_tokens, truncation_ok=truncation_ok)
+
+    def _chat(self, messages: list[dict], max_tokens: int | None = None, truncation_ok: bool = False) -> str:
+        budget = self.settings.max_tokens if max_tokens is None else min(max_tokens, self.settings.max_tokens)
+        return self._call(CallRequest(list(messages), budget, truncation_ok))
+
+    # --- the loop -------------------------------------------------------------------------
+
+    def _call(self, request: CallRequest) -> str:
+        worst_case = request.worst_case_tokens()
+        wait = DEFAULT_RETRY_AFTER
+        for _ in range(MAX_INLINE_429 + 1):
+            epoch = self.gate.acquire(self.ctx.stopping() if self.ctx else None)
+            outcome = None
+            try:
+                self._before_call(request, worst_case)
+                try:
+                    with self._keepalive():
+                        response = self._send(request)
+                except BaseException as exc:
+                    self._after_call(request, None)
+                    failure = self._failure(exc) if isinstance(exc, Exception) else None
+                    if failure is None:
+                        raise
+                    if failure.kind == RATE_LIMITED:
+                        outcome = GATE_RATE_LIMITED
+                        wait = DEFAULT_RETRY_AFTER if failure.wait is None else failure.wait
+                        self.limit.pause(wait)  # every worker calling this model waits too
+                        continue
+                    if failure.kind == RESEND:
+                        continue
+                    if failure.kind == TIMED_OUT:
+                        outcome = GATE_TIMED_OUT
+                        raise ModelUnavailable(f"the model call timed out after {self.settings.timeout:g}s "
+                                               f"(LEASH_MODEL_TIMEOUT)") from exc
+                    if failure.kind == UNAVAILABLE:
+                        raise ModelUnavailable(failure.message) from exc
+                    raise PermanentError(failure.message) from exc
+                outcome = OK
+            finally:
+                self.gate.release(epoch, outcome)
+            answer = self._read(response, request)
+            self._after_call(request, answer.usage)
+            return self._text(answer, request)
+        raise RetryLater(wait, f"the model server kept answering 429 (last Retry-After {wait:g}s)")
+
+    def _before_call(self, request: CallRequest, worst_case_tokens: int) -> None:
+        """Before each send (see the module's docstring): wait for this call's rate turn."""
+        self._wait_turn()
+
+    def _after_call(self, request: CallRequest, usage: Usage | None) -> None:
+        """After each send (see the module's docstring): spend the tokens on the TPM limit."""
+        if usage is not None:
+            self.limit.spend(usage.total_tokens)
+
+    @staticmethod
+    def _text(answer: Answer, request: CallRequest) -> str:
+        if answer.finish == CUT_OFF and not request.truncation_ok:
+            raise ItemError(f"answer cut off at max_tokens={request.max_tokens}; raise LEASH_MODEL_MAX_TOKENS")
+        if answer.text is None:
+            raise ItemError(f"the model returned no text (finish_reason={answer.stop_reason})")
+        return answer.text
+
+    def _keepalive(self):
+        if self.ctx is None:
+            return nullcontext()
+        # The longest a call can legitimately take: connecting, then waiting for the answer.
+        return self.ctx.keepalive(self.settings.timeout + self.settings.connect_timeout + 1)
+
+    def _sleep(self, seconds: float) -> None:
+        if self.ctx is None:
+            time.sleep(seconds)
+        else:
+            self.ctx.sleep(seconds)
+
+    def _wait_turn(self) -> None:
+        """Wait for this call's slot on the shared rate limit, renewing the lease meanwhile."""
+        while True:
+            turn = self.limit.acquire(max_pause=self.settings.max_inline_wait)
+            if turn.code == PAUSED:
+                raise RetryLater(turn.wait_seconds, f"the model server asked to wait {turn.wait_seconds:g}s (429)")
+            if turn.wait_seconds > 0:
+                self._sleep(turn.wait_seconds)
+            if turn.code != TOKENS_SPENT:
+                return
+
+
+def _item_concurrency() -> int:
+    try:
+        return settings().item_concurrency
+    except ValueError as exc:  # a setting no retry can fix
+        raise PermanentError(str(exc)) from None

@@ -1,0 +1,110 @@
+"""What passes between the call loop (``jobs.models.calls``) and a provider module: the request
+the loop asks for, the ``Answer`` and ``Usage`` a provider reads from its SDK's response, the
+``Failure`` an SDK exception means, and the functions every provider shares (Retry-After, token
+estimates)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+
+from .. import clock
+
+#: Characters per token, for estimates where the server reports no usage.
+CHARS_PER_TOKEN = 4
+
+
+@dataclass(frozen=True)
+class CallRequest:
+    """One call as the loop asks for it; the provider turns it into its SDK's request."""
+
+    messages: list[dict]  # [{"role": "system" | "user" | "assistant", "content": str}, ...]
+    max_tokens: int  # already capped at LEASH_MODEL_MAX_TOKENS
+    truncation_ok: bool = False
+
+    @property
+    def prompt_chars(self) -> int:
+        return sum(len(m["content"]) for m in self.messages)
+
+    def worst_case_tokens(self) -> int:
+        """The most this call can cost: its prompt, estimated, plus every token it may answer with."""
+        return estimate_tokens(self.prompt_chars) + self.max_tokens
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What one answered call used. ``cached_input_tokens`` is None when the server does not
+    say; ``estimated`` is True when it reported nothing and the counts are ~4 characters a token."""
+
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int | None = None
+    estimated: bool = False
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+COMPLETE, CUT_OFF = "complete", "cut off"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A provider's reading of a response: the text (None: there was none), whether it is
+    COMPLETE or CUT_OFF at max_tokens, the provider's own word for why it stopped, the usage."""
+
+    text: str | None
+    finish: str
+    stop_reason: str | None
+    usage: Usage
+
+
+RATE_LIMITED, UNAVAILABLE, TIMED_OUT, PERMANENT, RESEND = (
+    "rate limited", "unavailable", "timed out", "permanent", "resend")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What an SDK exception means for the call: one of RATE_LIMITED (``wait``: the seconds the
+    server asked for, None if it named none), UNAVAILABLE, TIMED_OUT, PERMANENT (``message``
+    says what failed and what to fix) or RESEND (the provider changed its request: send again)."""
+
+    kind: str
+    message: str = ""
+    wait: float | None = None
+
+
+def estimate_tokens(chars: int) -> int:
+    """About four characters a token, rounded up (never 0)."""
+    return chars // CHARS_PER_TOKEN + 1
+
+
+def estimated_usage(request: CallRequest, text: str | None) -> Usage:
+    """Usage for a server that reports none: prompt and answer at ~4 characters a token."""
+    total = (request.prompt_chars + len(text or "")) // CHARS_PER_TOKEN + 1
+    input_tokens = min(total, estimate_tokens(request.prompt_chars))
+    return Usage(input_tokens=input_tokens, output_tokens=total - input_tokens, estimated=True)
+
+
+def retry_after_seconds(headers, now: float | None = None) -> float | None:
+    """The wait a 429 asks for: ``retry-after-ms``, or ``Retry-After`` in seconds or as an
+    HTTP date. None when there is no usable header."""
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms:
+        try:
+            return max(0.0, float(raw_ms) / 1000)
+        except ValueError:
+            pass
+    raw = (headers.get("retry-after") or "").strip()
+    if not raw:
+        return None
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (clock.wall() if now is None else now))

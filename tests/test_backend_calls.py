@@ -1,0 +1,55 @@
+"""The call loop's two hooks, in process against a real Redis and the fake HTTP server: what
+``_before_call`` is told a call may cost at worst, and the usage ``_after_call`` gets."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from jobs.models.openai_backend import OpenAIBackend, _usage
+from jobs.models.provider import CallRequest, Usage, estimated_usage
+from tests.fake_openai import Error
+
+
+class Recording(OpenAIBackend):
+    """The OpenAI backend, noting every hook call."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.hooks: list[tuple] = []
+
+    def _before_call(self, request, worst_case_tokens):
+        self.hooks.append(("before", worst_case_tokens))
+        super()._before_call(request, worst_case_tokens)
+
+    def _after_call(self, request, usage):
+        self.hooks.append(("after", usage))
+        super()._after_call(request, usage)
+
+
+def test_each_send_is_told_its_worst_case_before_and_its_usage_after(conn, model_server):
+    backend = Recording()
+    assert backend.complete("hello", max_tokens=100) == "echo: hello"
+    # prompt: 5 characters, about 2 tokens, + the 100 it may answer with; the fake server reports
+    # prompt and completion tokens at 4 characters a token, and no cached ones.
+    assert backend.hooks == [("before", 102), ("after", Usage(2, 3, None, estimated=False))]
+
+
+def test_a_send_that_fails_is_settled_with_no_usage_before_it_is_sent_again(conn, model_server):
+    model_server.on("busy", Error(429, "slow down", headers={"retry-after-ms": "10"}))
+    backend = Recording()
+    assert backend.complete("busy", max_tokens=10) == "echo: busy"
+    assert [(hook, value if hook == "before" else value is None) for hook, value in backend.hooks] == [
+        ("before", 12), ("after", True), ("before", 12), ("after", False)]
+
+
+def test_usage_a_server_does_not_report_is_estimated_at_four_characters_a_token():
+    request = CallRequest([{"role": "user", "content": "x" * 41}], max_tokens=8)
+    assert request.worst_case_tokens() == 11 + 8
+    usage = estimated_usage(request, "y" * 10)
+    assert usage.estimated and usage.cached_input_tokens is None
+    assert usage.total_tokens == (41 + 10) // 4 + 1  # what the TPM limit has always been charged
+    silent = SimpleNamespace(usage=None)
+    assert _usage(silent, request, "y" * 10) == usage
+    reported = SimpleNamespace(usage=SimpleNamespace(
+        prompt_tokens=30, completion_tokens=5, total_tokens=35, prompt_tokens_details=SimpleNamespace(cached_tokens=20)))
+    assert _usage(reported, request, "y" * 10) == Usage(30, 5, cached_input_tokens=20, estimated=False)
