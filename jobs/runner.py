@@ -30,6 +30,7 @@ from .context import JobContext
 from .errors import Canceled, HandOff, InvalidJob, LeaseLost, PermanentError, PlainWorker, RetryLater
 from .lease import Attempt, describe
 from .limits import check_summary
+from .usage.budget import BudgetReached
 
 _current: Attempt | None = None
 
@@ -70,6 +71,9 @@ def execute(kind_name: str, payload: dict) -> dict[str, Any]:
         raise
     except Canceled:
         attempt.fail("canceled", permanent=True)
+        raise
+    except BudgetReached as exc:
+        attempt.fail(str(exc), permanent=True)  # "budget reached: ..." says it all; no traceback
         raise
     except PermanentError as exc:
         attempt.fail(describe(exc), permanent=True)

@@ -11,7 +11,7 @@ from jobs import keys, lease, scripts, states
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob
 from jobs.usage import budget as budgets
-from jobs.usage.meter import CallUsage, Meter, Pending, flush, utc_day
+from jobs.usage.meter import Meter, Pending, flush, utc_day
 from jobs.usage.prices import Price, parse_overrides, price_for
 from jobs.usage.report import owner_usage
 
@@ -71,7 +71,7 @@ def test_usage_with_no_item_is_flushed_and_an_unpriced_call_makes_the_cost_unkno
     job_id = submit(conn)
     attempt = lease.claim(conn, job_id, "leash", "w", now=NOW)
     meter = Meter("classify")
-    meter.record("m", CallUsage(10, 5), price=None)
+    meter.record("m", 10, 5, price=None)
     flush(conn, attempt, meter.take_all(), now=NOW)
     fields = used(conn, job_id)
     assert fields["usage"]["calls"] == 1 and fields["cost_usd"] is None

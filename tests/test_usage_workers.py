@@ -103,6 +103,7 @@ def test_an_owners_daily_budget_stops_its_running_job_with_an_error_naming_it(co
     model_server.latency = 0.05
     env.setenv("LEASH_ITEM_CONCURRENCY", "2")
     env.setenv("LEASH_OWNER_DAILY_TOKENS", "120")
+    env.setenv("LEASH_MODEL_MAX_TOKENS", "8")
     job_id, _ = enqueue(conn, "prompt", {"items": [f"item {i}" for i in range(100)], "template": "{item}"},
                         owner="carol")
     workers.start()
@@ -110,4 +111,5 @@ def test_an_owners_daily_budget_stops_its_running_job_with_an_error_naming_it(co
     assert final["state"] == "failed" and final["error"].startswith("budget reached: owner 'carol'")
     assert "LEASH_OWNER_DAILY_TOKENS" in final["error"]
     assert final["usage"]["input_tokens"] + final["usage"]["output_tokens"] <= 120
+    assert final["done"] == final["usage"]["calls"] >= 5  # it ran until the line, then stopped
     assert conn.ttl(keys.usage(job_id)) > 0

@@ -52,7 +52,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import get, settings
 from ..connection import connect
-from ..errors import ItemError, PermanentError, RetryLater
+from ..errors import ItemError, LeaseLost, PermanentError, RetryLater
+from ..usage import budget, prices
 from .concurrency import OK, RATE_LIMITED as GATE_RATE_LIMITED, TIMED_OUT as GATE_TIMED_OUT
 from .concurrency import ConcurrencyGate, SharedLimit
 from .provider import CUT_OFF, RATE_LIMITED, RESEND, TIMED_OUT, UNAVAILABLE, Answer, CallRequest, Failure, Usage
@@ -149,6 +150,10 @@ class ModelBackend:
         connection = ctx.connection if ctx else connect()
         self.limit = ModelRateLimit(connection, s.name, rpm=s.rpm, tpm=s.tpm)
         self.gate = ConcurrencyGate(SharedLimit(connection, s.name, _item_concurrency()), ctx.job_id if ctx else "")
+        try:
+            self.price = prices.price_for(s.name, s.url or "")  # None: no price known, cost unknown
+        except ValueError as exc:  # LEASH_MODEL_PRICES is malformed: no retry fixes that
+            raise PermanentError(str(exc)) from None
 
     # --- what a provider supplies ---------------------------------------------------------
 
@@ -244,13 +249,44 @@ class ModelBackend:
         raise RetryLater(wait, f"the model server kept answering 429 (last Retry-After {wait:g}s)")
 
     def _before_call(self, request: CallRequest, worst_case_tokens: int) -> None:
-        """Before each send (see the module's docstring): wait for this call's rate turn."""
-        self._wait_turn()
+        """Before each send (see the module's docstring). Inside a job: one round trip
+        (model_admit_v1) takes the call's rate turn, checks the lease (a zombie spends
+        nothing) and reserves the call's worst case against the job's and the owner's daily
+        budgets; a call that would pass one is never sent (BudgetReached). Outside a job:
+        the rate turn only."""
+        if self.ctx is None:
+            self._wait_turn()
+            return
+        worst_nusd = None
+        if self.price is not None:
+            worst_nusd = self.price.nano_usd(worst_case_tokens - request.max_tokens, request.max_tokens)
+        while True:
+            admission = budget.admit(
+                self.ctx.connection, self.limit.keys, self.limit.ms_per_request, self.limit.ms_per_token,
+                self.settings.max_inline_wait, self.ctx.attempt, worst_case_tokens, worst_nusd)
+            if admission.code == budget.PAUSED:
+                raise RetryLater(admission.wait_seconds,
+                                 f"the model server asked to wait {admission.wait_seconds:g}s (429)")
+            if admission.code == budget.LEASE_LOST:
+                raise LeaseLost()
+            if admission.code == budget.OVER_BUDGET:
+                raise budget.BudgetReached(admission.refusal)
+            if admission.code == budget.ADMITTED:  # reserved: the item's write settles it
+                self.ctx.meter.reserved(self.settings.name, worst_case_tokens, worst_nusd)
+            if admission.wait_seconds > 0:
+                self._sleep(admission.wait_seconds)
+            if admission.code != budget.TOKENS_SPENT:
+                return
 
     def _after_call(self, request: CallRequest, usage: Usage | None) -> None:
-        """After each send (see the module's docstring): spend the tokens on the TPM limit."""
-        if usage is not None:
-            self.limit.spend(usage.total_tokens)
+        """After each send (see the module's docstring): spend the tokens on the TPM limit and
+        count the call on its item's thread, priced, until the item's write carries it."""
+        if usage is None:
+            return  # nothing was answered: the reservation is released when the item is written
+        self.limit.spend(usage.total_tokens)
+        if self.ctx is not None:
+            self.ctx.meter.record(self.settings.name, usage.input_tokens, usage.output_tokens,
+                                  usage.cached_input_tokens or 0, usage.estimated, self.price)
 
     @staticmethod
     def _text(answer: Answer, request: CallRequest) -> str:

@@ -29,21 +29,6 @@ def utc_day(now: float | None = None) -> str:
 
 
 @dataclass
-class CallUsage:
-    """One call's usage, as the server reported it (``estimated`` when it reported none and
-    we counted about four characters a token)."""
-
-    input_tokens: int
-    output_tokens: int
-    cached_input_tokens: int = 0
-    estimated: bool = False
-
-    @property
-    def total(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-
-@dataclass
 class Pending:
     """Calls of one model not yet written: what they used, cost, and had reserved."""
 
@@ -88,19 +73,21 @@ class Meter:
             pending.res_tokens += tokens
             pending.res_nusd += nusd or 0
 
-    def record(self, model: str, usage: CallUsage, price: Price | None) -> None:
-        """A call returned (or failed after the server did its work): count it."""
+    def record(self, model: str, input_tokens: int, output_tokens: int, cached_input_tokens: int = 0,
+               estimated: bool = False, price: Price | None = None) -> None:
+        """A call was answered (``estimated``: the server reported no usage): count it, at
+        ``price`` (None: no price known, the cost is unknown)."""
         with self._lock:
             pending = self._mine(model)
             pending.calls += 1
-            pending.input += usage.input_tokens
-            pending.output += usage.output_tokens
-            pending.cached += usage.cached_input_tokens
-            pending.estimated += int(usage.estimated)
+            pending.input += input_tokens
+            pending.output += output_tokens
+            pending.cached += cached_input_tokens
+            pending.estimated += int(estimated)
             if price is None:
                 pending.unpriced += 1
             else:
-                pending.nusd += price.nano_usd(usage.input_tokens, usage.output_tokens, usage.cached_input_tokens)
+                pending.nusd += price.nano_usd(input_tokens, output_tokens, cached_input_tokens)
 
     def take(self) -> Pending | None:
         """This thread's pending usage, for the write that stores its item."""
