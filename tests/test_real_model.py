@@ -190,3 +190,61 @@ def test_an_answer_cut_off_at_max_tokens_is_that_items_error(conn, workers, llam
     # The cap bounds the call: 16 tokens on one thread take well under the 60 s call timeout.
     started_at, ended_at = conn.hmget(keys.job(job_id), "started_at", "ended_at")
     assert float(ended_at) - float(started_at) < 20
+
+
+class UsageRecorder:
+    """A loopback proxy in front of the model server that forwards every chat completion and
+    keeps the ``usage`` each answer reported: what the model server says it used, to hold
+    leash's own count against."""
+
+    def __init__(self, upstream: str):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.reported: list[dict] = []
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (http.server's naming)
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                request = urllib.request.Request(upstream + self.path.removeprefix("/v1"), data=body,
+                                                 headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=60) as answer:
+                    data, status = answer.read(), answer.status
+                recorder.reported.append(json.loads(data).get("usage") or {})
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        import threading
+
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_a_jobs_usage_is_what_the_real_model_server_reported(conn, workers, llama, env):
+    recorder = UsageRecorder(llama.url)
+    env.setenv("LEASH_MODEL_URL", recorder.url)
+    try:
+        job_id, _ = enqueue(conn, "classify", {"items": QUESTIONS, "labels": ["yes", "no"]})
+        workers.start("--no-scheduler")
+        final = ended(conn, job_id, server=llama)
+    finally:
+        recorder.stop()
+    assert final["state"] == "succeeded", final["error"]
+    reported = recorder.reported
+    print(f"llama.cpp reported {reported}; leash counted {final['usage']}")
+    assert all(r.get("prompt_tokens") and r.get("completion_tokens") is not None for r in reported), reported
+    assert final["usage"] == {"calls": len(reported), "input_tokens": sum(r["prompt_tokens"] for r in reported),
+                              "output_tokens": sum(r["completion_tokens"] for r in reported),
+                              "cached_input_tokens": 0, "estimated": False}
+    assert final["cost_usd"] is None  # a model on your own server has no price unless you name one
