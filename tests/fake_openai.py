@@ -55,6 +55,7 @@ def default_answer(item: str) -> str:
 class Reply:
     text: str | None = None
     finish_reason: str = "stop"
+    report_usage: bool = True  # False: a server that says nothing of usage (leash estimates)
 
     def respond(self, server: FakeOpenAI, handler: BaseHTTPRequestHandler, seen: Seen) -> None:
         text = self.text if self.text is not None else server.answer(seen.item)
@@ -62,14 +63,17 @@ class Reply:
         completion_tokens = len(text) // 4 + 1
         if not server.wait_if_held(handler):
             return
-        delivered = _send_json(handler, 200, {
+        answer = {
             "id": f"chatcmpl-{len(server.requests)}", "object": "chat.completion", "created": int(time.time()),
             "model": seen.body.get("model"),
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": self.finish_reason}],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},
-        })
-        if delivered:
+        }
+        if not self.report_usage:
+            del answer["usage"]
+        delivered = _send_json(handler, 200, answer)
+        if delivered and self.report_usage:
             server.bill(prompt_tokens, completion_tokens)
 
 

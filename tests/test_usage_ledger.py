@@ -187,3 +187,26 @@ def test_prices_come_from_the_operator_then_the_maintained_table_and_never_from_
 def test_the_new_scripts_keep_the_old_ones_for_workers_of_the_previous_release():
     names = scripts.names()
     assert {"heartbeat_v1", "heartbeat_v2", "usage_record_v1", "model_admit_v1", "model_rate_v1"} <= set(names)
+
+
+def test_the_cli_and_the_page_show_tokens_and_cost_beside_progress(conn, env, client):
+    from click.testing import CliRunner
+
+    from cli import main
+
+    env.setenv("LEASH_MODEL_PRICES", json.dumps({"m": {"input": 1, "output": 2}}))
+    job_id = submit(conn, owner="shared", budget={"tokens": 5000})
+    attempt = lease.claim(conn, job_id, "leash", "w")
+    attempt.heartbeat(item=(0, '"x"'), usage=Pending("m", "classify", calls=2, input=1200, output=34,
+                                                   nusd=Price(1, 2).nano_usd(1200, 34)))
+    runner = CliRunner()
+    status = runner.invoke(main, ["status", job_id])
+    assert "1,234 tokens (1,200 in / 34 out, 2 calls), $0.0013 of a budget of 5,000 tokens" in status.output
+    listed = runner.invoke(main, ["jobs"])
+    assert "1,234 tok $0.0013" in listed.output
+    usage = runner.invoke(main, ["usage", "--days", "1"])
+    assert usage.exit_code == 0 and "m / classify" in usage.output and "1,200" in usage.output
+    assert json.loads(runner.invoke(main, ["usage", "--json"]).output)["total"]["usage"]["calls"] == 2
+    assert runner.invoke(main, ["usage", "--days", "0"]).exit_code == 2
+    page = client.get(f"/jobs/{job_id}", headers={"Accept": "text/html"}).data.decode()
+    assert "1,234 tokens" in page and "$0.0013" in page

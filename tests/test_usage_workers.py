@@ -13,6 +13,7 @@ import pytest
 from jobs import keys, states
 from jobs.enqueue import enqueue
 from tests.conftest import wait_for
+from tests.fake_openai import Reply
 from tests.test_items_workers import calls_per_item, ended, stored
 
 pytestmark = pytest.mark.slow
@@ -113,3 +114,31 @@ def test_an_owners_daily_budget_stops_its_running_job_with_an_error_naming_it(co
     assert final["usage"]["input_tokens"] + final["usage"]["output_tokens"] <= 120
     assert final["done"] == final["usage"]["calls"] >= 5  # it ran until the line, then stopped
     assert conn.ttl(keys.usage(job_id)) > 0
+
+
+def test_calls_thrown_away_are_counted_and_a_server_silent_on_usage_is_estimated(conn, workers, model_server, env):
+    """A classify answer outside the labels (asked again), an answer cut off at max_tokens and
+    a server that reports no usage: every call counted, the estimate marked as one."""
+    items = ["odd -> banana", "fine -> yes", "silent -> no"]
+    model_server.on("silent -> no", Reply(report_usage=False))
+    model_server.on("odd -> banana", Reply("banana"), times=2)
+    job_id, _ = enqueue(conn, "classify", {"items": items, "labels": ["yes", "no"]})
+    workers.start()
+    final = ended(conn, job_id)
+    assert final["state"] == "succeeded" and final["result"]["summary"]["errors"] == 1
+    calls, prompt, completion = billed(model_server)
+    assert calls == 3  # banana twice, fine once; the silent server billed nothing it reported
+    assert final["usage"]["calls"] == 4 and final["usage"]["estimated"] is True
+    assert final["usage"]["input_tokens"] > prompt and final["usage"]["output_tokens"] > completion
+    assert conn.hget(keys.usage(job_id), "i0").startswith(b"2,")  # the item's two calls, with it
+
+
+def test_an_answer_cut_off_at_max_tokens_is_stored_as_that_items_error_and_still_counted(
+        conn, workers, model_server, env):
+    model_server.on("long", Reply("a very long answer", finish_reason="length"))
+    job_id, _ = enqueue(conn, "prompt", {"items": ["long", "short"], "template": "{item}"})
+    workers.start()
+    final = ended(conn, job_id)
+    assert final["state"] == "succeeded" and final["result"]["summary"]["errors"] == 1
+    assert final["usage"]["calls"] == 2 and counted(final) == billed(model_server)
+    assert conn.hget(keys.usage(job_id), "i0").startswith(b"1,")
