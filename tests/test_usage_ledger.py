@@ -210,3 +210,25 @@ def test_the_cli_and_the_page_show_tokens_and_cost_beside_progress(conn, env, cl
     assert runner.invoke(main, ["usage", "--days", "0"]).exit_code == 2
     page = client.get(f"/jobs/{job_id}", headers={"Accept": "text/html"}).data.decode()
     assert "1,234 tokens" in page and "$0.0013" in page
+
+
+def test_the_form_takes_a_budget_and_names_a_bad_one(client, conn):
+    from .web_support import csrf_from
+
+    page = client.get("/", headers={"Accept": "text/html"})
+    form = {"csrf_token": csrf_from(page.data), "kind": "classify", "labels": "yes, no", "items": "one\ntwo",
+            "submission": "budget-form-1", "budget_tokens": "900", "budget_usd": ""}
+    done = client.post("/", data=form)
+    assert done.status_code == 303
+    job_id = done.headers["Location"].rsplit("/", 1)[1]
+    assert states.status(conn, job_id)["budget"] == {"tokens": 900}
+    refused = client.post("/", data=form | {"submission": "budget-form-2", "budget_tokens": "-3"})
+    assert refused.status_code == 422 and b"a token budget is a whole number of at least 1" in refused.data
+    assert conn.zcard(keys.owner_jobs("shared")) == 1
+
+
+def test_a_worker_names_malformed_prices_once_at_start(env):
+    from jobs.models import backends
+
+    env.setenv("LEASH_MODEL_PRICES", "{not json")
+    assert "LEASH_MODEL_PRICES must be JSON" in backends.preload()

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 from .. import config
 from ..config import settings
 from ..errors import PermanentError
+from ..usage.prices import parse_overrides
 
 if TYPE_CHECKING:
     from ..context import JobContext
@@ -130,6 +131,10 @@ def preload() -> str | None:
     try:
         _factory(name)
     except PermanentError as exc:
+        return str(exc)
+    try:
+        parse_overrides(config.get("LEASH_MODEL_PRICES"))
+    except ValueError as exc:
         return str(exc)
     if name in _WARM:
         _WARM[name]()
