@@ -140,6 +140,9 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
                 existing = pipe.get(idem_key)
                 if existing is not None:
                     return existing.decode(), False
+                earlier = _job_of_legacy_key(connection, owner, idempotency_key)
+                if earlier is not None:
+                    return earlier, False
                 pipe.multi()
                 pipe.set(idem_key, job_id, ex=s.result_ttl)
             _write_job(pipe, q, job_id, kind, payload, owner, max_attempts, total, stamp, s)
@@ -149,6 +152,15 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
                 continue  # another submission with this key won; read its job id
         return job_id, True
     raise InvalidJob("the idempotency key is being used by many submissions at once; retry")
+
+
+def _job_of_legacy_key(connection: Redis, owner: str, idempotency_key: str) -> str | None:
+    """The job an idempotency key of an earlier release points at, if it is this owner's."""
+    job_id = connection.get(keys.legacy_idempotency(owner, idempotency_key))
+    if job_id is None:
+        return None
+    job_owner = connection.hget(keys.job(job_id.decode()), "owner")
+    return job_id.decode() if job_owner is not None and job_owner.decode() == owner else None
 
 
 #: Bytes of the submitted options (labels, template) kept in the job hash for status reads:

@@ -81,6 +81,13 @@ def idempotency(owner: str, key: str) -> str:
     return f"{PREFIX}idem:{len(owner)}:{owner}:{key}"
 
 
+def legacy_idempotency(owner: str, key: str) -> str:
+    """The idempotency key as releases before the owner's length was added wrote it. Still
+    read (and only honoured for a job of the same owner: this form is ambiguous), so a client
+    retrying across an upgrade finds its job instead of paying for it twice."""
+    return f"{PREFIX}idem:{owner}:{key}"
+
+
 def payload(job_id: str) -> str:
     """The payload as submitted (JSON): leash's own copy, from which RQ's side of a job that
     was deleted behind leash's back is rebuilt by a replay. Kept as long as the job hash."""

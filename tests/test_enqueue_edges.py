@@ -156,3 +156,16 @@ def test_a_job_may_ask_for_fewer_items_at_once_through_the_api(conn):
     assert client.post("/jobs", json={**CLASSIFY, "item_concurrency": 2}).status_code == 202
     refused = client.post("/jobs", json={**CLASSIFY, "item_concurrency": 0})
     assert refused.status_code == 422 and "item_concurrency" in refused.get_json()["error"]
+
+
+def test_an_idempotency_key_written_by_the_previous_release_still_finds_its_job(conn, env):
+    """Releases before the owner's length was in the key wrote ``leash:idem:<owner>:<key>``: a
+    client retrying across the upgrade gets its job back instead of paying for it twice, and
+    the old form's ambiguity never hands one owner another owner's job."""
+    first, _ = enqueue(conn, "classify", ITEMS, owner="team")
+    conn.set(keys.legacy_idempotency("team", "ops:k1"), first)  # as the previous release left it
+    again, created = enqueue(conn, "classify", ITEMS, owner="team", idempotency_key="ops:k1")
+    assert (again, created) == (first, False)
+    # "team:ops" + "k1" reads the same old key, but the job is not theirs: a new job.
+    other, created = enqueue(conn, "classify", ITEMS, owner="team:ops", idempotency_key="k1")
+    assert created and other != first
