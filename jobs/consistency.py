@@ -163,6 +163,25 @@ def _sweep_active(connection: Redis, now: float, batch: int, counts: dict, reque
                 requeued.append(job_id)
     if ended:
         connection.zrem(keys.ACTIVE, *ended)
+        _repair_expiries(connection, ended)
+
+
+def _repair_expiries(connection: Redis, job_ids: list[str]) -> None:
+    """An ended job's payload copy expires with its record. A worker of the release before the
+    copy existed ends jobs with scripts that do not know it, leaving it without an expiry
+    (up to LEASH_MAX_PAYLOAD_BYTES each, forever): each ended job is seen here once, and its
+    copy gets the record's remaining time."""
+    with connection.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.ttl(keys.job(job_id))
+            pipe.ttl(keys.payload(job_id))
+        ttls = pipe.execute()
+        for n, job_id in enumerate(job_ids):
+            job_ttl, payload_ttl = ttls[2 * n], ttls[2 * n + 1]
+            if payload_ttl == -1 and job_ttl > 0:
+                pipe.expire(keys.payload(job_id), job_ttl)
+        if pipe.command_stack:
+            pipe.execute()
 
 
 def _sweep_owner_slots(connection: Redis, now: float, counts: dict, requeued: list) -> None:

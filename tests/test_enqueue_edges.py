@@ -169,3 +169,17 @@ def test_an_idempotency_key_written_by_the_previous_release_still_finds_its_job(
     # "team:ops" + "k1" reads the same old key, but the job is not theirs: a new job.
     other, created = enqueue(conn, "classify", ITEMS, owner="team:ops", idempotency_key="k1")
     assert created and other != first
+
+
+def test_a_payload_left_without_expiry_by_a_previous_release_worker_gets_its_jobs_expiry(conn, env):
+    """Workers of the release before the payload copy end jobs with scripts that do not know
+    it: the sweep gives the copy the record's remaining time when it sees the job ended."""
+    from jobs import consistency
+
+    job_id, _ = enqueue(conn, "classify", ITEMS)
+    conn.hset(keys.job(job_id), mapping={"state": "succeeded", "ended_at": 1.0})
+    conn.expire(keys.job(job_id), 3600)  # what the old finish script did; the copy kept no expiry
+    assert conn.ttl(keys.payload(job_id)) == -1
+    consistency.sweep(conn)
+    assert 3500 < conn.ttl(keys.payload(job_id)) <= 3600
+    assert conn.zscore(keys.ACTIVE, job_id) is None
