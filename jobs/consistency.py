@@ -120,11 +120,34 @@ def sweep(connection: Redis, now: float | None = None, batch: int = SWEEP_BATCH)
     now = clock.wall() if now is None else now
     counts = {"removed": 0, "ended_by_rq": 0, "requeued": 0, "slots_freed": 0}
     requeued: list[str] = []
-    _sweep_active(connection, now, batch, counts, requeued)
-    _sweep_owner_slots(connection, now, counts, requeued)
+    seen: dict[str, list[str]] = {"removed": [], "ended_by_rq": [], "slots_freed": []}
+    _sweep_active(connection, now, batch, counts, requeued, seen)
+    _sweep_owner_slots(connection, now, counts, requeued, seen)
     if requeued:
         counts["requeued"] = len(adopt_requeues(connection, list(dict.fromkeys(requeued)), "rq requeue"))
+    _log_round(seen)
     return counts
+
+
+#: Job ids a summary line names; the rest are counted (an `rq empty` of 20,000 jobs is one line).
+IDS_LOGGED = 10
+
+
+def _log_round(seen: dict[str, list[str]]) -> None:
+    """One line per kind of event per round, not one per job: a bulk action behind leash's
+    back must not drown the log."""
+    def shown(ids: list[str]) -> str:
+        return ", ".join(ids[:IDS_LOGGED]) + (f" and {len(ids) - IDS_LOGGED} more" if len(ids) > IDS_LOGGED else "")
+
+    if seen["removed"]:
+        log.warning("%d job(s) %s: %s", len(seen["removed"]), REMOVED, shown(seen["removed"]))
+    if seen["ended_by_rq"]:
+        log.warning("%d job(s) ended by RQ's own tools (canceled or stopped), recorded as failed: %s",
+                    len(seen["ended_by_rq"]), shown(seen["ended_by_rq"]))
+    if seen["slots_freed"]:
+        # Routine bookkeeping (a job that failed for good still held its slot in RQ): no one need act.
+        log.info("freed %d owner-limit slot(s) held by jobs that will not run: %s", len(seen["slots_freed"]),
+                 shown(seen["slots_freed"]))
 
 
 def _read(connection: Redis, job_ids: list[str]) -> list[tuple[str | None, float | None, str | None]]:
@@ -141,7 +164,8 @@ def _read(connection: Redis, job_ids: list[str]) -> list[tuple[str | None, float
     return out
 
 
-def _sweep_active(connection: Redis, now: float, batch: int, counts: dict, requeued: list) -> None:
+def _sweep_active(connection: Redis, now: float, batch: int, counts: dict, requeued: list,
+                  seen: dict[str, list[str]]) -> None:
     start = int(connection.get(keys.SWEEP_CURSOR) or 0)
     job_ids = [_text(j) for j in connection.zrange(keys.ACTIVE, start, start + batch - 1)]
     connection.set(keys.SWEEP_CURSOR, start + batch if len(job_ids) == batch else 0)
@@ -152,11 +176,11 @@ def _sweep_active(connection: Redis, now: float, batch: int, counts: dict, reque
         if state == "queued" and rq_status is None:
             if end_outside(connection, job_id, REMOVED, now=now):
                 counts["removed"] += 1
-                log.warning("job %s: %s", job_id, REMOVED)
+                seen["removed"].append(job_id)
         elif state == "queued" and rq_status in ENDED_BY_RQ:
             if end_outside(connection, job_id, rq_error_text(connection, job_id, rq_status), now=now):
                 counts["ended_by_rq"] += 1
-                log.warning("job %s was %s in RQ; recorded as failed", job_id, rq_status)
+                seen["ended_by_rq"].append(f"{job_id} ({rq_status})")
         elif state in ENDED:
             ended.append(job_id)
             if requeued_by_rq(state, rq_status, ended_at, now):
@@ -184,7 +208,8 @@ def _repair_expiries(connection: Redis, job_ids: list[str]) -> None:
             pipe.execute()
 
 
-def _sweep_owner_slots(connection: Redis, now: float, counts: dict, requeued: list) -> None:
+def _sweep_owner_slots(connection: Redis, now: float, counts: dict, requeued: list,
+                       seen: dict[str, list[str]]) -> None:
     """Every job holding or waiting for an owner's slot: requeued failed jobs are replayed,
     and a slot held by a job that will not run (ended, deleted) is freed."""
     limits = [_text(k) for k in connection.smembers(RateLimitRegistry.rl_keys_key)]
@@ -210,5 +235,4 @@ def _sweep_owner_slots(connection: Redis, now: float, counts: dict, requeued: li
             registry.release_stale_and_enqueue(job_id)
             if connection.zscore(registry.allowed_key, job_id) is None:
                 counts["slots_freed"] += 1
-                log.warning("freed the slot of owner limit %s held by job %s (%s), which will not run",
-                            registry.key, job_id, state or "gone")
+                seen["slots_freed"].append(f"{job_id} ({state or 'gone'})")

@@ -255,3 +255,16 @@ def test_a_canceled_queued_job_is_never_mistaken_for_a_requeue(conn):
     s = states.status(conn, job_id, now=later)
     assert (s["state"], s["error"]) == ("failed", "canceled")
     assert slots(conn) == ([], [])
+
+
+def test_a_bulk_removal_behind_leashs_back_is_one_log_line_not_one_per_job(conn, caplog):
+    import logging
+
+    ids = [enqueue(conn, "classify", {"items": ["x"], "labels": ["a"]}, owner=f"o{n}")[0] for n in range(30)]
+    for job_id in ids:
+        conn.delete(keys.rq_job(job_id))  # what `rq empty` does to each
+    with caplog.at_level(logging.INFO, logger="leash"):
+        assert consistency.sweep(conn)["removed"] == 30
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith(f"30 job(s) {consistency.REMOVED}") and "and 20 more" in warnings[0]
