@@ -23,7 +23,7 @@ from rq.rate_limit import RateLimitRegistry
 from rq.results import Result
 from rq.serializers import JSONSerializer
 
-from . import clock, keys, scripts
+from . import clock, keys, scripts, state_index
 from .config import settings
 from .deadletter.replayer import replay, select
 from .lease import error_entry, truncate
@@ -70,9 +70,10 @@ def end_outside(connection: Redis, job_id: str, message: str, now: float | None 
     # RQ's own cancel is a cancel: counted apart from failures, like leash's.
     outcome = "canceled" if message == ENDED_BY_RQ["canceled"] else "failed"
     ended = scripts.run(
-        connection, "end_outside_v1",
+        connection, "end_outside_v2",
         keys=[keys.job(job_id), keys.errors(job_id), keys.items(job_id), keys.payload(job_id),
-              keys.FAILED_INDEX, keys.ACTIVE] + keys.outcome_keys(outcome, kind, now),
+              keys.FAILED_INDEX, keys.ACTIVE] + keys.outcome_keys(outcome, kind, now)
+        + keys.owner_state_indexes(owner or ""),
         args=[job_id, now, message, error_entry(int(attempts or 0), message, now), settings().result_ttl,
               f"{outcome}:{kind}", keys.STATS_MINUTE_TTL],
     )
@@ -171,6 +172,9 @@ def _sweep_active(connection: Redis, now: float, batch: int, counts: dict, reque
     connection.set(keys.SWEEP_CURSOR, start + batch if len(job_ids) == batch else 0)
     if not job_ids:
         return
+    # Every job passes here while queued or running and once as it ends: the place to catch
+    # index entries an older release's scripts left behind during a deploy.
+    state_index.reconcile(connection, job_ids, now)
     ended = []
     for job_id, (state, ended_at, rq_status) in zip(job_ids, _read(connection, job_ids), strict=True):
         if state == "queued" and rq_status is None:

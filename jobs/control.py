@@ -20,7 +20,7 @@ def cancel(connection: Redis, job_id: str, now: float | None = None) -> str:
     Returns the state the job was in."""
     now = clock.wall() if now is None else now
     s = settings()
-    attempts, kind, before = connection.hmget(keys.job(job_id), "attempts", "kind", "state")
+    attempts, kind, before, owner = connection.hmget(keys.job(job_id), "attempts", "kind", "state", "owner")
     kind = (kind or b"").decode()
     if before == b"queued":
         # RQ's side first: should this process die between the two steps, the job is canceled
@@ -28,9 +28,10 @@ def cancel(connection: Redis, job_id: str, now: float | None = None) -> str:
         # other order would leave a job failed in leash but queued in RQ, which reads as a requeue.
         _cancel_in_rq(connection, job_id)
     state = scripts.run(
-        connection, "cancel_v1",
+        connection, "cancel_v2",
         keys=[keys.job(job_id), keys.CANCELS, keys.items(job_id), keys.errors(job_id)]
-        + keys.outcome_keys("canceled", kind, now) + [keys.FAILED_INDEX, keys.payload(job_id)],
+        + keys.outcome_keys("canceled", kind, now) + [keys.FAILED_INDEX, keys.payload(job_id)]
+        + keys.owner_state_indexes((owner or b"").decode()),
         args=[job_id, now, now + s.cancel_grace, s.result_ttl,
               error_entry(int(attempts or 0), CANCELED, now), f"canceled:{kind}", keys.STATS_MINUTE_TTL],
     )

@@ -201,6 +201,7 @@ def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str
     })
     pipe.set(keys.payload(job_id), json.dumps(payload, separators=(",", ":")))
     pipe.zadd(keys.owner_jobs(owner), {job_id: now})
+    pipe.zadd(keys.owner_state(owner, "queued"), {job_id: now})  # then the Lua transitions move it
     pipe.zadd(keys.ACTIVE, {job_id: now})
     pipe.sadd(q.redis_queues_keys, q.key)  # as RQ's enqueue_job does: `rq info`, dashboards
     wait_for_slot(q, rq_job_for(q, job_id, kind, payload, owner, max_attempts, total, s), pipe, score=now)

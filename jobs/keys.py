@@ -122,6 +122,46 @@ def owner_jobs(owner: str) -> str:
     return f"{PREFIX}owner:{owner}:jobs"
 
 
+#: The states an owner's jobs are indexed by, in the order ``owner_state_indexes`` gives
+#: their keys (the Lua scripts rely on that order).
+INDEXED_STATES = ("queued", "running", "succeeded", "failed")
+
+
+def owner_state(owner: str, state: str) -> str:
+    """Sorted set of an owner's job ids in one leash state, scored by creation time: the
+    ``state=`` filter of listings and the queued count of admission. The Lua transitions keep
+    each job in exactly the index of its state (jobs/lua/_lib.lua, index_state)."""
+    return f"{PREFIX}owner:{owner}:state:{state}"
+
+
+def owner_expiries(owner: str) -> str:
+    """Sorted set of an owner's ended job ids scored by when their records expire: the ended
+    entries of the state indexes leave with their jobs (jobs/listing.py trims the due ones)."""
+    return f"{PREFIX}owner:{owner}:expiries"
+
+
+def owner_state_indexes(owner: str) -> list[str]:
+    """The KEYS block a state-changing script takes: one index per state of INDEXED_STATES,
+    then the owner's expiries."""
+    return [owner_state(owner, state) for state in INDEXED_STATES] + [owner_expiries(owner)]
+
+
+#: Set once every job written before the state indexes existed has been indexed
+#: (jobs/state_index.py); until then a state filter reads the jobs themselves.
+STATE_INDEX_READY = PREFIX + "schema:state_index"
+#: Where the one-time indexing resumes (a SCAN cursor), between reaper ticks.
+STATE_INDEX_CURSOR = PREFIX + "schema:state_index:cursor"
+#: Every job hash matches this pattern (the one-time indexing SCANs it).
+JOB_PATTERN = PREFIX + "job:*"
+#: Prefix of the submission-rate counters (kept by the ``limits`` package, jobs/admission.py).
+SUBMIT_RATE_PREFIX = PREFIX + "submit_rate"
+
+
+def submit_rate_scope(owner: str) -> tuple[str, str]:
+    """The identifiers of an owner's submission-rate counter."""
+    return ("submit", owner)
+
+
 def rq_job(job_id: str) -> str:
     return Job.key_for(job_id)
 

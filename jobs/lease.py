@@ -86,6 +86,10 @@ class Attempt:
     done: int = 0
     extra: dict = field(default_factory=dict)
 
+    def _indexes(self) -> list[str]:
+        """The owner's state indexes, which the attempt's ending moves the job between."""
+        return keys.owner_state_indexes(self.owner_name())
+
     def _common_keys(self) -> list[str]:
         return [keys.job(self.job_id), keys.LEASES]
 
@@ -167,9 +171,9 @@ class Attempt:
     def finish(self, result: dict, now: float | None = None) -> None:
         now = clock.wall() if now is None else now
         ok, retried = self._run(
-            "finish_v2",
+            "finish_v3",
             self._common_keys() + [keys.items(self.job_id), keys.errors(self.job_id), keys.REJECTED_WRITES]
-            + keys.outcome_keys("succeeded", self.kind, now) + [keys.payload(self.job_id)],
+            + keys.outcome_keys("succeeded", self.kind, now) + [keys.payload(self.job_id)] + self._indexes(),
             [self.job_id, self.token, now, json.dumps(result, separators=(",", ":")), settings().result_ttl,
              f"succeeded:{self.kind}", keys.STATS_MINUTE_TTL],
         )
@@ -184,9 +188,10 @@ class Attempt:
         # A cancel ends in failed too, but is counted apart: alerts are about failures.
         outcome = "canceled" if message == CANCELED else "failed"
         reply, retried = self._run(
-            "fail_v1",
+            "fail_v2",
             self._common_keys() + [keys.items(self.job_id), keys.errors(self.job_id), keys.REJECTED_WRITES]
-            + keys.outcome_keys(outcome, self.kind, now) + [keys.FAILED_INDEX, keys.payload(self.job_id)],
+            + keys.outcome_keys(outcome, self.kind, now) + [keys.FAILED_INDEX, keys.payload(self.job_id)]
+            + self._indexes(),
             [self.job_id, self.token, now, message, 1 if permanent else 0,
              settings().result_ttl, error_entry(self.number, message, now),
              f"{outcome}:{self.kind}", keys.STATS_MINUTE_TTL],
@@ -209,7 +214,7 @@ class Attempt:
         later (deferral). Returns 0 if superseded, else 1 / the job's deferral count."""
         now = clock.wall() if now is None else now
         ok, retried = self._run(
-            "release_v1",
+            "release_v2",
             self._common_keys() + [
                 keys.rq_job(self.job_id),
                 keys.rq_queue(self.queue),
@@ -217,7 +222,7 @@ class Attempt:
                 keys.rq_executions(self.job_id, self.connection),
                 keys.REJECTED_WRITES,
                 keys.history(self.job_id),
-            ],
+            ] + self._indexes(),
             [self.job_id, self.token, now, utcformat(rq_now()), "1" if requeue else "0"],
         )
         if int(ok) == 0 and retried and self.landed("queued"):
@@ -234,13 +239,21 @@ class Attempt:
         return reclaim(self.connection, self.job_id, self.queue, message, now=now, token=self.token)
 
 
+def owner_of(connection: Redis, job_id: str) -> str:
+    """The job's owner ("" for an unknown job: its scripts then change nothing)."""
+    owner = connection.hget(keys.job(job_id), "owner")
+    return owner.decode() if owner else ""
+
+
 def claim(connection: Redis, job_id: str, queue: str, worker: str,
           now: float | None = None) -> Attempt | None:
     """Start an attempt on a queued job; None when the job is not claimable."""
     now = clock.wall() if now is None else now
     lease_seconds = settings().lease_seconds
+    owner = owner_of(connection, job_id)  # never changes: safe to read before the claim
     reply = scripts.run(
-        connection, "claim_v1", keys=[keys.job(job_id), keys.LEASES, keys.history(job_id)],
+        connection, "claim_v2",
+        keys=[keys.job(job_id), keys.LEASES, keys.history(job_id)] + keys.owner_state_indexes(owner),
         # The history outlives the job's record by a margin: the record's TTL starts when the
         # job ends, which is after its last claim.
         args=[job_id, now, lease_seconds, worker, 2 * settings().result_ttl],
@@ -249,7 +262,7 @@ def claim(connection: Redis, job_id: str, queue: str, worker: str,
         return None
     kind = reply[3].decode() if isinstance(reply[3], bytes) else reply[3]
     return Attempt(connection, job_id, token=str(int(reply[1])), number=int(reply[2]),
-                   queue=queue, lease_seconds=lease_seconds, kind=kind, worker_pid=os.getpid())
+                   queue=queue, lease_seconds=lease_seconds, kind=kind, worker_pid=os.getpid(), owner=owner)
 
 
 def reclaim(connection: Redis, job_id: str, queue: str, message: str,
@@ -257,17 +270,18 @@ def reclaim(connection: Redis, job_id: str, queue: str, message: str,
     """Take back a running job whose lease expired (or, with ``token``, whose attempt is
     known dead). Returns the new state (queued or failed) or None if nothing was done."""
     now = clock.wall() if now is None else now
-    number, kind = connection.hmget(keys.job(job_id), "attempts", "kind")
+    number, kind, owner = connection.hmget(keys.job(job_id), "attempts", "kind", "owner")
     kind = (kind or b"").decode()
     reply = scripts.run(
         connection,
-        "reclaim_v1",
+        "reclaim_v2",
         keys=[
             keys.job(job_id), keys.LEASES, keys.errors(job_id), keys.rq_job(job_id),
             keys.rq_queue(queue), keys.rq_started(queue, connection),
             keys.rq_executions(job_id, connection), keys.rq_failed(queue, connection),
             keys.RECLAIMS, keys.items(job_id),
-        ] + keys.outcome_keys("failed", kind, now) + [keys.FAILED_INDEX, keys.payload(job_id)],
+        ] + keys.outcome_keys("failed", kind, now) + [keys.FAILED_INDEX, keys.payload(job_id)]
+        + keys.owner_state_indexes((owner or b"").decode()),
         args=[job_id, now, message, error_entry(int(number or 0), message, now),
               settings().result_ttl, utcformat(rq_now()), token or "",
               f"failed:{kind}", keys.STATS_MINUTE_TTL],

@@ -20,7 +20,7 @@ from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job
 from rq.rate_limit import RateLimitRegistry
 
-from . import clock, consistency, keys, lease, scripts
+from . import clock, consistency, keys, lease, scripts, state_index
 
 log = logging.getLogger("leash.reaper")
 
@@ -54,6 +54,7 @@ class Reaper:
         if not self.connection.set(keys.REAPER_THROTTLE, self.name, nx=True, px=int(self.interval * 1000)):
             return 0
         done = self.reap(now) + self.stop_unheeded_cancels(now) + self.requeue_swallowed(now)
+        state_index.backfill_step(self.connection, now=now)  # once per store: jobs older than the indexes
         return done + sum(consistency.sweep(self.connection, now).values())
 
     def reap(self, now: float | None = None) -> int:

@@ -195,7 +195,7 @@ def test_a_write_whose_reply_was_lost_in_a_redis_blip_is_not_mistaken_for_a_zomb
 
     monkeypatch.setattr(scripts, "run", lossy_run)
     attempt.finish({"items": 3}, now=1001.0)  # must not raise LeaseLost
-    assert calls == ["finish_v2", "finish_v2"]
+    assert calls == ["finish_v3", "finish_v3"]
     assert attempt.outcome == "succeeded"
     assert states.status(conn, job_id)["state"] == "succeeded"
 

@@ -177,7 +177,7 @@ def _read_rq_sides(connection: Redis, job_ids: list[str]) -> list:
     with connection.pipeline(transaction=False) as pipe:
         for job_id in job_ids:
             pipe.hmget(keys.rq_job(job_id), "origin", "rate_limit_key", "rate_limit_concurrency")
-            pipe.hget(keys.job(job_id), "queue")
+            pipe.hmget(keys.job(job_id), "queue", "owner")
         return pipe.execute()
 
 
@@ -194,19 +194,20 @@ def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: i
     origins: set[str] = set()
     for n, job_id in enumerate(job_ids):
         origin, limit_key, concurrency = (_text(v) for v in rows[2 * n])
-        origin = origin or _text(rows[2 * n + 1]) or "leash"
+        queue, owner = (_text(v) for v in rows[2 * n + 1])
+        origin = origin or queue or "leash"
         origins.add(origin)
         script_keys += [keys.job(job_id), keys.items(job_id), keys.errors(job_id), keys.payload(job_id),
                         keys.rq_job(job_id), _failed_registry(connection, origin)]
         if limit_key and concurrency:
             registry = keys.rq_rate_limit(limit_key, connection)
-            script_keys += [registry.rate_limited_key, registry.allowed_key]
+            script_keys += [registry.rate_limited_key, *keys.owner_state_indexes(owner or ""), registry.allowed_key]
             args += [job_id, "limited"]
             limits[limit_key] = int(concurrency)
         else:
-            script_keys.append(keys.rq_queue(origin))
+            script_keys += [keys.rq_queue(origin), *keys.owner_state_indexes(owner or "")]
             args += [job_id, "list"]
-    results = [_text(r) for r in scripts.run(connection, "replay_v1", keys=script_keys, args=args)]
+    results = [_text(r) for r in scripts.run(connection, "replay_v2", keys=script_keys, args=args)]
     # What RQ's enqueue does for a rate-limited job after saving it as waiting: register the
     # limit, then fill free slots (oldest waiting first) onto the queue.
     with connection.pipeline(transaction=False) as pipe:

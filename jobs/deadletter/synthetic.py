@@ -94,6 +94,11 @@ def _write_one(pipe, queue, failed_registry: str, spec: FailedJob, job_id: str, 
     pipe.expire(keys.errors(job_id), s.result_ttl)
     pipe.zadd(keys.FAILED_INDEX, {job_id: failed_at})
     pipe.zadd(keys.owner_jobs(spec.owner), {job_id: created_at})
+    # As fail_v2 indexes a failed job: by creation in its owner's failed index, due to leave with it.
+    pipe.zadd(keys.owner_state(spec.owner, "failed"), {job_id: created_at})
+    pipe.zadd(keys.owner_expiries(spec.owner), {job_id: now + s.result_ttl})
+    pipe.expire(keys.owner_state(spec.owner, "failed"), s.result_ttl)
+    pipe.expire(keys.owner_expiries(spec.owner), s.result_ttl)
 
     retry = Retry(max=spec.max_attempts - 1, interval=retry_intervals(spec.max_attempts, s.retry_backoff)) \
         if spec.max_attempts > 1 else None

@@ -103,3 +103,32 @@ local function rate_acquire(requests_key, tokens_key, paused_key, now, per_reque
   end
   return {0, math.ceil(start - now)}
 end
+
+-- Keep an owner's state indexes exact: the job is in the index of `state` and in no other.
+-- `first` is where the owner's KEYS block starts (jobs.keys.owner_state_indexes: queued,
+-- running, succeeded, failed, expiries). An ended job's entry leaves with its records: it is
+-- due in the expiries when they expire (`ttl` seconds from `now`), and an index holding ended
+-- jobs lives at least that long, so no key or entry outlives the jobs it lists.
+local INDEXED_STATES = {'queued', 'running', 'succeeded', 'failed'}
+local function index_state(first, job_key, job_id, state, now, ttl)
+  local created = tonumber(redis.call('HGET', job_key, 'created_at') or '') or tonumber(now)
+  local expiries = KEYS[first + 4]
+  for i, name in ipairs(INDEXED_STATES) do
+    if name == state then
+      redis.call('ZADD', KEYS[first + i - 1], created, job_id)
+    else
+      redis.call('ZREM', KEYS[first + i - 1], job_id)
+    end
+  end
+  if state == 'succeeded' or state == 'failed' then
+    ttl = tonumber(ttl)
+    redis.call('ZADD', expiries, tonumber(now) + ttl, job_id)
+    local index = KEYS[first + 2]
+    if state == 'failed' then index = KEYS[first + 3] end
+    for _, key in ipairs({index, expiries}) do
+      if redis.call('TTL', key) < ttl then redis.call('EXPIRE', key, ttl) end
+    end
+  else
+    redis.call('ZREM', expiries, job_id)
+  end
+end

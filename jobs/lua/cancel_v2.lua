@@ -1,0 +1,26 @@
+-- cancel_v2: ask a job to stop. A queued job fails at once with "canceled"; a running job
+-- gets a flag its next heartbeat sees (cooperative), and a hard-stop deadline for the reaper.
+-- KEYS[1] job hash  KEYS[2] cancels zset  KEYS[3] items hash  KEYS[4] errors list
+-- ARGV[1] job_id  ARGV[2] now  ARGV[3] hard-stop deadline  ARGV[4] ttl seconds
+-- ARGV[5] error-history entry JSON
+-- KEYS[5] failed-this-minute counter for the kind  KEYS[6] same for all kinds
+-- KEYS[7] all-time totals hash  KEYS[8] failed index zset  KEYS[9] payload copy
+-- ARGV[6] totals field ("failed:<kind>")  ARGV[7] per-minute counter ttl
+-- Returns the state the job was in ('missing' when unknown).
+-- KEYS[10..14] the owner's state indexes: queued, running, succeeded, failed zsets and
+-- the expiries zset (jobs.keys.owner_state_indexes); the job moves between them here.
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return 'missing' end
+if state == 'queued' then
+  redis.call('HSET', KEYS[1], 'state', 'failed', 'error', 'canceled', 'updated_at', ARGV[2],
+    'ended_at', ARGV[2], 'cancel_requested', '1')
+  redis.call('RPUSH', KEYS[4], ARGV[5])
+  keep_for(ARGV[4], KEYS[1], KEYS[3], KEYS[4], KEYS[9])
+  count_outcome(KEYS[5], KEYS[6], KEYS[7], ARGV[6], ARGV[7])
+  redis.call('ZADD', KEYS[8], tonumber(ARGV[2]), ARGV[1])
+  index_state(10, KEYS[1], ARGV[1], 'failed', ARGV[2], ARGV[4])
+elseif state == 'running' then
+  redis.call('HSET', KEYS[1], 'cancel_requested', '1')
+  redis.call('ZADD', KEYS[2], tonumber(ARGV[3]), ARGV[1])
+end
+return state
