@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from jobs import config, control, listing, results, states
+from jobs import admission, config, control, listing, results, states
 from jobs.context import CONCURRENCY_FIELD
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob, NoSuchJob
@@ -109,6 +109,10 @@ def submit(kind, labels, template, owner, token, idempotency_key, max_attempts, 
     if any(v is not None for v in budget.values()):
         payload[BUDGET_FIELD] = {k: v for k, v in budget.items() if v is not None}
     conn = connect_checked()
+    refusal = admission.check(conn, owner, idempotency_key)
+    if refusal is not None:
+        # Not bad input: the same command succeeds later (exit 1, like any refusal to act now).
+        raise click.ClickException(refusal.message)
     try:
         job_id, created = enqueue(conn, kind, payload, owner=owner, max_attempts=max_attempts,
                                   idempotency_key=idempotency_key, queue=queue)

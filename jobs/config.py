@@ -19,7 +19,7 @@ class Setting:
     is False for facts of the environment leash reads but does not own (``USER``, ...)."""
 
     name: str
-    type: str  # str | int | float | bool | ints (comma-separated) | names (comma-separated)
+    type: str  # str | int | float | bool | ints | names (comma-separated) | rate (60/minute)
     default: Any
     meaning: str
     minimum: float | None = None
@@ -63,11 +63,17 @@ def get(name: str) -> Any:
             return [int(part) for part in text.split(",") if part.strip()] or setting.default
         elif setting.type == "names":
             return [part.strip() for part in text.split(",") if part.strip()] or setting.default
+        elif setting.type == "rate":
+            from limits import parse_many
+
+            parse_many(text)  # a bad rate fails at start, not at the first submission
+            return text
         else:
             return text
     except ValueError:
         expected = {"int": "an integer", "float": "a number", "bool": "0 or 1",
-                    "ints": "comma-separated integers"}[setting.type]
+                    "ints": "comma-separated integers",
+                    "rate": "a rate like 60/minute (or several: 10/second;1000/day)"}[setting.type]
         raise ValueError(f"{name} must be {expected}, got {text!r}") from None
     if setting.minimum is not None and value < setting.minimum:
         raise ValueError(f"{name} must be at least {setting.minimum:g}, got {value}")
@@ -169,6 +175,12 @@ declare("LEASH_SECURE_COOKIES", "bool", False, "`1`: cookies only over HTTPS")
 declare("LEASH_REDIS_TIMEOUT", "float", 5.0,
         "seconds before an unanswered Redis call is given up: a 503 in the web app, exit 1 from a command", 0.01)
 declare("LEASH_METRICS_TOKEN", "str", None, "bearer token /metrics requires")
+# Sign-in and quotas (jobs/admission.py, web/auth.py); they matter once LEASH_API_TOKENS is set.
+declare("LEASH_TRUSTED_USER_HEADER", "str", None,
+        "a header naming the signed-in owner, set by an auth proxy that strips it from clients (default: off)")
+declare("LEASH_PUBLIC_SUBMIT", "bool", False, "`1`: visitors who are not signed in may use the form, as owner `public`")
+declare("LEASH_MAX_QUEUED_PER_OWNER", "int", 1000, "an owner's queued jobs; a submission beyond is a 429", 1)
+declare("LEASH_SUBMIT_RATE", "rate", None, "an owner's submissions per period, e.g. `60/minute` (default: none)")
 declare("LEASH_GUNICORN_CONTROL_SOCKET", "str", None, "a path of its own for gunicorn's control socket (default: off)")
 declare("WEB_CONCURRENCY", "int", 2, "gunicorn worker processes (8 threads each; read by the Procfile)", 1)
 declare("PORT", "int", 5000, "the web app's port (the Procfile's gunicorn; `leash dev --port`)", 1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from jobs import keys
-from tests.web_support import CLASSIFY, HTML, TOKENS, bearer, csrf_from, finish_job
+from tests.web_support import CLASSIFY, HTML, TOKENS, bearer, csrf_from, finish_job, sign_in
 from jobs.owners import SHARED_OWNER, parse_tokens
 
 
@@ -48,8 +48,10 @@ def test_an_unknown_owner_never_sees_jobs_and_idempotency_keys_are_per_owner(tok
     assert [j["job_id"] for j in client.get("/jobs", headers=bearer("alice")).get_json()["jobs"]] == [alice["job_id"]]
 
 
-def test_with_tokens_browsers_are_owners_by_their_session_and_cannot_see_each_other(token_app, conn):
+def test_with_tokens_browsers_are_owners_by_their_sign_in_and_cannot_see_each_other(token_app, conn):
     first, second = token_app.test_client(), token_app.test_client()
+    assert sign_in(first, "alice").status_code == 303
+    assert sign_in(second, "bob").status_code == 303
     page = first.get("/", headers=HTML)
     response = first.post("/", data={"kind": "classify", "labels": "a, b", "items": "one\ntwo",
                                      "csrf_token": csrf_from(page.data), "submission": "submission-1"})
@@ -57,7 +59,7 @@ def test_with_tokens_browsers_are_owners_by_their_session_and_cannot_see_each_ot
     job_path = response.headers["Location"]
     assert first.get(job_path, headers=HTML).status_code == 200
     assert first.get(job_path).get_json()["state"] == "queued"  # the page's own poll, by cookie
-    second.get("/", headers=HTML)
+    assert conn.hget(keys.job(job_path.rsplit("/", 1)[1]), "owner") == b"alice"
     assert second.get(job_path, headers=HTML).status_code == 404
     assert second.get(job_path).status_code == 404
     assert second.get("/jobs").get_json()["jobs"] == []

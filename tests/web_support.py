@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 import redis
 
-from jobs import keys
+from jobs import keys, state_index
 from cli.devserver import free_port
 from tests.conftest import REDIS_URL, ROOT, wait_for
 from web.app import create_app
@@ -63,6 +63,14 @@ def csrf_from(html: bytes) -> str:
     return match.group(1).decode()
 
 
+def sign_in(client, owner: str, next_path: str = "/"):
+    """Sign a browser in at /signin with the owner's token; returns the answer (a 303 to next)."""
+    page = client.get(f"/signin?next={next_path}", headers=HTML)
+    assert page.status_code == 200, page.status_code
+    return client.post("/signin", data={"token": TOKENS[owner], "next": next_path, "csrf_token": csrf_from(page.data)},
+                       headers=HTML)
+
+
 def finish_job(connection: redis.Redis, job_id: str, results: list, summary: dict | None = None) -> None:
     """Write a succeeded job's end state as the finish transition would (for page tests that
     do not need a worker)."""
@@ -72,6 +80,7 @@ def finish_job(connection: redis.Redis, job_id: str, results: list, summary: dic
         "state": "succeeded", "done": len(results), "total": len(results), "attempts": 1,
         "updated_at": now, "ended_at": now, "result": json.dumps(summary or {"items": len(results)}),
     })
+    state_index.repair(connection, [job_id], [connection.hget(keys.job(job_id), "owner").decode()])
 
 
 class RoundTrips:

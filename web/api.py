@@ -24,13 +24,13 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, redirect, request, stream_with_context, url_for
 
-from jobs import control, kinds, listing, results, states
+from jobs import admission, control, kinds, listing, results, states
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob, NoSuchJob
 from jobs.usage.meter import DAYS_KEPT
 from jobs.usage.report import owner_usage
 
-from .auth import request_owner
+from .auth import Need, request_owner
 from .errors import api_error, wants_html
 from .reads import NoSuchJobHere, int_arg, read_status, redis_conn, state_arg
 
@@ -83,7 +83,7 @@ def _parse_submission() -> tuple[str, dict, Any, Any]:
 
 @bp.post("/jobs")
 def submit():
-    owner = request_owner()
+    owner = request_owner(Need.ACT)
     idempotency_key = request.headers.get("Idempotency-Key")
     if idempotency_key is not None and not _IDEMPOTENCY_KEY.match(idempotency_key):
         return api_error(400, "the Idempotency-Key header must be 1-200 characters of letters, digits and _.:@- "
@@ -93,6 +93,9 @@ def submit():
     except _Fail as fail:
         return api_error(fail.status, fail.message)
     connection = redis_conn()
+    refusal = admission.check(connection, owner, idempotency_key)
+    if refusal is not None:
+        return api_error(refusal.status, refusal.message, {"Retry-After": str(refusal.retry_after)})
     try:
         job_id, created = enqueue(connection, kind, payload, owner=owner, max_attempts=max_attempts,
                                   idempotency_key=idempotency_key, queue=queue)
@@ -157,7 +160,7 @@ def result(job_id: str):
 
 @bp.post("/jobs/<job_id>/cancel")
 def cancel(job_id: str):
-    owner = request_owner()
+    owner = request_owner(Need.ACT)
     connection = redis_conn()
     read_status(connection, job_id, owner)  # 404 unless it is the caller's job
     previous = control.cancel(connection, job_id)
@@ -212,7 +215,7 @@ def usage():
 def job_list():
     if wants_html():
         return html_view("api.job_list")()
-    owner = request_owner()
+    owner = request_owner(Need.LIST)
     offset = int_arg("offset", 0, 0, 10**9)
     limit = int_arg("limit", 20, 1, 100)
     state = state_arg()

@@ -14,6 +14,8 @@ Configuration comes from the environment (``test_config`` overrides it in tests)
                                     after one, every request is a 503 at once until Redis
                                     answers again (web.redis_guard)
     LEASH_METRICS_TOKEN             GET /metrics needs 'Authorization: Bearer <it>'; unset: open
+    LEASH_TRUSTED_USER_HEADER       a header an auth proxy sets to the signed-in owner (web/auth.py)
+    LEASH_PUBLIC_SUBMIT=1           the form without signing in, as the owner 'public'
     LEASH_IMPORTS                   modules that register job kinds
     LEASH_LOG_FORMAT                text (default) or json (jobs/observability/logs.py)
     SENTRY_DSN                      report unhandled errors to Sentry (jobs/observability/reporting.py)
@@ -31,7 +33,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from jobs import config, kinds
 
-from . import api, auth, dashboard, errors, metrics, observability, pages
+from . import api, auth, dashboard, errors, metrics, observability, pages, signin
 from .redis_guard import guarded_connection
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,8 @@ def _config_from_env() -> dict:
         # A request must not hang on a Redis that accepts connections but does not answer.
         "LEASH_REDIS_TIMEOUT": get("LEASH_REDIS_TIMEOUT"),
         "LEASH_METRICS_TOKEN": get("LEASH_METRICS_TOKEN"),
+        "LEASH_TRUSTED_USER_HEADER": get("LEASH_TRUSTED_USER_HEADER"),
+        "LEASH_PUBLIC_SUBMIT": get("LEASH_PUBLIC_SUBMIT"),
     }
 
 
@@ -89,7 +93,10 @@ def create_app(test_config: dict | None = None) -> Flask:
     # Werkzeug caps form fields separately (500 kB); one limit for every kind of body.
     app.config["MAX_FORM_MEMORY_SIZE"] = app.config["MAX_CONTENT_LENGTH"]
     app.config["LEASH_TOKENS"] = auth.parse_tokens(app.config["LEASH_API_TOKENS"])
-    if not app.config["LEASH_TOKENS"]:
+    if app.config["LEASH_TRUSTED_USER_HEADER"]:
+        log.warning("LEASH_TRUSTED_USER_HEADER=%s: requests carrying it are signed in as the owner it names; "
+                    "the auth proxy in front must strip it from clients", app.config["LEASH_TRUSTED_USER_HEADER"])
+    elif not app.config["LEASH_TOKENS"]:
         log.warning("LEASH_API_TOKENS is not set: the API is open and its callers share one owner "
                     "(development only)")
     kinds.import_kinds()
@@ -104,6 +111,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.before_request(_csrf_policy)
     app.register_blueprint(api.bp)
     app.register_blueprint(pages.bp)
+    signin.init_app(app)
     # A browser asking for an API address gets the page (the API does not import the pages).
     app.extensions["leash_html_views"] = {"api.job": pages.job_page, "api.job_list": pages.jobs_page}
     app.after_request(_security_headers)

@@ -1,29 +1,53 @@
 """Who is asking: every job belongs to an owner, and only its owner can see it.
 
-- API callers send ``Authorization: Bearer <token>``; ``LEASH_API_TOKENS`` maps tokens to
-  owners (``alice=s3cret,bob=0ther``). A missing or unknown token is a 401.
-- Browser users get a random owner id in the signed session cookie on their first page; it
-  is permanent (a bookmarked job page still works weeks later in the same browser).
-- With ``LEASH_API_TOKENS`` unset the deployment is open: every caller — browser, curl, the
-  CLI — is the owner ``shared`` (an Authorization header is ignored), so a job is visible at
-  the address it prints wherever it was submitted. That is for development only.
+- With ``LEASH_API_TOKENS`` unset (and no trusted header) the deployment is open: every
+  caller — browser, curl, the CLI — is the owner ``shared`` (an Authorization header is
+  ignored), so a job is visible at the address it prints wherever it was submitted. That is
+  for development only.
+- Otherwise (production) an owner is signed in one of three ways:
+  API callers send ``Authorization: Bearer <token>`` (``LEASH_API_TOKENS`` maps tokens to
+  owners); a browser signs in at ``/signin`` with a token and keeps the owner in its signed
+  session cookie; an auth proxy in front of the app names the owner in
+  ``LEASH_TRUSTED_USER_HEADER`` (only behind a proxy that strips that header from clients:
+  anyone who can send it directly can be anyone).
+  Nobody else may act: submitting, cancelling and every other change needs a signed-in owner,
+  except the form under ``LEASH_PUBLIC_SUBMIT=1``, where a visitor who is not signed in
+  submits as the owner ``public`` (whose jobs every such visitor can open by address).
+  A browser session from before sign-in existed keeps a random owner id of its own: it may
+  still read the jobs it made, and act no more.
 
-A request authenticated by its cookie can be forged by another site, so unsafe methods on
-cookie-authenticated requests must carry the CSRF token (see ``csrf_required``). A bearer
-token is never sent by a browser on its own, so token requests need none.
+A request authenticated by a cookie (or by the proxy's cookie) can be forged by another site,
+so unsafe methods on such requests must carry the CSRF token (see ``csrf_required``). A
+bearer token is never sent by a browser on its own, so token requests need none.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
-import secrets
+from enum import Enum
 
 from flask import current_app, g, request, session
-from werkzeug.exceptions import Unauthorized
+from werkzeug.exceptions import BadRequest, Unauthorized
 
 from jobs.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens  # noqa: F401  (parse_tokens: web.app)
 
+from .errors import wants_html
+
 _OWNER = OWNER_PATTERN
+#: The owner of form submissions by visitors who are not signed in (LEASH_PUBLIC_SUBMIT=1).
+PUBLIC_OWNER = "public"
+#: Owner ids the app gave anonymous browsers before sign-in existed start with this.
+LEGACY_BROWSER_PREFIX = "browser:"
+
+
+class Need(Enum):
+    """What a request is about to do with the owner it asks for."""
+
+    READ = "read"  #: open one job (by its address) or its results
+    LIST = "list"  #: list the owner's jobs
+    SUBMIT = "submit"  #: the form (LEASH_PUBLIC_SUBMIT lets visitors who are not signed in use it)
+    ACT = "act"  #: submit through the API, cancel: any change
 
 
 class TokenRequired(Unauthorized):
@@ -33,17 +57,37 @@ class TokenRequired(Unauthorized):
         return [*super().get_headers(environ, scope), ("WWW-Authenticate", 'Bearer realm="leash"')]
 
 
+class SignInRequired(TokenRequired):
+    """No signed-in owner for what this request does: a browser is sent to the sign-in page
+    (web/signin.py), an API client gets the 401."""
+
+
 def _tokens() -> dict[str, str]:
     return current_app.config["LEASH_TOKENS"]
 
 
-def _owner_for_token(presented: str) -> str | None:
+def _trusted_header() -> str | None:
+    return current_app.config.get("LEASH_TRUSTED_USER_HEADER") or None
+
+
+def open_mode() -> bool:
+    """True in development: no tokens and no proxy, one shared owner."""
+    return not _tokens() and not _trusted_header()
+
+
+def owner_for_token(presented: str) -> str | None:
     # Compare against every token in constant time, so timing does not reveal a prefix.
     found = None
     for token, owner in _tokens().items():
         if hmac.compare_digest(token.encode(), presented.encode()):
             found = owner
     return found
+
+
+def token_digest(token: str) -> str:
+    """What a signed-in session keeps of its token: a keyed digest, so removing the token from
+    LEASH_API_TOKENS signs its sessions out, and the (readable) cookie does not carry it."""
+    return hmac.new(current_app.config["SECRET_KEY"].encode(), token.encode(), hashlib.sha256).hexdigest()[:32]
 
 
 def _bearer() -> str | None:
@@ -56,38 +100,81 @@ def _bearer() -> str | None:
     return token.strip()
 
 
-def browser_owner() -> str:
-    """The session's owner id, created on first use (pages call this). In open mode it is the
-    shared owner: the form, the CLI and curl then see the same jobs."""
-    if not _tokens():
+def _header_owner() -> str | None:
+    name = _trusted_header()
+    value = request.headers.get(name) if name else None
+    if value is None:
+        return None
+    value = value.strip()
+    if not _OWNER.match(value):
+        raise BadRequest(f"the {name} header must name an owner: 1-200 letters, digits or _.:@-")
+    return value
+
+
+def _session_owner() -> str | None:
+    """The owner this browser signed in as, if its token is still one of LEASH_API_TOKENS."""
+    owner, digest = session.get("owner"), session.get("signed_in")
+    if not isinstance(owner, str) or not isinstance(digest, str):
+        return None
+    for token, token_owner in _tokens().items():
+        if token_owner == owner and hmac.compare_digest(token_digest(token), digest):
+            return owner
+    return None
+
+
+def signed_in_owner() -> str | None:
+    """The signed-in owner of this request (proxy header, else session), or None."""
+    return _header_owner() or _session_owner()
+
+
+def _legacy_owner() -> str | None:
+    owner = session.get("owner")
+    if isinstance(owner, str) and owner.startswith(LEGACY_BROWSER_PREFIX) and _OWNER.match(owner) \
+            and not session.get("signed_in"):
+        return owner
+    return None
+
+
+def browser_owner(need: Need = Need.READ) -> str:
+    """The owner a page acts for. In open mode the shared owner (the form, the CLI and curl
+    then see the same jobs); otherwise the signed-in owner, else what ``need`` allows a
+    visitor who is not signed in, else ``SignInRequired``."""
+    if open_mode():
         if session.get("owner") != SHARED_OWNER:
             session["owner"] = SHARED_OWNER
             session.permanent = True
         return _known(SHARED_OWNER)
-    owner = session.get("owner")
-    if not isinstance(owner, str) or not _OWNER.match(owner) or owner == SHARED_OWNER:
-        owner = "browser:" + secrets.token_urlsafe(12)
-        session["owner"] = owner
-        session.permanent = True
+    owner = signed_in_owner()
+    if owner is None and need in (Need.READ, Need.LIST):
+        owner = _legacy_owner()
+    if owner is None and need in (Need.READ, Need.SUBMIT) and current_app.config.get("LEASH_PUBLIC_SUBMIT"):
+        owner = PUBLIC_OWNER
+    if owner is None:
+        raise SignInRequired("sign in first: open /signin with your API token"
+                             + (" (or submit through the form without signing in)"
+                                if current_app.config.get("LEASH_PUBLIC_SUBMIT") else ""))
     return _known(owner)
 
 
-def request_owner() -> str:
+def request_owner(need: Need = Need.READ) -> str:
     """The owner of an API request: in open mode the shared owner; else the bearer token's
-    owner, else the browser session's. Raises 401 with what to send."""
-    if not _tokens():
+    owner, else the signed-in owner (proxy header or browser session), else what a page would
+    allow a browser for ``need``. Raises 401 with what to send."""
+    if open_mode():
         return _known(SHARED_OWNER)
-    token = _bearer()
+    token = _bearer() if _tokens() else None
     if token is not None:
-        owner = _owner_for_token(token)
+        owner = owner_for_token(token)
         if owner is None:
             raise TokenRequired("unknown API token; check the token in 'Authorization: Bearer <token>'")
         return _known(owner)
-    owner = session.get("owner")
-    if isinstance(owner, str) and _OWNER.match(owner) and owner != SHARED_OWNER:
-        return _known(owner)
-    raise TokenRequired("missing API token: send 'Authorization: Bearer <token>' "
-                        "(tokens are configured in LEASH_API_TOKENS)")
+    try:
+        return browser_owner(need)
+    except SignInRequired:
+        if wants_html():
+            raise  # a browser (the cancel button) goes to the sign-in page
+        raise TokenRequired("missing API token: send 'Authorization: Bearer <token>' "
+                            "(tokens are configured in LEASH_API_TOKENS)") from None
 
 
 def _known(owner: str) -> str:
@@ -96,7 +183,10 @@ def _known(owner: str) -> str:
 
 
 def csrf_required() -> bool:
-    """True when this request is authenticated by its cookie (no Authorization header, a
-    session owner) and so must prove it came from our own page."""
+    """True when this request is authenticated by a cookie — its own session, or the auth
+    proxy's (the trusted header) — and so must prove it came from our own page."""
     by_token = bool(_tokens()) and "Authorization" in request.headers
-    return not by_token and isinstance(session.get("owner"), str)
+    if by_token:
+        return False
+    by_proxy = bool(_trusted_header()) and _trusted_header() in request.headers
+    return by_proxy or isinstance(session.get("owner"), str)

@@ -22,14 +22,14 @@ from datetime import datetime
 
 from flask import Blueprint, make_response, redirect, render_template, request, url_for
 
-from jobs import clock, kinds, limits, results, states, watch
+from jobs import admission, clock, kinds, limits, results, states, watch
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob
 from jobs.listing import list_jobs
 from jobs.usage.budget import BUDGET_FIELD
 from jobs.usage.report import spend_text
 
-from .auth import browser_owner
+from .auth import Need, browser_owner
 from .forms import SubmitForm
 from .reads import int_arg, read_status, redis_conn, state_arg
 
@@ -112,23 +112,29 @@ def _page(html: str, status: int = 200):
 
 @bp.route("/", methods=["GET", "POST"])
 def index():
-    owner = browser_owner()
+    owner = browser_owner(Need.SUBMIT)
     form = SubmitForm()
+    refusal = None
     if form.validate_on_submit():
         items = form.item_list()
         payload = _payload(form, items or [])
         if items is not None:
             _check_each_field(form, form.kind.data, payload)
         if not any(getattr(form, name).errors for name in FORM_FIELDS):
+            key = "form:" + form.submission.data
+            refusal = admission.check(redis_conn(), owner, key)
             try:
-                job_id, _ = enqueue(redis_conn(), form.kind.data, payload, owner=owner,
-                                    idempotency_key="form:" + form.submission.data)
+                if refusal is None:
+                    job_id, _ = enqueue(redis_conn(), form.kind.data, payload, owner=owner, idempotency_key=key)
+                    return redirect(url_for("api.job", job_id=job_id), 303)
             except InvalidJob as exc:
                 getattr(form, _field_for(str(exc), form)).errors.append(plain(str(exc)))
-            else:
-                return redirect(url_for("api.job", job_id=job_id), 303)
     status = 422 if form.is_submitted() and form.errors else 200
-    return _page(render_template("index.html", form=form, kind_names=sorted(kinds.KINDS)), status)
+    response = _page(render_template("index.html", form=form, kind_names=sorted(kinds.KINDS),
+                                     refusal=refusal and plain(refusal.message)), refusal.status if refusal else status)
+    if refusal:
+        response.headers["Retry-After"] = str(refusal.retry_after)
+    return response
 
 
 def _age(fields: dict) -> float:
@@ -168,7 +174,7 @@ def _traceback(error: str | None) -> str | None:
 
 
 def job_page(job_id: str):
-    owner = browser_owner()
+    owner = browser_owner(Need.READ)
     connection = redis_conn()
     fields = read_status(connection, job_id, owner)
     terminal = fields["state"] in states.TERMINAL
@@ -199,7 +205,7 @@ def _percent(fields: dict) -> int:
 
 
 def jobs_page():
-    owner = browser_owner()
+    owner = browser_owner(Need.LIST)
     offset = int_arg("offset", 0, 0, 10**9)
     state = state_arg()
     total, found = list_jobs(redis_conn(), owner, offset, JOBS_PER_PAGE, state=state)

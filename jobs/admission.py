@@ -1,0 +1,84 @@
+"""May this owner submit a job now? The one check at the door, for the API, the form and
+``leash submit`` alike (each calls ``check`` just before ``jobs.enqueue.enqueue``).
+
+    LEASH_MAX_QUEUED_PER_OWNER   an owner's jobs waiting to run (default 1000)
+    LEASH_SUBMIT_RATE            an owner's submissions per period (``60/minute``; unset: none)
+
+A refusal is a ``Refusal(status, message, retry_after)``: the web app answers it with that
+status and a ``Retry-After`` header, ``leash submit`` prints the message and exits 1.
+
+Limits apply at the door only: nothing here is consulted once a job is accepted, so a job
+accepted under yesterday's limits is never failed by today's. The queued count is read from
+the owner's queued index (jobs/state_index.py) and is not reserved: submissions racing each
+other can pass the cap by at most the number in flight at that moment.
+
+The rate is kept by the ``limits`` package (the engine and Redis storage flask-limiter is
+built on) in the job store's own Redis, on a moving window: at most N submissions in any
+period. It is used directly rather than through flask-limiter's decorators because
+``leash submit`` writes to Redis without going through the web app, and both must spend one
+counter.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import NamedTuple
+
+from limits import parse_many
+from limits.storage import RedisStorage
+from limits.strategies import MovingWindowRateLimiter
+from redis import Redis
+
+from . import config, keys, state_index
+
+#: Seconds a client refused for too many queued jobs is told to wait: jobs take minutes, so
+#: asking again sooner than this rarely finds a free place.
+QUEUED_RETRY_AFTER = 60
+
+
+class Refusal(NamedTuple):
+    """Why a submission is refused: the HTTP status, a message saying what to do, and the
+    seconds to wait before trying again (``Retry-After``)."""
+
+    status: int
+    message: str
+    retry_after: int
+
+
+_limiters: dict[int, tuple[Redis, MovingWindowRateLimiter]] = {}
+
+
+def _limiter(connection: Redis) -> MovingWindowRateLimiter:
+    cached = _limiters.get(id(connection))
+    if cached is None or cached[0] is not connection:
+        # The storage shares the connection's pool: same Redis, same TLS and timeout options.
+        storage = RedisStorage("redis://", connection_pool=connection.connection_pool,
+                               key_prefix=keys.SUBMIT_RATE_PREFIX)
+        cached = _limiters[id(connection)] = (connection, MovingWindowRateLimiter(storage))
+    return cached[1]
+
+
+def check(connection: Redis, owner: str, idempotency_key: str | None = None) -> Refusal | None:
+    """None when ``owner`` may submit a job now (and counts the submission against its rate),
+    else why not. A repeat of an idempotency key the owner already used is always let in: it
+    writes nothing and answers with the first job."""
+    if idempotency_key and connection.exists(keys.idempotency(owner, idempotency_key)):
+        return None
+    cap = config.get("LEASH_MAX_QUEUED_PER_OWNER")
+    queued = state_index.count(connection, owner, "queued")
+    if queued >= cap:
+        return Refusal(429, f"too many jobs waiting: owner {owner!r} has {queued} queued (at most {cap}, "
+                            "LEASH_MAX_QUEUED_PER_OWNER); submit again once some have started, or cancel some",
+                       QUEUED_RETRY_AFTER)
+    rate = config.get("LEASH_SUBMIT_RATE")
+    if rate:
+        limiter = _limiter(connection)
+        scope = keys.submit_rate_scope(owner)
+        for item in parse_many(rate):
+            if not limiter.hit(item, *scope):
+                reset_at = limiter.get_window_stats(item, *scope).reset_time
+                wait = max(1, math.ceil(reset_at - time.time()))
+                return Refusal(429, f"too many submissions: at most {item} per owner (LEASH_SUBMIT_RATE); "
+                                    f"try again in {wait} s", wait)
+    return None
