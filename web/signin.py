@@ -60,7 +60,7 @@ def signin():
         form.token.errors.append("Unknown token: check it, or ask for one (LEASH_API_TOKENS)")
         status = 401
     elif form.is_submitted():
-        status = 400 if form.csrf_token.errors else 422
+        status = 403 if form.csrf_token.errors else 422  # 403: as every refused CSRF token
     return render_template("signin.html", form=form), status
 
 
@@ -68,7 +68,7 @@ def signin():
 def signout():
     form = SignOutForm()
     if not form.validate_on_submit():
-        return error_response(400, "refused: the sign-out form expired or was not sent from this page; reload it")
+        return error_response(403, "refused: the sign-out form expired or was not sent from this page; reload it")
     session.clear()
     return redirect(url_for("signin.signin"), 303)
 
