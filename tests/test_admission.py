@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli import main
-from jobs import admission, config, keys, states
+from jobs import admission, config, keys, state_index, states
 from jobs.enqueue import enqueue
 from tests.conftest import wait_for
 from tests.web_support import CLASSIFY, HTML, bearer, csrf_from, sign_in
@@ -115,3 +115,4 @@ def test_limits_apply_at_the_door_only_a_job_accepted_earlier_runs_to_the_end(co
     wait_for(lambda: all(states.status(conn, i)["state"] == "succeeded" for i in ids), 60,
              message="every job accepted earlier succeeds")
     assert [states.status(conn, i)["error"] for i in ids] == [None, None, None]
+    assert state_index.count(conn, "ann", "succeeded") == 3 and state_index.count(conn, "ann", "queued") == 0
