@@ -81,7 +81,7 @@ def test_sign_in_refuses_an_unknown_token_a_forged_form_and_a_foreign_next(token
     forged = token_app.test_client().post("/signin", data={"token": TOKENS["alice"]}, headers=HTML)
     assert forged.status_code == 403  # no CSRF token: another site cannot sign a visitor in
     assert token_app.test_client().get("/", headers=HTML).status_code == 303
-    for target in ("//evil.example/x", "https://evil.example/", "/\\evil.example"):
+    for target in ("//evil.example/x", "https://evil.example/", "/\\evil.example", "/\t/evil.example", "/\n/evil.example"):
         answer = sign_in(token_app.test_client(), "alice", next_path=target)
         assert answer.status_code == 303 and answer.headers["Location"] == "/", target
 

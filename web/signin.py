@@ -10,6 +10,7 @@ that is not signed in here, with the page it wanted as ``next`` (a path on this 
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
 from flask import Blueprint, Flask, current_app, redirect, render_template, request, session, url_for
@@ -32,9 +33,15 @@ class SignOutForm(FlaskForm):
     pass
 
 
+#: A path on this site: one "/" then printable ASCII without spaces, and never "//" or "/\\" at
+#: the start, which browsers read as another host (they also drop tabs and line breaks, so
+#: "/\t/evil.example" would be "//evil.example": no whitespace at all).
+_LOCAL_PATH = re.compile(r"/(?![/\\])[\x21-\x7e]*")
+
+
 def _local_path(target: str | None) -> str:
     """``target`` if it is a path on this site, else the form: never a redirect elsewhere."""
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+    if not target or not _LOCAL_PATH.fullmatch(target) or "\\" in target:
         return url_for("pages.index")
     parts = urlsplit(target)
     if parts.scheme or parts.netloc:
