@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
+from urllib.parse import urlencode
 from pathlib import Path
 
 import pytest
@@ -27,10 +28,10 @@ from web.app import SecretKeyMissing
 pytestmark = pytest.mark.slow
 
 
-def _get(server, path, headers=None):
+def _get(server, path, headers=None, method="GET", body=None):
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)  # a new connection each time
     try:
-        connection.request("GET", path, headers=headers or {})
+        connection.request(method, path, body=body, headers=headers or {})
         response = connection.getresponse()
         return response.status, response.read(), response
     finally:
@@ -53,12 +54,19 @@ def _healthz_count(server) -> float:
 
 
 def test_under_leash_dev_a_browser_session_is_valid_in_every_worker_without_a_configured_secret(web_server):
-    # With API tokens configured, GET /jobs without a valid session is a 401: every 200 below
-    # is a worker that accepted the cookie another worker signed with the key made for this run.
-    server = web_server(workers=2, secret_key=None,
-                        extra_env={"LEASH_API_TOKENS": "ci=ci-token-0123456789abcdef", "LEASH_DEV": "1"})
-    status, body, response = _get(server, "/", headers={"Accept": "text/html"})
+    # With API tokens configured, GET /jobs without a signed-in session is a 401: every 200
+    # below is a worker that accepted the cookie another worker signed with the key made for
+    # this run (the sign-in itself crosses workers too: its form and its POST).
+    token = "ci-token-0123456789abcdef"
+    server = web_server(workers=2, secret_key=None, extra_env={"LEASH_API_TOKENS": f"ci={token}", "LEASH_DEV": "1"})
+    status, body, response = _get(server, "/signin", headers={"Accept": "text/html"})
     assert status == 200
+    cookie = re.search(r"leash_session=[^;]+", response.getheader("Set-Cookie")).group(0)
+    csrf = re.search(rb'name="csrf_token" type="hidden" value="([^"]+)"', body).group(1).decode()
+    status, _, response = _get(server, "/signin", method="POST", body=urlencode({"token": token, "csrf_token": csrf}),
+                               headers={"Accept": "text/html", "Cookie": cookie,
+                                        "Content-Type": "application/x-www-form-urlencoded"})
+    assert status == 303
     cookie = re.search(r"leash_session=[^;]+", response.getheader("Set-Cookie")).group(0)
     for _ in range(20):
         status, body, _ = _get(server, "/jobs", headers={"Accept": "application/json", "Cookie": cookie})
