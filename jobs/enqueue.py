@@ -119,7 +119,8 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
             max_attempts: int | None = None, idempotency_key: str | None = None,
             queue: str | None = None, now: float | None = None) -> tuple[str, bool]:
     """Enqueue a job; returns ``(job_id, created)``. With an idempotency key already used by
-    this owner, returns the first job's id and ``created=False`` and writes nothing.
+    this owner, returns the first job's id and ``created=False`` and writes nothing. Quotas are
+    not checked here: the doors (API, form, ``leash submit``) ask ``jobs.admission.check`` first.
 
     The idempotency key is written in the same transaction as the job, so it never points at
     a job that does not exist: concurrent submissions with one key race on WATCH, the losers
