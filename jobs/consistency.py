@@ -151,17 +151,21 @@ def _log_round(seen: dict[str, list[str]]) -> None:
                  shown(seen["slots_freed"]))
 
 
-def _read(connection: Redis, job_ids: list[str]) -> list[tuple[str | None, float | None, str | None]]:
-    """(leash state, leash ended_at, RQ status) per job, in one round trip."""
+def _read(connection: Redis, job_ids: list[str],
+          owners: list[str | None] | None = None) -> list[tuple[str | None, float | None, str | None]]:
+    """(leash state, leash ended_at, RQ status) per job, in one round trip; each job's owner
+    is appended to ``owners`` when it is given (the state indexes' check needs it)."""
     with connection.pipeline(transaction=False) as pipe:
         for job_id in job_ids:
-            pipe.hmget(keys.job(job_id), "state", "ended_at")
+            pipe.hmget(keys.job(job_id), "state", "ended_at", "owner")
             pipe.hget(keys.rq_job(job_id), "status")
         raw = pipe.execute()
     out = []
     for n in range(len(job_ids)):
-        state, ended_at = (_text(v) for v in raw[2 * n])
+        state, ended_at, owner = (_text(v) for v in raw[2 * n])
         out.append((state, float(ended_at) if ended_at else None, _text(raw[2 * n + 1])))
+        if owners is not None:
+            owners.append(owner)
     return out
 
 
@@ -172,11 +176,14 @@ def _sweep_active(connection: Redis, now: float, batch: int, counts: dict, reque
     connection.set(keys.SWEEP_CURSOR, start + batch if len(job_ids) == batch else 0)
     if not job_ids:
         return
+    owners: list[str | None] = []
+    rows = _read(connection, job_ids, owners)
     # Every job passes here while queued or running and once as it ends: the place to catch
     # index entries an older release's scripts left behind during a deploy.
-    state_index.reconcile(connection, job_ids, now)
+    state_index.reconcile(connection, [(job_id, owner, state) for job_id, owner, (state, _, _)
+                                       in zip(job_ids, owners, rows, strict=True)], now)
     ended = []
-    for job_id, (state, ended_at, rq_status) in zip(job_ids, _read(connection, job_ids), strict=True):
+    for job_id, (state, ended_at, rq_status) in zip(job_ids, rows, strict=True):
         if state == "queued" and rq_status is None:
             if end_outside(connection, job_id, REMOVED, now=now):
                 counts["removed"] += 1

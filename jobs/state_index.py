@@ -77,17 +77,13 @@ def repair(connection: Redis, job_ids: list[str], owners: list[str | None], now:
         pipe.execute()
 
 
-def reconcile(connection: Redis, job_ids: list[str], now: float | None = None) -> int:
-    """Repair the jobs (of the consistency sweep's batch) that are missing from the index of
-    their state: moved by an older release's scripts, or written before the indexes.
-    Returns how many were repaired."""
-    if not job_ids:
-        return 0
-    with connection.pipeline(transaction=False) as pipe:
-        for job_id in job_ids:
-            pipe.hmget(keys.job(job_id), "owner", "state")
-        rows = [tuple(_text(v) for v in row) for row in pipe.execute()]
-    known = [(job_id, owner, state) for job_id, (owner, state) in zip(job_ids, rows, strict=True) if owner and state]
+def reconcile(connection: Redis, jobs: list[tuple[str, str | None, str | None]], now: float | None = None) -> int:
+    """Repair the jobs of the consistency sweep's batch, given as (id, owner, state) as it read
+    them, that are missing from the index of their state: moved by an older release's scripts,
+    or written before the indexes. One round trip when all is well; returns how many were
+    repaired (each by a script that reads the job's state again, so a job that moved since
+    the sweep read it is indexed as it is now)."""
+    known = [(job_id, owner, state) for job_id, owner, state in jobs if owner and state]
     if not known:
         return 0
     with connection.pipeline(transaction=False) as pipe:
