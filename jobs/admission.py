@@ -31,6 +31,7 @@ from limits.strategies import MovingWindowRateLimiter
 from redis import Redis
 
 from . import config, keys, state_index
+from .enqueue import job_for_key
 
 #: Seconds a client refused for too many queued jobs is told to wait: jobs take minutes, so
 #: asking again sooner than this rarely finds a free place.
@@ -63,7 +64,7 @@ def check(connection: Redis, owner: str, idempotency_key: str | None = None) -> 
     """None when ``owner`` may submit a job now (and counts the submission against its rate),
     else why not. A repeat of an idempotency key the owner already used is always let in: it
     writes nothing and answers with the first job."""
-    if idempotency_key and connection.exists(keys.idempotency(owner, idempotency_key)):
+    if idempotency_key and job_for_key(connection, owner, idempotency_key) is not None:
         return None
     cap = config.get("LEASH_MAX_QUEUED_PER_OWNER")
     queued = state_index.count(connection, owner, "queued")

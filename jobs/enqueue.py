@@ -155,6 +155,13 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
     raise InvalidJob("the idempotency key is being used by many submissions at once; retry")
 
 
+def job_for_key(connection: Redis, owner: str, idempotency_key: str) -> str | None:
+    """The job this owner's idempotency key already points at, in this release's form or an
+    earlier one's (jobs.admission lets such a repeat in: it writes nothing)."""
+    job_id = connection.get(keys.idempotency(owner, idempotency_key))
+    return job_id.decode() if job_id is not None else _job_of_legacy_key(connection, owner, idempotency_key)
+
+
 def _job_of_legacy_key(connection: Redis, owner: str, idempotency_key: str) -> str | None:
     """The job an idempotency key of an earlier release points at, if it is this owner's."""
     job_id = connection.get(keys.legacy_idempotency(owner, idempotency_key))

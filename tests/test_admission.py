@@ -46,6 +46,10 @@ def test_the_api_answers_a_submission_past_the_queued_cap_with_429_and_retry_aft
     # A repeat of a key already used writes nothing: it still gets its job.
     again = client.post("/jobs", json=CLASSIFY, headers={**bearer("alice"), "Idempotency-Key": "k1"})
     assert again.status_code == 200 and again.get_json()["job_id"] == first.get_json()["job_id"]
+    # So does a key written by the previous release's form of the key (a retry across a deploy).
+    conn.set(keys.legacy_idempotency("alice", "k0"), first.get_json()["job_id"])
+    old = client.post("/jobs", json=CLASSIFY, headers={**bearer("alice"), "Idempotency-Key": "k0"})
+    assert old.status_code == 200 and old.get_json()["job_id"] == first.get_json()["job_id"]
     assert client.post("/jobs", json=CLASSIFY, headers=bearer("bob")).status_code == 202  # per owner
     # Once one of them starts, there is room again.
     conn.zrem(keys.owner_state("alice", "queued"), first.get_json()["job_id"])
