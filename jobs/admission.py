@@ -2,6 +2,7 @@
 ``leash submit`` alike (each calls ``check`` just before ``jobs.enqueue.enqueue``).
 
     LEASH_MAX_QUEUED_PER_OWNER   an owner's jobs waiting to run (default 1000)
+    LEASH_OWNER_DAILY_TOKENS/_USD  what an owner's jobs may use per UTC day (jobs/usage/budget.py)
     LEASH_SUBMIT_RATE            an owner's submissions per period (``60/minute``; unset: none)
 
 A refusal is a ``Refusal(status, message, retry_after)``: the web app answers it with that
@@ -32,6 +33,7 @@ from redis import Redis
 
 from . import config, keys, state_index
 from .enqueue import job_for_key
+from .usage.budget import owner_over_daily, seconds_to_next_utc_day
 
 #: Seconds a client refused for too many queued jobs is told to wait: jobs take minutes, so
 #: asking again sooner than this rarely finds a free place.
@@ -72,6 +74,9 @@ def check(connection: Redis, owner: str, idempotency_key: str | None = None) -> 
         return Refusal(429, f"too many jobs waiting: owner {owner!r} has {queued} queued (at most {cap}, "
                             "LEASH_MAX_QUEUED_PER_OWNER); submit again once some have started, or cancel some",
                        QUEUED_RETRY_AFTER)
+    spent = owner_over_daily(connection, owner)
+    if spent:  # the owner's daily budget (LEASH_OWNER_DAILY_TOKENS / _USD) is used up until UTC midnight
+        return Refusal(429, f"{spent}; it starts again at 00:00 UTC", seconds_to_next_utc_day())
     rate = config.get("LEASH_SUBMIT_RATE")
     if rate:
         limiter = _limiter(connection)

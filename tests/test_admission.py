@@ -120,3 +120,26 @@ def test_limits_apply_at_the_door_only_a_job_accepted_earlier_runs_to_the_end(co
              message="every job accepted earlier succeeds")
     assert [states.status(conn, i)["error"] for i in ids] == [None, None, None]
     assert state_index.count(conn, "ann", "succeeded") == 3 and state_index.count(conn, "ann", "queued") == 0
+
+
+def test_an_owner_past_its_daily_budget_gets_429_until_the_next_utc_day_from_api_form_and_cli(
+        token_app, conn, env):
+    from jobs.usage.budget import seconds_to_next_utc_day
+    from jobs.usage.meter import utc_day
+
+    env.setenv("LEASH_OWNER_DAILY_TOKENS", "1000")
+    conn.hset(keys.usage_owner_day("alice", utc_day()), mapping={"input_tokens": 900, "output_tokens": 99})
+    client = token_app.test_client()
+    assert client.post("/jobs", json=CLASSIFY, headers=bearer("alice")).status_code == 202  # 999 of 1000
+    conn.hincrby(keys.usage_owner_day("alice", utc_day()), "output_tokens", 1)
+    refused = client.post("/jobs", json=CLASSIFY, headers=bearer("alice"))
+    assert refused.status_code == 429 and refused.json["error"].startswith("budget reached: owner 'alice'")
+    assert "LEASH_OWNER_DAILY_TOKENS" in refused.json["error"]
+    assert abs(int(refused.headers["Retry-After"]) - seconds_to_next_utc_day()) <= 5
+    assert client.post("/jobs", json=CLASSIFY, headers=bearer("bob")).status_code == 202  # bob's day is his own
+    result = cli_submit("--owner", "alice")
+    assert result.exit_code == 1 and result.output.count("\n") == 1 and "budget reached" in result.output
+    browser = token_app.test_client()
+    sign_in(browser, "alice")
+    assert form_post(browser, "daily-budget-1").status_code == 429
+    assert job_count(conn) == 2
