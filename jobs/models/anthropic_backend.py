@@ -22,8 +22,8 @@ import anthropic
 
 from . import backends
 from .calls import ModelBackend, ModelSettings
-from .provider import (COMPLETE, CUT_OFF, RATE_LIMITED, TIMED_OUT, UNAVAILABLE, Answer, CallRequest, Failure,
-                       Usage, estimated_usage, retry_after_seconds, status_failure)
+from .provider import (COMPLETE, CUT_OFF, RATE_LIMITED, TIMED_OUT, Answer, CallRequest, Failure,
+                       Usage, estimated_usage, retry_after_seconds, status_failure, unreachable)
 
 __all__ = ["AnthropicBackend"]
 
@@ -81,8 +81,7 @@ class AnthropicBackend(ModelBackend):
         if isinstance(exc, anthropic.APITimeoutError):
             return Failure(TIMED_OUT)
         if isinstance(exc, anthropic.APIConnectionError):
-            return Failure(UNAVAILABLE, f"cannot reach the model server at {self.client.base_url}: "
-                                        f"{exc.__cause__ or exc}")
+            return unreachable(self.client.base_url, exc)
         return None
 
     def _read(self, response, request: CallRequest) -> Answer:

@@ -21,8 +21,8 @@ import openai
 
 from . import backends
 from .calls import ModelBackend, ModelSettings, ModelUnavailable, match_label
-from .provider import (COMPLETE, CUT_OFF, PERMANENT, RATE_LIMITED, RESEND, TIMED_OUT, UNAVAILABLE, Answer,
-                       CallRequest, Failure, Usage, estimated_usage, retry_after_seconds, status_failure)
+from .provider import (COMPLETE, CUT_OFF, PERMANENT, RATE_LIMITED, RESEND, TIMED_OUT, Answer,
+                       CallRequest, Failure, Usage, estimated_usage, retry_after_seconds, status_failure, unreachable)
 
 __all__ = ["ModelUnavailable", "OpenAIBackend", "match_label", "retry_after_seconds"]
 
@@ -85,8 +85,7 @@ class OpenAIBackend(ModelBackend):
         if isinstance(exc, openai.APITimeoutError):
             return Failure(TIMED_OUT)
         if isinstance(exc, openai.APIConnectionError):
-            return Failure(UNAVAILABLE, f"cannot reach the model server at {self.client.base_url}: "
-                                        f"{exc.__cause__ or exc}")
+            return unreachable(self.client.base_url, exc)
         return None
 
     def _read(self, response, request: CallRequest) -> Answer:

@@ -33,8 +33,10 @@ class CallRequest:
 
 @dataclass(frozen=True)
 class Usage:
-    """What one answered call used. ``cached_input_tokens`` is None when the server does not
-    say; ``estimated`` is True when it reported nothing and the counts are ~4 characters a token."""
+    """What one answered call used. ``input_tokens`` is the whole prompt, the cached tokens
+    included (a provider that counts them apart, like Anthropic, has them added);
+    ``cached_input_tokens`` is None when the server does not say; ``estimated`` is True when it
+    reported nothing and the counts are ~4 characters a token."""
 
     input_tokens: int
     output_tokens: int
@@ -100,6 +102,11 @@ def status_failure(status: int, message: str, *, model: str, where: str, too_lon
             f"the model server at {where} has no model {model!r} (404): set LEASH_MODEL_NAME "
             f"to a model it serves, and LEASH_MODEL_URL to its base URL, {url_hint} ({message})")
     return Failure(PERMANENT, f"the model server rejected the request ({status}): {message}")
+
+
+def unreachable(base_url, exc: Exception) -> Failure:
+    """A call that never reached the server (refused, reset, DNS): the attempt is retried."""
+    return Failure(UNAVAILABLE, f"cannot reach the model server at {base_url}: {exc.__cause__ or exc}")
 
 
 def estimate_tokens(chars: int) -> int:
