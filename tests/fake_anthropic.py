@@ -47,6 +47,17 @@ class FakeAnthropic(FakeOpenAI):
     def prompt_chars(self, body: dict) -> int:
         return len(str(body.get("system", ""))) + super().prompt_chars(body)
 
+    def invalid(self, body: dict) -> Error | None:
+        # What Anthropic's Messages API refuses that an OpenAI-compatible server takes.
+        if "max_tokens" not in body:
+            return Error(400, "max_tokens: Field required")
+        for i, message in enumerate(body.get("messages", [])):
+            if message.get("role") not in ("user", "assistant"):
+                return Error(400, f"messages.{i}.role: Input should be 'user' or 'assistant'")
+            if not str(message.get("content", "")).strip():
+                return Error(400, f"messages.{i}: text content blocks must contain non-whitespace text")
+        return None
+
     def answer_body(self, seen: Seen, text: str, finish_reason: str | None, usage: tuple[int, int] | None) -> dict:
         answer = {
             "id": f"msg_{len(self.requests):024d}", "type": "message", "role": "assistant",

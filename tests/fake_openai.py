@@ -205,9 +205,17 @@ class FakeOpenAI:
         with self.lock:
             return [r for r in self.requests if r.item == item]
 
+    def invalid(self, body: dict) -> Error | None:
+        """The 400 the real provider gives a request its API does not accept, or None."""
+        return None
+
     def _next(self, seen: Seen):
         with self.lock:
             self.requests.append(seen)
+        refusal = self.invalid(seen.body)
+        if refusal is not None:
+            return refusal
+        with self.lock:
             for rule in self.rules:
                 if rule[0] == seen.item and rule[2] > 0:
                     rule[2] -= 1

@@ -1,16 +1,19 @@
 """The Anthropic backend beyond the error mapping it shares with the OpenAI one
 (tests/test_backend_openai.py and tests/test_backend_units.py run those against both): its 529
 on real workers, a cut-off answer in a job, usage with Anthropic's separately counted cached
-tokens priced to the cent of what the fake server billed, and prices found at Anthropic's
-address when LEASH_MODEL_URL is unset."""
+tokens priced to the cent of what the fake server billed (and read from a response), and prices
+found at Anthropic's address when LEASH_MODEL_URL is unset."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 
 from jobs.enqueue import enqueue
-from jobs.models.anthropic_backend import AnthropicBackend
+from jobs.models.anthropic_backend import AnthropicBackend, _usage
 from jobs.models.backends import get_backend
+from jobs.models.provider import CallRequest, Usage, estimated_usage
 from jobs.usage.prices import Price
 from tests.fake_openai import Error, Reply
 from tests.test_backend_openai import ended, error_history, item_results
@@ -81,3 +84,14 @@ def test_without_leash_model_url_a_claude_model_gets_anthropics_price(conn, env)
     # The same name at your own address is not priced as Anthropic's.
     env.setenv("LEASH_MODEL_URL", "http://127.0.0.1:9")
     assert get_backend().price is None
+
+
+def test_usage_counts_the_whole_prompt_as_input_with_the_cached_part_apart():
+    request = CallRequest([{"role": "user", "content": "x" * 41}], max_tokens=8)
+    reported = SimpleNamespace(usage=SimpleNamespace(
+        input_tokens=10, output_tokens=5, cache_read_input_tokens=20, cache_creation_input_tokens=3))
+    # Anthropic's input_tokens (10) leave out the 20 read from and the 3 written to its cache.
+    assert _usage(reported, request, "y") == Usage(33, 5, cached_input_tokens=20, estimated=False)
+    plain = SimpleNamespace(usage=SimpleNamespace(input_tokens=10, output_tokens=5))
+    assert _usage(plain, request, "y") == Usage(10, 5, cached_input_tokens=None, estimated=False)
+    assert _usage(SimpleNamespace(usage=None), request, "y") == estimated_usage(request, "y")

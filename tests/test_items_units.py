@@ -333,3 +333,11 @@ def test_the_api_refuses_a_bad_item_concurrency_with_a_clear_error(env, conn):
     assert refused.status_code in (400, 422) and "item_concurrency" in refused.get_json()["error"]
     accepted = client.post("/jobs", json={**CLASSIFY, "item_concurrency": 2})
     assert accepted.status_code == 202
+
+
+def test_a_blank_first_label_gets_the_correction_from_every_provider(conn, provider_server):
+    # Anthropic refuses a blank assistant turn (400): the correction must still be sendable.
+    provider_server.on("fine -> positive", Reply(" "))
+    assert get_backend().classify("fine -> positive", ["positive", "negative"]) == "positive"
+    first, second = provider_server.seen("fine -> positive")
+    assert "is not one of the labels" in second.last

@@ -60,7 +60,10 @@ class AnthropicBackend(ModelBackend):
 
     def _send(self, request: CallRequest):
         system = "\n\n".join(m["content"] for m in request.messages if m["role"] == "system")
-        messages = [{"role": m["role"], "content": m["content"]} for m in request.messages if m["role"] != "system"]
+        # Anthropic refuses a blank turn (400), e.g. classify's blank first answer sent back with
+        # its correction: it goes as a visible placeholder.
+        messages = [{"role": m["role"], "content": m["content"] if m["content"].strip() else "(no answer)"}
+                    for m in request.messages if m["role"] != "system"]
         options: dict = {}
         if system:
             options["system"] = system
