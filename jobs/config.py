@@ -146,10 +146,10 @@ declare("LEASH_MAX_SUMMARY_BYTES", "int", 1024, "a job's summary as JSON", 256)
 # --- model calls -------------------------------------------------------------------------------
 # Every backend shares these; a backend is chosen by name (jobs/models/backends.py lists them).
 declare("LEASH_MODEL_BACKEND", "str", None,
-        "the model backend, e.g. `local` or `openai` (default: `openai` if LEASH_MODEL_URL is set)")
-declare("LEASH_MODEL_URL", "str", None, "the OpenAI-compatible server's base URL")
+        "the model backend: `local`, `openai` or `anthropic` (default: `openai` if LEASH_MODEL_URL is set)")
+declare("LEASH_MODEL_URL", "str", None, "the model server's base URL (default: the backend's provider)")
 declare("LEASH_MODEL_NAME", "str", None, "the model to call (required by every backend but `local`)")
-declare("LEASH_MODEL_API_KEY", "str", None, "sent as `Authorization: Bearer ...`")
+declare("LEASH_MODEL_API_KEY", "str", None, "the provider's API key, sent as `Authorization: Bearer ...`")
 declare("LEASH_MODEL_TIMEOUT", "float", 60.0, "seconds one call may take", 0.1)
 declare("LEASH_MODEL_RPM", "float", 0.0, "requests per minute, shared by every worker (0: no limit)", 0.0)
 declare("LEASH_MODEL_TPM", "float", 0.0, "tokens per minute, shared by every worker (0: no limit)", 0.0)

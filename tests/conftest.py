@@ -16,7 +16,7 @@ import pytest
 import redis
 
 # Fixtures for the web app (app, client, token_app, web_server) and the fake model server.
-pytest_plugins = ["tests.web_support", "tests.fake_openai"]
+pytest_plugins = ["tests.web_support", "tests.fake_openai", "tests.fake_anthropic"]
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_DB = int(os.environ.get("LEASH_TEST_DB", "15"))

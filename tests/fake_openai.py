@@ -42,7 +42,8 @@ class Seen:
     item: str  # the first user message
     last: str  # the last user message (the correction, on classify's second try)
     body: dict
-    authorization: str
+    authorization: str  # the Authorization header as sent
+    api_key: str  # the key, however the protocol sends it
 
 
 def default_answer(item: str) -> str:
@@ -54,25 +55,17 @@ def default_answer(item: str) -> str:
 @dataclass
 class Reply:
     text: str | None = None
-    finish_reason: str = "stop"
+    finish_reason: str | None = None  # None: the protocol's normal end; ``server.cut_off``: hit max_tokens
     report_usage: bool = True  # False: a server that says nothing of usage (leash estimates)
 
     def respond(self, server: FakeOpenAI, handler: BaseHTTPRequestHandler, seen: Seen) -> None:
         text = self.text if self.text is not None else server.answer(seen.item)
-        prompt_tokens = sum(len(str(m.get("content", ""))) for m in seen.body.get("messages", [])) // 4 + 1
+        prompt_tokens = server.prompt_chars(seen.body) // 4 + 1
         completion_tokens = len(text) // 4 + 1
         if not server.wait_if_held(handler):
             return
-        answer = {
-            "id": f"chatcmpl-{len(server.requests)}", "object": "chat.completion", "created": int(time.time()),
-            "model": seen.body.get("model"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": self.finish_reason}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
-        }
-        if not self.report_usage:
-            del answer["usage"]
-        delivered = _send_json(handler, 200, answer)
+        usage = (prompt_tokens, completion_tokens) if self.report_usage else None
+        delivered = _send_json(handler, 200, server.answer_body(seen, text, self.finish_reason, usage))
         if delivered and self.report_usage:
             server.bill(prompt_tokens, completion_tokens)
 
@@ -85,8 +78,7 @@ class Error:
     headers: dict = field(default_factory=dict)
 
     def respond(self, server, handler, seen) -> None:
-        body = {"error": {"message": self.message, "type": "invalid_request_error", "param": None, "code": self.code}}
-        _send_json(handler, self.status, body, self.headers)
+        _send_json(handler, self.status, server.error_body(self), self.headers)
 
 
 @dataclass
@@ -152,6 +144,13 @@ class _Server(ThreadingHTTPServer):
 
 
 class FakeOpenAI:
+    """The OpenAI chat completions protocol; the rules, holds and bills every fake model server
+    shares (a subclass changes only the protocol: ``PATH``, ``url``, the bodies, the key)."""
+
+    BACKEND = "openai"  # LEASH_MODEL_BACKEND for this server
+    PATH = "/v1/chat/completions"
+    cut_off = "length"  # the finish reason of an answer that hit max_tokens
+
     def __init__(self, latency: float = 0.0, capacity: int = 0, retry_after: str = "1"):
         self.latency = latency
         self.capacity = capacity
@@ -175,6 +174,29 @@ class FakeOpenAI:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
+    # --- the protocol ---------------------------------------------------------------------
+
+    def api_key_of(self, headers) -> str:
+        return headers.get("Authorization", "").removeprefix("Bearer ")
+
+    def prompt_chars(self, body: dict) -> int:
+        return sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
+
+    def answer_body(self, seen: Seen, text: str, finish_reason: str | None, usage: tuple[int, int] | None) -> dict:
+        answer = {
+            "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
+            "model": seen.body.get("model"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": finish_reason or "stop"}],
+        }
+        if usage is not None:
+            answer["usage"] = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
+        return answer
+
+    def error_body(self, error: Error) -> dict:
+        return {"error": {"message": error.message, "type": "invalid_request_error", "param": None,
+                          "code": error.code}}
+
     def on(self, item: str, behaviour, times: int = 1) -> None:
         with self.lock:
             self.rules.append([item, behaviour, times])
@@ -183,9 +205,17 @@ class FakeOpenAI:
         with self.lock:
             return [r for r in self.requests if r.item == item]
 
+    def invalid(self, body: dict) -> Error | None:
+        """The 400 the real provider gives a request its API does not accept, or None."""
+        return None
+
     def _next(self, seen: Seen):
         with self.lock:
             self.requests.append(seen)
+        refusal = self.invalid(seen.body)
+        if refusal is not None:
+            return refusal
+        with self.lock:
             for rule in self.rules:
                 if rule[0] == seen.item and rule[2] > 0:
                     rule[2] -= 1
@@ -249,11 +279,11 @@ def _handler_for(server: FakeOpenAI):
         def do_POST(self):  # noqa: N802 (http.server's naming)
             at = time.time()
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-            if self.path.rstrip("/") != "/v1/chat/completions":
-                return _send_json(self, 404, {"error": {"message": f"no route {self.path}"}})
+            if self.path.rstrip("/") != server.PATH:
+                return _send_json(self, 404, server.error_body(Error(404, f"no route {self.path}")))
             users = [m.get("content", "") for m in body.get("messages", []) if m.get("role") == "user"]
             seen = Seen(at=at, item=users[0] if users else "", last=users[-1] if users else "", body=body,
-                        authorization=self.headers.get("Authorization", ""))
+                        authorization=self.headers.get("Authorization", ""), api_key=server.api_key_of(self.headers))
             if not server._enter():
                 return Error(429, f"at most {server.capacity} requests at once",
                              headers={"Retry-After": server.retry_after}).respond(server, self, seen)
@@ -274,16 +304,24 @@ def _handler_for(server: FakeOpenAI):
     return Handler
 
 
-@pytest.fixture
-def model_server(env):
-    """A started fake server, with the LEASH_MODEL_* settings pointing workers at it."""
-    server = FakeOpenAI().start()
+def serving(env, server: FakeOpenAI):
+    """Start ``server`` with the LEASH_MODEL_* settings pointing workers at it; stop it after."""
+    server.start()
     env.setenv("LEASH_MODEL_URL", server.url)
     env.setenv("LEASH_MODEL_NAME", MODEL)
     env.setenv("LEASH_MODEL_API_KEY", API_KEY)
     env.setenv("LEASH_MODEL_TIMEOUT", "10")
-    env.delenv("LEASH_MODEL_BACKEND", raising=False)
+    if server.BACKEND == "openai":
+        env.delenv("LEASH_MODEL_BACKEND", raising=False)  # chosen because LEASH_MODEL_URL is set
+    else:
+        env.setenv("LEASH_MODEL_BACKEND", server.BACKEND)
     env.delenv("LEASH_MODEL_RPM", raising=False)
     env.delenv("LEASH_MODEL_TPM", raising=False)
     yield server
     server.stop()
+
+
+@pytest.fixture
+def model_server(env):
+    """A started fake OpenAI-compatible server, with the LEASH_MODEL_* settings pointing workers at it."""
+    yield from serving(env, FakeOpenAI())

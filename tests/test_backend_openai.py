@@ -1,5 +1,8 @@
-"""Model jobs on real ``leash worker`` processes against a fake OpenAI-compatible HTTP server:
-what each kind of server answer does to the job's state, and that partial progress survives."""
+"""Model jobs on real ``leash worker`` processes against a fake model server: what each kind of
+server answer does to the job's state, and that partial progress survives. The tests of what an
+answer means run once against each provider (``provider_server``: the OpenAI-compatible server
+with the ``openai`` backend, Anthropic's with the ``anthropic`` one); the loop's own (slow and
+hung calls) against the OpenAI-compatible one."""
 
 from __future__ import annotations
 
@@ -33,12 +36,23 @@ def item_results(conn, job_id) -> dict[int, object]:
     return {int(k): json.loads(v) for k, v in conn.hgetall(keys.items(job_id)).items()}
 
 
+def system_prompt(body: dict) -> str:
+    """The system prompt as the protocol carries it: Anthropic's top-level ``system``, or
+    OpenAI's first message."""
+    if "system" in body:
+        assert all(m["role"] != "system" for m in body["messages"])
+        return body["system"]
+    first = body["messages"][0]
+    assert first["role"] == "system"
+    return first["content"]
+
+
 def error_history(conn, job_id) -> list[dict]:
     return [json.loads(e) for e in conn.lrange(keys.errors(job_id), 0, -1)]
 
 
 def test_classify_stores_the_label_the_model_chose_and_an_error_for_an_answer_outside_them(
-        conn, workers, model_server):
+        conn, workers, provider_server):
     items = ["great product -> positive", "it broke -> Negative.", "meh -> banana"]
     job_id, _ = enqueue(conn, "classify", {"items": items, "labels": ["positive", "negative"]})
     workers.start()
@@ -50,16 +64,16 @@ def test_classify_stores_the_label_the_model_chose_and_an_error_for_an_answer_ou
     assert results[0] == "positive" and results[1] == "negative"
     assert "banana" in results[2]["error"] and "neither is one of the labels" in results[2]["error"]
     # The answer outside the labels was sent back once with a correction, then recorded.
-    third = model_server.seen(items[2])
+    third = provider_server.seen(items[2])
     assert len(third) == 2
     assert "'banana' is not one of the labels" in third[1].last
-    first = model_server.seen(items[0])[0]
+    first = provider_server.seen(items[0])[0]
     assert first.body["model"] == MODEL
-    assert first.authorization == f"Bearer {API_KEY}"
-    assert "- positive\n- negative" in first.body["messages"][0]["content"]
+    assert first.api_key == API_KEY
+    assert "- positive\n- negative" in system_prompt(first.body)
 
 
-def test_prompt_stores_each_completion(conn, workers, model_server):
+def test_prompt_stores_each_completion(conn, workers, provider_server):
     job_id, _ = enqueue(conn, "prompt", {"items": ["cats", "{dogs}"], "template": 'Summarise {item} as {"json": 1}'})
     workers.start()
     final = ended(conn, job_id)
@@ -70,24 +84,24 @@ def test_prompt_stores_each_completion(conn, workers, model_server):
     assert final["result"]["summary"]["items"] == 2 and final["result"]["summary"]["errors"] == 0
 
 
-def test_429_with_a_short_retry_after_waits_in_place_and_the_job_goes_on(conn, workers, model_server):
-    model_server.on("b", Error(429, "Rate limit reached", headers={"Retry-After": "2"}))
+def test_429_with_a_short_retry_after_waits_in_place_and_the_job_goes_on(conn, workers, provider_server):
+    provider_server.on("b", Error(429, "Rate limit reached", headers={"Retry-After": "2"}))
     job_id, _ = enqueue(conn, "prompt", {"items": ["a", "b", "c"], "template": "{item}"})
     workers.start()
     final = ended(conn, job_id)
 
     assert final["state"] == "succeeded", final["error"]
     assert final["attempts"] == 1
-    refused, answered = model_server.seen("b")
+    refused, answered = provider_server.seen("b")
     waited = answered.at - refused.at
     print(f"429 Retry-After 2 s: the retry came {waited:.2f} s later")
     assert 2.0 <= waited < 4.0
-    assert len(model_server.seen("a")) == 1 and len(model_server.seen("c")) == 1
+    assert len(provider_server.seen("a")) == 1 and len(provider_server.seen("c")) == 1
     assert error_history(conn, job_id) == []
 
 
-def test_429_with_a_long_retry_after_reschedules_the_job_without_counting_an_attempt(conn, workers, model_server):
-    model_server.on("b", Error(429, "Rate limit reached", headers={"retry-after-ms": "3000"}))
+def test_429_with_a_long_retry_after_reschedules_the_job_without_counting_an_attempt(conn, workers, provider_server):
+    provider_server.on("b", Error(429, "Rate limit reached", headers={"retry-after-ms": "3000"}))
     job_id, _ = enqueue(conn, "prompt", {"items": ["a", "b", "c"], "template": "{item}"})
     workers.start(extra_env={"LEASH_MODEL_MAX_INLINE_WAIT": "1"})
     final = ended(conn, job_id, timeout=40)
@@ -95,15 +109,15 @@ def test_429_with_a_long_retry_after_reschedules_the_job_without_counting_an_att
     assert final["state"] == "succeeded", final["error"]
     assert final["attempts"] == 1  # the deferral did not burn an attempt
     assert int(conn.hget(keys.job(job_id), "defers")) == 1
-    refused, answered = model_server.seen("b")
+    refused, answered = provider_server.seen("b")
     waited = answered.at - refused.at
     print(f"429 retry-after-ms 3000 (inline bound 1 s): rescheduled, the retry came {waited:.2f} s later")
     assert 3.0 <= waited < 8.0
-    assert len(model_server.seen("a")) == 1, "the rescheduled job started over instead of resuming"
+    assert len(provider_server.seen("a")) == 1, "the rescheduled job started over instead of resuming"
 
 
-def test_500_then_success_retries_the_attempt_and_resumes_at_the_first_undone_item(conn, workers, model_server):
-    model_server.on("b", Error(500, "upstream exploded"))
+def test_500_then_success_retries_the_attempt_and_resumes_at_the_first_undone_item(conn, workers, provider_server):
+    provider_server.on("b", Error(500, "upstream exploded"))
     job_id, _ = enqueue(conn, "prompt", {"items": ["a", "b", "c"], "template": "{item}"}, max_attempts=3)
     workers.start()
     final = ended(conn, job_id)
@@ -112,12 +126,12 @@ def test_500_then_success_retries_the_attempt_and_resumes_at_the_first_undone_it
     assert final["attempts"] == 2
     [entry] = error_history(conn, job_id)
     assert "ModelUnavailable" in entry["error"] and "failed (500): upstream exploded" in entry["error"]
-    assert [len(model_server.seen(x)) for x in "abc"] == [1, 2, 1]
+    assert [len(provider_server.seen(x)) for x in "abc"] == [1, 2, 1]
 
 
-def test_400_context_length_fails_at_once_with_the_servers_message(conn, workers, model_server):
+def test_400_context_length_fails_at_once_with_the_servers_message(conn, workers, provider_server):
     message = "This model's maximum context length is 8192 tokens. However, your messages resulted in 9001 tokens."
-    model_server.on("b", Error(400, message, code="context_length_exceeded"))
+    provider_server.on("b", Error(400, message, code="context_length_exceeded"))
     job_id, _ = enqueue(conn, "prompt", {"items": ["a", "b", "c"], "template": "{item}"}, max_attempts=3)
     workers.start()
     final = ended(conn, job_id)
@@ -125,11 +139,11 @@ def test_400_context_length_fails_at_once_with_the_servers_message(conn, workers
     assert final["state"] == "failed"
     assert final["attempts"] == 1
     assert message in final["error"] and "shorten the items" in final["error"]
-    assert len(model_server.seen("b")) == 1
+    assert len(provider_server.seen("b")) == 1
     results = item_results(conn, job_id)
     assert results[0] == "echo: a" and 1 not in results  # the done item is kept
     # "c" ran beside "b" (items run concurrently): its call finished and was stored, not lost.
-    assert results.get(2) == ("echo: c" if model_server.seen("c") else None)
+    assert results.get(2) == ("echo: c" if provider_server.seen("c") else None)
 
 
 def test_a_slow_call_longer_than_the_lease_is_not_reclaimed(conn, workers, model_server):

@@ -61,17 +61,23 @@ import logging, sys
 import redis
 from jobs.worker import LeashWorker
 logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
-assert "openai" not in sys.modules
+assert "openai" not in sys.modules and "anthropic" not in sys.modules
 LeashWorker(["leash"], connection=redis.Redis.from_url(sys.argv[1]))
 print("openai loaded:", "openai" in sys.modules, "with its chat client:", "openai.resources.chat" in sys.modules)
+print("anthropic loaded:", "anthropic" in sys.modules, "with its messages client:",
+      "anthropic.resources.messages" in sys.modules)
 """
+NO_ANTHROPIC = "anthropic loaded: False with its messages client: False"
+NO_OPENAI = "openai loaded: False with its chat client: False"
 
 
 @pytest.mark.parametrize("backend, says", [
-    ("", "openai loaded: True with its chat client: True"),  # LEASH_MODEL_URL is set: imported before any fork
-    ("local", "openai loaded: False with its chat client: False"),
-    ("nonsense", "LEASH_MODEL_BACKEND='nonsense' is unknown; choose one of ['local', 'openai']: model jobs on "
-                 "this worker will fail until it is fixed\nopenai loaded: False with its chat client: False"),
+    # LEASH_MODEL_URL is set: imported before any fork
+    ("", f"openai loaded: True with its chat client: True\n{NO_ANTHROPIC}"),
+    ("anthropic", f"{NO_OPENAI}\nanthropic loaded: True with its messages client: True"),
+    ("local", f"{NO_OPENAI}\n{NO_ANTHROPIC}"),
+    ("nonsense", "LEASH_MODEL_BACKEND='nonsense' is unknown; choose one of ['anthropic', 'local', 'openai']: model "
+                 f"jobs on this worker will fail until it is fixed\n{NO_OPENAI}\n{NO_ANTHROPIC}"),
 ])
 def test_a_worker_imports_its_model_backend_once_before_it_forks(conn, backend, says):
     probe_env = {**os.environ, "LEASH_MODEL_URL": "http://127.0.0.1:9/v1", "LEASH_MODEL_BACKEND": backend,
@@ -84,26 +90,50 @@ def test_a_worker_imports_its_model_backend_once_before_it_forks(conn, backend, 
 
 @pytest.mark.parametrize("status, message, says", [
     (401, "Incorrect API key provided", "set LEASH_MODEL_API_KEY"),
+    (402, "Your credit balance is too low", "add credit to the account"),
     (403, "not allowed", "may not use model 'fake-model'"),
     (404, "The model `fake-model` does not exist", "set LEASH_MODEL_NAME"),
     (400, "This model's maximum context length is 8192 tokens", "shorten the items"),
     (422, "bad field", "rejected the request (422)"),
 ])
-def test_client_errors_are_permanent_and_say_what_to_fix(conn, model_server, status, message, says):
-    model_server.on("x", Error(status, message))
+def test_client_errors_are_permanent_and_say_what_to_fix(conn, provider_server, status, message, says):
+    provider_server.on("x", Error(status, message))
     with pytest.raises(PermanentError) as raised:
-        OpenAIBackend().complete("x")
+        backends.get_backend().complete("x")
     assert says in str(raised.value)
     assert message in str(raised.value)
 
 
-def test_server_errors_and_refused_connections_are_retryable(conn, model_server, env):
-    model_server.on("x", Error(503, "overloaded"))
-    with pytest.raises(ModelUnavailable, match="failed \\(503\\): overloaded"):
-        OpenAIBackend().complete("x")
+@pytest.mark.parametrize("status, message, says", [
+    (400, "prompt is too long: 212345 tokens > 200000 maximum", "shorten the items"),
+    (413, "Request exceeds the maximum allowed number of bytes.", "shorten the items"),
+    (404, "model: claude-nonsense", "without /v1, e.g. https://api.anthropic.com"),
+])
+def test_anthropics_own_words_for_a_long_prompt_and_a_wrong_url_say_what_to_fix(
+        conn, anthropic_server, status, message, says):
+    anthropic_server.on("x", Error(status, message))
+    with pytest.raises(PermanentError) as raised:
+        backends.get_backend().complete("x")
+    assert says in str(raised.value) and message in str(raised.value)
+
+
+@pytest.mark.parametrize("status", [500, 503, 504])
+def test_server_errors_and_refused_connections_are_retryable(conn, provider_server, env, status):
+    provider_server.on("x", Error(status, "overloaded"))
+    with pytest.raises(ModelUnavailable, match=f"failed \\({status}\\): overloaded"):
+        backends.get_backend().complete("x")
     env.setenv("LEASH_MODEL_URL", "http://127.0.0.1:9/v1")  # nothing listens on port 9
     with pytest.raises(ModelUnavailable, match="cannot reach the model server"):
-        OpenAIBackend().complete("x")
+        backends.get_backend().complete("x")
+
+
+def test_anthropics_529_overloaded_waits_like_a_429_and_halves_the_limit(conn, anthropic_server, env):
+    env.setenv("LEASH_ITEM_CONCURRENCY", "8")
+    anthropic_server.on("x", Error(529, "Overloaded", headers={"retry-after": "1"}))
+    assert backends.get_backend().complete("x") == "echo: x"
+    refused, answered = anthropic_server.seen("x")
+    assert 1.0 <= answered.at - refused.at < 3.0
+    assert conn.hget(keys.model_concurrency("fake-model"), "limit") == b"4"
 
 
 def test_missing_or_bad_model_settings_are_permanent_errors(conn, model_server, env):

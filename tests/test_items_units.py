@@ -14,6 +14,7 @@ from jobs.batch import NotStarted
 from jobs.context import JobContext
 from jobs.enqueue import enqueue
 from jobs.errors import Canceled, HandOff, InvalidJob, ItemError, LeaseLost
+from jobs.models.backends import get_backend
 from jobs.models.concurrency import PROBE_ROUNDS, ConcurrencyGate, SharedLimit, snapshot
 from tests.conftest import wait_for
 from tests.fake_openai import MODEL, Error, Reply, Slow
@@ -273,24 +274,25 @@ def test_a_waiting_call_gives_up_when_its_batch_stops(conn):
 
 # --- calls to the model ----------------------------------------------------------------------
 
-def test_every_call_asks_for_at_most_max_tokens_and_classify_for_few(conn, model_server, env):
-    OpenAIBackend().complete("x")
-    assert model_server.seen("x")[-1].body["max_tokens"] == 1024
+def test_every_call_asks_for_at_most_max_tokens_and_classify_for_few(conn, provider_server, env):
+    get_backend().complete("x")
+    assert provider_server.seen("x")[-1].body["max_tokens"] == 1024
     env.setenv("LEASH_MODEL_MAX_TOKENS", "100")
-    OpenAIBackend().complete("y")
-    assert model_server.seen("y")[-1].body["max_tokens"] == 100
-    OpenAIBackend().classify("great -> positive", ["positive", "negative"])
-    assert model_server.seen("great -> positive")[-1].body["max_tokens"] == 32
+    get_backend().complete("y")
+    assert provider_server.seen("y")[-1].body["max_tokens"] == 100
+    get_backend().classify("great -> positive", ["positive", "negative"])
+    assert provider_server.seen("great -> positive")[-1].body["max_tokens"] == 32
 
 
-def test_an_answer_cut_off_at_max_tokens_is_an_item_error_unless_truncation_is_fine(conn, model_server, env):
+def test_an_answer_cut_off_at_max_tokens_is_an_item_error_unless_truncation_is_fine(conn, provider_server, env):
     env.setenv("LEASH_MODEL_MAX_TOKENS", "64")
-    model_server.on("story", Reply("Once upon a time", finish_reason="length"), times=2)
+    cut_off = provider_server.cut_off  # "length" (OpenAI), "max_tokens" (Anthropic)
+    provider_server.on("story", Reply("Once upon a time", finish_reason=cut_off), times=2)
     with pytest.raises(ItemError, match="answer cut off at max_tokens=64; raise LEASH_MODEL_MAX_TOKENS"):
-        OpenAIBackend().complete("story")
-    assert OpenAIBackend().complete("story", truncation_ok=True) == "Once upon a time"
-    model_server.on("ok?", Reply("positive", finish_reason="length"))
-    assert OpenAIBackend().classify("ok?", ["positive", "negative"]) == "positive"
+        get_backend().complete("story")
+    assert get_backend().complete("story", truncation_ok=True) == "Once upon a time"
+    provider_server.on("ok?", Reply("positive", finish_reason=cut_off))
+    assert get_backend().classify("ok?", ["positive", "negative"]) == "positive"
 
 
 def test_a_server_that_wants_max_completion_tokens_gets_it(conn, model_server):
@@ -302,15 +304,15 @@ def test_a_server_that_wants_max_completion_tokens_gets_it(conn, model_server):
     assert "max_tokens" not in answered.body
 
 
-def test_a_429_and_a_timeout_halve_the_models_limit(conn, model_server, env):
+def test_a_429_and_a_timeout_halve_the_models_limit(conn, provider_server, env):
     env.setenv("LEASH_ITEM_CONCURRENCY", "8")
     env.setenv("LEASH_MODEL_TIMEOUT", "0.5")
-    model_server.on("busy", Error(429, "slow down", headers={"retry-after-ms": "10"}))
-    assert OpenAIBackend().complete("busy") == "echo: busy"
+    provider_server.on("busy", Error(429, "slow down", headers={"retry-after-ms": "10"}))
+    assert get_backend().complete("busy") == "echo: busy"
     assert conn.hget(keys.model_concurrency(MODEL), "limit") == b"4"
-    model_server.on("hang", Slow(3))
+    provider_server.on("hang", Slow(3))
     with pytest.raises(ModelUnavailable, match="timed out"):
-        OpenAIBackend().complete("hang")
+        get_backend().complete("hang")
     assert conn.hget(keys.model_concurrency(MODEL), "limit") == b"2"
 
 
@@ -331,3 +333,11 @@ def test_the_api_refuses_a_bad_item_concurrency_with_a_clear_error(env, conn):
     assert refused.status_code in (400, 422) and "item_concurrency" in refused.get_json()["error"]
     accepted = client.post("/jobs", json={**CLASSIFY, "item_concurrency": 2})
     assert accepted.status_code == 202
+
+
+def test_a_blank_first_label_gets_the_correction_from_every_provider(conn, provider_server):
+    # Anthropic refuses a blank assistant turn (400): the correction must still be sendable.
+    provider_server.on("fine -> positive", Reply(" "))
+    assert get_backend().classify("fine -> positive", ["positive", "negative"]) == "positive"
+    first, second = provider_server.seen("fine -> positive")
+    assert "is not one of the labels" in second.last

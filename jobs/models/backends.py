@@ -3,7 +3,7 @@
 works out of the box.
 
 Which backend runs is configuration: ``LEASH_MODEL_BACKEND`` names one (``local``,
-``openai``); unset, it is ``openai`` when ``LEASH_MODEL_URL`` is set and ``local`` otherwise.
+``openai``, ``anthropic``); unset, it is ``openai`` when ``LEASH_MODEL_URL`` is set and ``local`` otherwise.
 A backend is built per attempt with the job's context, so it can keep the lease alive while
 it waits for a rate limit or a slow call.
 
@@ -90,7 +90,7 @@ _BACKENDS = {"local": LocalBackend}
 _WARM: dict[str, Callable[[], None]] = {}
 # Built-in backends whose module registers them when first asked for (keeps imports light):
 # a new backend is one line here.
-_BUILT_IN = {"openai": "jobs.models.openai_backend"}
+_BUILT_IN = {"openai": "jobs.models.openai_backend", "anthropic": "jobs.models.anthropic_backend"}
 
 
 def register(name: str, factory, warm: Callable[[], None] | None = None) -> None:

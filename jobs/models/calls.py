@@ -142,6 +142,9 @@ class ModelBackend:
     after calling this one (``self.settings`` then holds the model settings)."""
 
     name = "model"
+    #: The provider's address when LEASH_MODEL_URL is unset (its SDK's default): prices are
+    #: looked up for the provider actually called.
+    default_url = ""
 
     def __init__(self, ctx: JobContext | None = None, settings: ModelSettings | None = None):
         self.ctx = ctx
@@ -151,7 +154,7 @@ class ModelBackend:
         self.limit = ModelRateLimit(connection, s.name, rpm=s.rpm, tpm=s.tpm)
         self.gate = ConcurrencyGate(SharedLimit(connection, s.name, _item_concurrency()), ctx.job_id if ctx else "")
         try:
-            self.price = prices.price_for(s.name, s.url or "")  # None: no price known, cost unknown
+            self.price = prices.price_for(s.name, s.url or self.default_url)  # None: no price known, cost unknown
         except ValueError as exc:  # LEASH_MODEL_PRICES is malformed: no retry fixes that
             raise PermanentError(str(exc)) from None
 

@@ -21,8 +21,8 @@ import openai
 
 from . import backends
 from .calls import ModelBackend, ModelSettings, ModelUnavailable, match_label
-from .provider import (COMPLETE, CUT_OFF, PERMANENT, RATE_LIMITED, RESEND, TIMED_OUT, UNAVAILABLE, Answer,
-                       CallRequest, Failure, Usage, estimated_usage, retry_after_seconds)
+from .provider import (COMPLETE, CUT_OFF, PERMANENT, RATE_LIMITED, RESEND, TIMED_OUT, Answer,
+                       CallRequest, Failure, Usage, estimated_usage, retry_after_seconds, status_failure, unreachable)
 
 __all__ = ["ModelUnavailable", "OpenAIBackend", "match_label", "retry_after_seconds"]
 
@@ -42,32 +42,18 @@ def _looks_like_context_length(exc: openai.APIStatusError, message: str) -> bool
         "context" in text and any(w in text for w in ("length", "window", "token", "too long")))
 
 
-def status_failure(exc: openai.APIStatusError, settings: ModelSettings) -> Failure:
+def _status_failure(exc: openai.APIStatusError, settings: ModelSettings) -> Failure:
     """What an HTTP error answer means (429 is handled by the caller)."""
-    status, message = exc.status_code, _server_message(exc)
-    where = settings.url or "api.openai.com"
-    if status >= 500 or status in (408, 409):
-        return Failure(UNAVAILABLE, f"the model server at {where} failed ({status}): {message}")
-    if status == 400 and _looks_like_context_length(exc, message):
-        return Failure(PERMANENT,
-            f"the model server rejected the request (400): {message} -- the prompt is longer than "
-            f"the context window of {settings.name}: shorten the items or the template, or use a "
-            f"model with a longer context")
-    if status == 401:
-        return Failure(PERMANENT, f"the model server rejected the API key (401): set LEASH_MODEL_API_KEY ({message})")
-    if status == 403:
-        return Failure(PERMANENT,
-            f"the model server refused access (403): the key in LEASH_MODEL_API_KEY may not use "
-            f"model {settings.name!r} ({message})")
-    if status == 404:
-        return Failure(PERMANENT,
-            f"the model server at {where} has no model {settings.name!r} (404): set LEASH_MODEL_NAME "
-            f"to a model it serves, and LEASH_MODEL_URL to its base URL, usually ending in /v1 ({message})")
-    return Failure(PERMANENT, f"the model server rejected the request ({status}): {message}")
+    message = _server_message(exc)
+    return status_failure(exc.status_code, message, model=settings.name,
+                          where=settings.url or OpenAIBackend.default_url,
+                          too_long=exc.status_code == 400 and _looks_like_context_length(exc, message),
+                          url_hint="usually ending in /v1")
 
 
 class OpenAIBackend(ModelBackend):
     name = "openai"
+    default_url = "https://api.openai.com/v1"  # the SDK's, when LEASH_MODEL_URL is unset
 
     def __init__(self, ctx=None, settings: ModelSettings | None = None):
         super().__init__(ctx, settings)
@@ -95,12 +81,11 @@ class OpenAIBackend(ModelBackend):
         if isinstance(exc, openai.BadRequestError) and self._switch_token_limit_field(exc):
             return Failure(RESEND)
         if isinstance(exc, openai.APIStatusError):
-            return status_failure(exc, self.settings)
+            return _status_failure(exc, self.settings)
         if isinstance(exc, openai.APITimeoutError):
             return Failure(TIMED_OUT)
         if isinstance(exc, openai.APIConnectionError):
-            return Failure(UNAVAILABLE, f"cannot reach the model server at {self.client.base_url}: "
-                                        f"{exc.__cause__ or exc}")
+            return unreachable(self.client.base_url, exc)
         return None
 
     def _read(self, response, request: CallRequest) -> Answer:

@@ -33,8 +33,10 @@ class CallRequest:
 
 @dataclass(frozen=True)
 class Usage:
-    """What one answered call used. ``cached_input_tokens`` is None when the server does not
-    say; ``estimated`` is True when it reported nothing and the counts are ~4 characters a token."""
+    """What one answered call used. ``input_tokens`` is the whole prompt, the cached tokens
+    included (a provider that counts them apart, like Anthropic, has them added);
+    ``cached_input_tokens`` is None when the server does not say; ``estimated`` is True when it
+    reported nothing and the counts are ~4 characters a token."""
 
     input_tokens: int
     output_tokens: int
@@ -73,6 +75,38 @@ class Failure:
     kind: str
     message: str = ""
     wait: float | None = None
+
+
+def status_failure(status: int, message: str, *, model: str, where: str, too_long: bool, url_hint: str) -> Failure:
+    """What an HTTP error answer other than a rate limit means, in the same words for every
+    provider: ``message`` is the server's, ``where`` its address, ``too_long`` whether the
+    provider said the prompt does not fit, ``url_hint`` what its LEASH_MODEL_URL looks like."""
+    if status >= 500 or status in (408, 409):
+        return Failure(UNAVAILABLE, f"the model server at {where} failed ({status}): {message}")
+    if too_long:
+        return Failure(PERMANENT,
+            f"the model server rejected the request ({status}): {message} -- the prompt is longer than "
+            f"the context window of {model}: shorten the items or the template, or use a "
+            f"model with a longer context")
+    if status == 401:
+        return Failure(PERMANENT, f"the model server rejected the API key (401): set LEASH_MODEL_API_KEY ({message})")
+    if status == 402:
+        return Failure(PERMANENT, f"the model provider refused the call for billing (402): add credit to the "
+                                  f"account of LEASH_MODEL_API_KEY ({message})")
+    if status == 403:
+        return Failure(PERMANENT,
+            f"the model server refused access (403): the key in LEASH_MODEL_API_KEY may not use "
+            f"model {model!r} ({message})")
+    if status == 404:
+        return Failure(PERMANENT,
+            f"the model server at {where} has no model {model!r} (404): set LEASH_MODEL_NAME "
+            f"to a model it serves, and LEASH_MODEL_URL to its base URL, {url_hint} ({message})")
+    return Failure(PERMANENT, f"the model server rejected the request ({status}): {message}")
+
+
+def unreachable(base_url, exc: Exception) -> Failure:
+    """A call that never reached the server (refused, reset, DNS): the attempt is retried."""
+    return Failure(UNAVAILABLE, f"cannot reach the model server at {base_url}: {exc.__cause__ or exc}")
 
 
 def estimate_tokens(chars: int) -> int:

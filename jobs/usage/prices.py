@@ -2,9 +2,10 @@
 maintained table of the ``genai-prices`` package (offline: it ships its data). A model
 neither names has no price, and its cost is shown as unknown -- never a guess shown as fact.
 
-The table is asked with the provider's address (``LEASH_MODEL_URL``, api.openai.com when
-unset), so a model name served by your own server (vLLM, Ollama, llama.cpp) is not priced as
-some provider's model of the same name.
+The table is asked with the provider's address (``LEASH_MODEL_URL``, or when it is unset the
+address the backend's SDK calls, its ``default_url``: api.openai.com, api.anthropic.com), so a
+model name served by your own server (vLLM, Ollama, llama.cpp) is not priced as some provider's
+model of the same name.
 """
 
 from __future__ import annotations
@@ -85,19 +86,21 @@ def _table_price(model: str, provider_url: str) -> Price | None:
     except ImportError:  # pragma: no cover - a dependency; its absence only loses table prices
         return None
     try:
-        million = 1_000_000
-        # Priced as a million of each, so tiered prices read at their first tier's rate.
-        found = calc_price(Usage(input_tokens=million, output_tokens=0), model_ref=model, provider_api_url=provider_url)
-        out = calc_price(Usage(input_tokens=0, output_tokens=million), model_ref=model, provider_api_url=provider_url)
-        cached = calc_price(Usage(input_tokens=million, cache_read_tokens=million), model_ref=model,
+        # Priced as a thousand of each and scaled to a million: a tiered price (Anthropic's above
+        # 200k prompt tokens) reads at its first tier's rate, where a call's prompt is.
+        sample = 1_000
+        found = calc_price(Usage(input_tokens=sample, output_tokens=0), model_ref=model, provider_api_url=provider_url)
+        out = calc_price(Usage(input_tokens=0, output_tokens=sample), model_ref=model, provider_api_url=provider_url)
+        cached = calc_price(Usage(input_tokens=sample, cache_read_tokens=sample), model_ref=model,
                             provider_api_url=provider_url)
     except LookupError:
         return None
     except Exception as exc:  # a table that cannot price this model is "no price", not a crash
         log.warning("genai-prices could not price %s at %s: %s", model, provider_url, exc)
         return None
-    return Price(float(found.total_price), float(out.total_price), float(Decimal(cached.total_price)),
-                 source=f"genai-prices {found.provider.id}")
+    per_million = Decimal(1_000_000 // sample)
+    return Price(float(Decimal(found.total_price) * per_million), float(Decimal(out.total_price) * per_million),
+                 float(Decimal(cached.total_price) * per_million), source=f"genai-prices {found.provider.id}")
 
 
 def usd(nano: int | None) -> float | None:
