@@ -77,10 +77,12 @@ class Children:
         self.procs: list[subprocess.Popen] = []
         self.known: set[int] = set()
 
-    def start(self, argv: list[str], env: dict, **kwargs) -> subprocess.Popen:
+    def start(self, argv: list[str], env: dict, root: Path = ROOT, **kwargs) -> subprocess.Popen:
+        """Start ``argv`` in ``root`` (a checkout of leash: this one, or another version of
+        it), with ``root`` first on PYTHONPATH."""
         env = dict(env)
-        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        proc = subprocess.Popen(argv, env=env, cwd=ROOT, start_new_session=True, **kwargs)
+        env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
+        proc = subprocess.Popen(argv, env=env, cwd=root, start_new_session=True, **kwargs)
         self.procs.append(proc)
         self.known.add(proc.pid)
         return proc
