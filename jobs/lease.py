@@ -103,6 +103,12 @@ class Attempt:
             keys.REJECTED_WRITES,
         ]
 
+    @cached_property
+    def usage_ttl(self) -> int:
+        """How long the job's usage hash is kept past its last write: the results' time and a
+        day (read once per attempt: the item write is the hot path)."""
+        return settings().result_ttl + 24 * 3600
+
     def owner_name(self) -> str:
         if not self.owner:
             self.owner = (self.connection.hget(keys.job(self.job_id), "owner") or b"").decode()

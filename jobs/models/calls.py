@@ -154,6 +154,7 @@ class ModelBackend:
         self.limit = ModelRateLimit(connection, s.name, rpm=s.rpm, tpm=s.tpm)
         self.gate = ConcurrencyGate(SharedLimit(connection, s.name, _item_concurrency()), ctx.job_id if ctx else "")
         try:
+            self.daily_limits = budget.owner_daily_limits()  # read once per attempt: every call checks them
             self.price = prices.price_for(s.name, s.url or self.default_url)  # None: no price known, cost unknown
         except ValueError as exc:  # LEASH_MODEL_PRICES is malformed: no retry fixes that
             raise PermanentError(str(exc)) from None
@@ -266,7 +267,8 @@ class ModelBackend:
         while True:
             admission = budget.admit(
                 self.ctx.connection, self.limit.keys, self.limit.ms_per_request, self.limit.ms_per_token,
-                self.settings.max_inline_wait, self.ctx.attempt, worst_case_tokens, worst_nusd)
+                self.settings.max_inline_wait, self.ctx.attempt, worst_case_tokens, worst_nusd,
+                daily_limits=self.daily_limits)
             if admission.code == budget.PAUSED:
                 raise RetryLater(admission.wait_seconds,
                                  f"the model server asked to wait {admission.wait_seconds:g}s (429)")

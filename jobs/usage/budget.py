@@ -108,10 +108,12 @@ class Admission:
 
 def admit(connection: Redis, rate_keys: list[str], ms_per_request: float, ms_per_token: float,
           max_pause: float, attempt, worst_tokens: int, worst_nusd: int | None,
-          now: float | None = None, now_ms: int | None = None) -> Admission:
+          now: float | None = None, now_ms: int | None = None,
+          daily_limits: tuple[int, int] | None = None) -> Admission:
     """One round trip: the call's rate-limit turn, the lease, and the worst case reserved
-    against the job's and the owner's budgets."""
-    limit_tokens, limit_nusd = owner_daily_limits()
+    against the job's and the owner's budgets (``daily_limits``: owner_daily_limits(), which a
+    caller making many calls reads once)."""
+    limit_tokens, limit_nusd = owner_daily_limits() if daily_limits is None else daily_limits
     day = utc_day(now)
     reply = scripts.run(
         connection, "model_admit_v1",

@@ -9,12 +9,11 @@ import json
 import logging
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from redis import Redis
 
 from .. import keys, scripts
-from ..config import settings
 from .prices import Price
 
 log = logging.getLogger("leash.usage")
@@ -45,7 +44,11 @@ class Pending:
     res_nusd: int = 0
 
     def encode(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
+        # By hand, not dataclasses.asdict: this runs on every item write (the hot path).
+        return json.dumps({"model": self.model, "kind": self.kind, "calls": self.calls, "input": self.input,
+                           "output": self.output, "cached": self.cached, "nusd": self.nusd,
+                           "unpriced": self.unpriced, "estimated": self.estimated,
+                           "res_tokens": self.res_tokens, "res_nusd": self.res_nusd}, separators=(",", ":"))
 
 
 class Meter:
@@ -110,7 +113,7 @@ def write_args(attempt, pending: Pending | None, now: float) -> tuple[list[str],
     day = utc_day(now)
     usage_keys = [keys.usage(attempt.job_id), keys.usage_owner_day(attempt.owner_name(), day),
                   keys.usage_model(pending.model)]
-    return (usage_keys, [pending.encode(), day, attempt.number, settings().result_ttl + 24 * 3600, DAY_TTL])
+    return (usage_keys, [pending.encode(), day, attempt.number, attempt.usage_ttl, DAY_TTL])
 
 
 def flush(connection: Redis, attempt, pending: list[Pending], now: float | None = None) -> None:
