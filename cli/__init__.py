@@ -73,6 +73,17 @@ def worker(queues, burst, name, scheduler, log_level, imports):
 
 
 @main.command()
+@click.option("--host", default="0.0.0.0", show_default=True, help="The address to listen on.")
+@click.option("--port", default=5000, type=click.IntRange(1, 65535), envvar="PORT", show_envvar=True,
+              show_default=True, help="The web app's port.")
+def web(host, port):
+    """Serve the web app (waitress: requests are read whole before a thread takes them)."""
+    from web.serve import serve
+
+    sys.exit(serve(host, port))
+
+
+@main.command()
 @click.option("--port", default=5000, type=click.IntRange(1, 65535), envvar="PORT", show_envvar=True,
               show_default=True, help="The web app's port.")
 @click.option("--workers", "n_workers", default=1, envvar="LEASH_DEV_WORKERS", show_envvar=True, show_default=True)

@@ -92,7 +92,7 @@ def environ() -> dict[str, str]:
 
 
 def export(name: str, value: str) -> None:
-    """Set a declared variable for this process and the ones it starts (gunicorn's workers)."""
+    """Set a declared variable for this process and the ones it starts."""
     DECLARED[name]  # noqa: B018 - only declared names
     os.environ[name] = value
 
@@ -142,6 +142,9 @@ declare("LEASH_MAX_PAYLOAD_BYTES", "int", 1024 * 1024, "the whole payload, as JS
 declare("LEASH_MAX_PAYLOAD_DEPTH", "int", 32, "how deeply lists and objects nest in the payload", 2)
 # A job's summary sits in its hash, read by every status poll: it must not grow with the input.
 declare("LEASH_MAX_SUMMARY_BYTES", "int", 1024, "a job's summary as JSON", 256)
+# Picking a CSV upload's text column reads every cell once; the bound keeps one odd row from
+# making every other row count.
+declare("LEASH_MAX_CSV_COLUMNS", "int", 1000, "columns of an uploaded CSV file", 1)
 
 # --- model calls -------------------------------------------------------------------------------
 # Every backend shares these; a backend is chosen by name (jobs/models/backends.py lists them).
@@ -181,13 +184,16 @@ declare("LEASH_TRUSTED_USER_HEADER", "str", None,
 declare("LEASH_PUBLIC_SUBMIT", "bool", False, "`1`: visitors who are not signed in may use the form, as owner `public`")
 declare("LEASH_MAX_QUEUED_PER_OWNER", "int", 1000, "an owner's queued jobs; a submission beyond is a 429", 1)
 declare("LEASH_SUBMIT_RATE", "rate", None, "an owner's submissions per period, e.g. `60/minute` (default: none)")
-declare("LEASH_GUNICORN_CONTROL_SOCKET", "str", None, "a path of its own for gunicorn's control socket (default: off)")
-declare("WEB_CONCURRENCY", "int", 2, "gunicorn worker processes (8 threads each; read by the Procfile)", 1)
-declare("PORT", "int", 5000, "the web app's port (the Procfile's gunicorn; `leash dev --port`)", 1)
+# A thread is held only while the app works on a whole request (the server reads it first),
+# mostly waiting on Redis: a stall holds each for at most LEASH_REDIS_TIMEOUT once.
+declare("LEASH_WEB_THREADS", "int", 16, "`leash web`: threads answering requests", 1)
+# Each connection costs a socket and at most its buffered request, never a thread.
+declare("LEASH_WEB_CONNECTIONS", "int", 1000, "`leash web`: connections held at once (slow clients included)", 10)
+declare("PORT", "int", 5000, "the web app's port (`leash web`, the Procfile; `leash dev --port`)", 1)
 declare("LEASH_DEV", "bool", False,
         "set by `leash dev`: development defaults (a per-run secret, /rq without a password)")
 declare("PROMETHEUS_MULTIPROC_DIR", "str", None,
-        "where gunicorn's processes share metrics (gunicorn.conf.py makes one)")
+        "where several web processes would share request metrics (unset: one process counts its own)")
 
 # --- the command line --------------------------------------------------------------------------
 declare("LEASH_OWNER", "str", None, "the owner `leash submit` / `leash jobs` act as")
@@ -260,6 +266,7 @@ class Limits:
     max_payload_bytes: int
     max_payload_depth: int
     max_summary_bytes: int
+    max_csv_columns: int
 
 
 def limits() -> Limits:
@@ -272,4 +279,5 @@ def limits() -> Limits:
         max_payload_bytes=get("LEASH_MAX_PAYLOAD_BYTES"),
         max_payload_depth=get("LEASH_MAX_PAYLOAD_DEPTH"),
         max_summary_bytes=get("LEASH_MAX_SUMMARY_BYTES"),
+        max_csv_columns=get("LEASH_MAX_CSV_COLUMNS"),
     )
