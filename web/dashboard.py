@@ -22,13 +22,13 @@ TLS handshake, for every poll of every dashboard tab).
 from __future__ import annotations
 
 import base64
-import binascii
 import functools
 import hmac
 import logging
 
 from flask import Flask, Response, current_app, request
 from flask_wtf.csrf import generate_csrf
+from rq.exceptions import NoSuchJobError
 from rq.serializers import JSONSerializer
 
 from jobs.connection import redis_url
@@ -70,7 +70,7 @@ def _credentials_ok(user: str, password: str) -> bool:
         return False
     try:
         given_user, _, given_password = base64.b64decode(encoded, validate=True).decode().partition(":")
-    except (binascii.Error, UnicodeDecodeError):
+    except ValueError:  # not base64 (binascii.Error), not ASCII at all, not UTF-8 once decoded
         return False
     # Both comparisons always run: no early exit that would time the user name.
     user_ok = hmac.compare_digest(given_user.encode(), user.encode())
@@ -92,12 +92,40 @@ def _guard():
     password = current_app.config.get("LEASH_DASHBOARD_PASSWORD")
     if user and password and not _credentials_ok(user, password):
         return _challenge()
+    problem = _bad_address(request.view_args or {})
+    if problem:
+        return api_error(*problem)
     if request.endpoint == f"{BLUEPRINT}.requeue_all" and request.method == "GET":
         return api_error(405, "requeue-all changes data: use the dashboard's button (POST), not a link",
                          {"Allow": "POST"})
     if request.method not in ("GET", "HEAD", "OPTIONS"):
         current_app.extensions["csrf"].protect()
     return None
+
+
+#: What rq-dashboard 0.9.0 reads from its addresses without checking (each answered 500 before):
+#: the Redis instance (one here), the registry, the order and the page numbers.
+REGISTRIES = frozenset({"queued", "failed", "deferred", "started", "finished", "scheduled", "canceled"})
+ORDERS = frozenset({"asc", "dsc"})
+MAX_PER_PAGE = 100
+
+
+def _bad_address(args: dict) -> tuple[int, str] | None:
+    if args.get("instance_number", 0) != 0:
+        return 404, "the dashboard shows one Redis: its addresses start /rq/0/"
+    if "registry_name" in args and args["registry_name"] not in REGISTRIES:
+        return 400, f"no such registry; use one of {', '.join(sorted(REGISTRIES))}"
+    if "order" in args and args["order"] not in ORDERS:
+        return 400, "the order is asc or dsc"
+    for name, most in (("per_page", MAX_PER_PAGE), ("page", 10**6)):
+        value = str(args.get(name, "1"))
+        if not (value.isascii() and value.isdigit() and 1 <= int(value) <= most):
+            return 400, f"{name} must be a whole number from 1 to {most}"
+    return None
+
+
+def _no_such_rq_job(exc: NoSuchJobError):
+    return api_error(404, "no such job in RQ (it may have expired or been deleted)")
 
 
 def _set_csrf_cookie(response: Response) -> Response:
@@ -130,6 +158,7 @@ def init_app(app: Flask) -> None:
     # touches Redis.
     app.before_request(_guard)
     app.after_request(_set_csrf_cookie)
+    app.register_error_handler(NoSuchJobError, _no_such_rq_job)  # its job views fetch without checking
     app.config["LEASH_DASHBOARD_MOUNTED"] = True
     if not (user and password):
         log.warning("rq-dashboard is mounted at %s WITHOUT a password (LEASH_DEV=1, development only)", PREFIX)
