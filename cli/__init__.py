@@ -34,9 +34,9 @@ def main() -> None:
     from jobs.config import check_all
 
     try:
-        check_all()  # a bad setting is a message naming it and exit 2, not a traceback later
+        check_all()  # a bad setting is one line naming it and exit 2, not a traceback later
     except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise job_commands.BadInput(str(exc)) from None
 
 
 @main.command()

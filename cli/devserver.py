@@ -21,6 +21,7 @@ from pathlib import Path
 import redis
 
 from jobs import config
+from jobs.connection import masked
 
 
 def free_port(preferred: int = 0) -> int:
@@ -129,7 +130,7 @@ def run_dev(port: int, n_workers: int, on_ready: Callable[[str, str], None] = la
     code = 0
     try:
         if _wait_listening(port, web, lambda: stopping["now"]):
-            print(f"leash is running at http://127.0.0.1:{port}/  (Redis: {url}; Ctrl-C stops everything)",
+            print(f"leash is running at http://127.0.0.1:{port}/  (Redis: {masked(url)}; Ctrl-C stops everything)",
                   flush=True)
             on_ready(url, f"http://127.0.0.1:{port}")
         while not stopping["now"]:

@@ -19,7 +19,7 @@ class Setting:
     is False for facts of the environment leash reads but does not own (``USER``, ...)."""
 
     name: str
-    type: str  # str | int | float | bool | ints | names (comma-separated) | rate (60/minute)
+    type: str  # str | int | float | bool | ints | names (comma-separated) | rate (60/minute) | redis_url
     default: Any
     meaning: str
     minimum: float | None = None
@@ -50,6 +50,8 @@ def get(name: str) -> Any:
     if text is None:
         return setting.default
     text = text.strip()
+    if setting.type == "redis_url":
+        return _redis_url(name, text)
     try:
         if setting.type == "int":
             value = int(text)
@@ -80,6 +82,22 @@ def get(name: str) -> Any:
     return value
 
 
+def _redis_url(name: str, text: str) -> str:
+    """A URL redis-py can use; the message never repeats the URL (it may carry a password)."""
+    from urllib.parse import urlsplit
+
+    example = "redis://localhost:6379/0"
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - parsing the port is what raises for "host:abc"
+    except ValueError as exc:
+        raise ValueError(f"{name} is not a Redis URL ({exc}); write it like {example}") from None
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(f"{name} is not a Redis URL: it must start with redis://, rediss:// or unix://, "
+                         f"e.g. {example}")
+    return text
+
+
 def check_all() -> None:
     """Parse every declared setting once: a bad value fails at start, not in the middle of a job."""
     for name in DECLARED:
@@ -100,7 +118,7 @@ def export(name: str, value: str) -> None:
 WEEK = 7 * 24 * 3600
 
 # --- the lifecycle ---------------------------------------------------------------------------
-declare("REDIS_URL", "str", None, "Redis (`rediss://` works with Heroku's self-signed certificates)")
+declare("REDIS_URL", "redis_url", None, "Redis (`rediss://` works with Heroku's self-signed certificates)")
 declare("LEASH_QUEUE", "names", ["leash"],
         "the queues served, comma-separated; jobs go to the first unless they name another")
 declare("LEASH_LEASE_SECONDS", "float", 120.0, "lease length; a job must heartbeat within it", 0.5)

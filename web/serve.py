@@ -67,7 +67,8 @@ def waitress_options(host: str, port: int) -> dict:
 
 
 def serve(host: str, port: int) -> int:
-    """Run until stopped; a configuration problem is one line on stderr and exit status 1."""
+    """Run until stopped; a missing secret is one line on stderr and exit status 1, a malformed
+    setting one line and exit status 2."""
     import waitress
 
     from .app import SecretKeyMissing, create_app
@@ -75,9 +76,12 @@ def serve(host: str, port: int) -> int:
     try:
         logs.configure("INFO")  # waitress's own lines too, as text or JSON (LEASH_LOG_FORMAT)
         app = create_app()
-    except (SecretKeyMissing, ValueError) as exc:
+    except SecretKeyMissing as exc:
         sys.stderr.write(f"{exc}\n")
         return 1
+    except ValueError as exc:  # a malformed setting (LEASH_API_TOKENS, LEASH_LOG_FORMAT, ...), named
+        sys.stderr.write(f"{exc}\n")
+        return 2
     options = waitress_options(host, port)
     if options["connection_limit"] < config.get("LEASH_WEB_CONNECTIONS"):
         log.warning("the open-file limit allows %d connections, not LEASH_WEB_CONNECTIONS=%d",
