@@ -11,7 +11,11 @@ rq-dashboard 0.9.0 has no authentication and no CSRF protection, accepts GET on 
   adding one after a first registration raises (a second ``create_app()`` in tests breaks);
 - its POST actions need the CSRF token: its JavaScript sends the ``_csrf_token`` cookie's
   value as ``X-CSRFToken``, so the cookie is set here and flask-wtf checks the header;
-- GET on requeue-all is refused (405).
+- GET on requeue-all is refused (405);
+- what its views would answer with a 500 is answered before them: an unknown job id is a 404
+  (it fetches without checking), a page size, page, registry, order or instance it cannot use a
+  400/404, compacting a queue that does not exist a 404; the login check never raises, whatever
+  the Authorization header holds.
 
 Two more adaptations: leash's RQ jobs use the JSON serializer (so job pages can show the
 progress leash mirrors into ``job.meta``), and its per-request Redis client is replaced by
@@ -29,8 +33,10 @@ import logging
 from flask import Flask, Response, current_app, request
 from flask_wtf.csrf import generate_csrf
 from rq.exceptions import NoSuchJobError
+from rq.job import JOB_ID_PATTERN
 from rq.serializers import JSONSerializer
 
+from jobs import keys
 from jobs.connection import redis_url
 
 from .errors import api_error
@@ -100,17 +106,24 @@ def _guard():
                          {"Allow": "POST"})
     if request.method not in ("GET", "HEAD", "OPTIONS"):
         current_app.extensions["csrf"].protect()
+    if request.endpoint == f"{BLUEPRINT}.compact_queue":
+        # RQ's compact renames the queue's list, which Redis refuses for a missing (empty) one.
+        name = request.view_args["queue_name"]
+        if not current_app.extensions["leash_redis"].exists(keys.rq_queue(name)):
+            return api_error(404, f"queue {name!r} is empty or does not exist: nothing to compact")
     return None
 
 
 #: What rq-dashboard 0.9.0 reads from its addresses without checking (each answered 500 before):
-#: the Redis instance (one here), the registry, the order and the page numbers.
+#: the job id, the Redis instance (one here), the registry, the order and the page numbers.
 REGISTRIES = frozenset({"queued", "failed", "deferred", "started", "finished", "scheduled", "canceled"})
 ORDERS = frozenset({"asc", "dsc"})
 MAX_PER_PAGE = 100
 
 
 def _bad_address(args: dict) -> tuple[int, str] | None:
+    if "job_id" in args and not JOB_ID_PATTERN.fullmatch(args["job_id"]):
+        return 404, "no such job in RQ (job ids are letters, digits, _ and -)"
     if args.get("instance_number", 0) != 0:
         return 404, "the dashboard shows one Redis: its addresses start /rq/0/"
     if "registry_name" in args and args["registry_name"] not in REGISTRIES:
