@@ -68,7 +68,10 @@ def worker(queues, burst, name, scheduler, log_level, imports):
     conn = connect_checked(for_worker=True)
     names = [q.strip() for spec in (queues or settings().queues) for q in spec.split(",") if q.strip()]
     w = LeashWorker(names, connection=conn, name=name)  # names: it builds its own LeashQueue objects
-    reporting.init_worker(w)  # SENTRY_DSN
+    try:
+        reporting.init_worker(w)  # SENTRY_DSN
+    except ValueError as exc:
+        raise job_commands.BadInput(str(exc)) from None
     w.work(burst=burst, with_scheduler=scheduler, logging_level=log_level.upper())
 
 

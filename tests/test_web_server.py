@@ -98,3 +98,20 @@ def test_create_app_outside_leash_dev_refuses_without_a_secret_key(conn):
     with pytest.raises(SecretKeyMissing, match="SECRET_KEY is not set"):
         make_app(SECRET_KEY=None)
     assert make_app(SECRET_KEY=None, LEASH_DEV=True).config["SECRET_KEY"]
+
+
+@pytest.mark.parametrize("setting,value,named", [
+    ("REDIS_URL", "redis://:pw-secret@[::1/0", "REDIS_URL is not a Redis URL"),
+    ("LEASH_API_TOKENS", "garbage", "LEASH_API_TOKENS entry 'garbage'"),
+    ("LEASH_LOG_FORMAT", "xml", "LEASH_LOG_FORMAT must be one of"),
+    ("SENTRY_DSN", "not-a-dsn", "SENTRY_DSN is not a Sentry DSN"),
+    ("LEASH_WEB_CONNECTIONS", "many", "LEASH_WEB_CONNECTIONS must be an integer"),
+])
+def test_a_malformed_setting_stops_the_web_server_with_one_line_and_exit_2(conn, setting, value, named):
+    env = {**os.environ, "SECRET_KEY": "s", "PYTHONPATH": str(ROOT), setting: value}
+    result = subprocess.run([sys.executable, "-m", "cli", "web", "--host", "127.0.0.1", "--port", str(free_port())],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.strip().splitlines() if "LEASH_API_TOKENS is not set" not in line]
+    assert len(lines) == 1 and named in lines[0], result.stderr
+    assert "Traceback" not in result.stderr and "pw-secret" not in result.stderr
