@@ -1,4 +1,4 @@
-"""The Flask app factory. Served by gunicorn from the Procfile: ``web.app:create_app()``.
+"""The Flask app factory. Served by ``leash web`` (web/serve.py) from the Procfile.
 
 Configuration comes from the environment (``test_config`` overrides it in tests):
 
@@ -39,7 +39,7 @@ from .redis_guard import guarded_connection
 
 log = logging.getLogger(__name__)
 
-#: The one line the web app (and gunicorn.conf.py) stops with outside ``leash dev``.
+#: The one line the web app (and ``leash web``) stops with outside ``leash dev``.
 SECRET_KEY_MISSING = ("SECRET_KEY is not set; set it to a long random value shared by every web process, e.g. "
                       "heroku config:set SECRET_KEY=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')")
 
