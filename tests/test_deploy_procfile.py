@@ -77,7 +77,7 @@ def honcho(conn, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LEASH_", "SENTRY_"))}
     env.update(
         PORT=str(port),  # honcho gives it to web (and PORT+100 to worker)
-        REDIS_URL=REDIS_URL, SECRET_KEY="procfile-test-secret", WEB_CONCURRENCY="1",
+        REDIS_URL=REDIS_URL, SECRET_KEY="procfile-test-secret",
         # The Procfile's `leash` is this environment's console script.
         PATH=str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", ""),
         PYTHONPATH=str(ROOT), LEASH_IMPORTS="tests.kinds_for_tests",
