@@ -167,6 +167,43 @@ def test_once_one_request_met_the_stall_32_concurrent_reads_are_fast_503s_in_eve
         assert recovery < 1.0, (n, recovery)
 
 
+def _read_by_server(server_port: int, client_port: int) -> bool:
+    """The server's side of this connection exists and has nothing left unread (Linux's table of
+    TCP sockets): the request was taken in."""
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        fields = line.split()
+        local, remote, queues = fields[1], fields[2], fields[4]
+        if int(local.split(":")[1], 16) == server_port and int(remote.split(":")[1], 16) == client_port:
+            return int(queues.split(":")[1], 16) == 0
+    return False
+
+
+def test_a_deploys_sigterm_answers_the_requests_already_received_then_the_server_exits(stallable_redis,
+                                                                                        web_server):
+    server = web_server(extra_env={"REDIS_URL": stallable_redis.url, "LEASH_REDIS_TIMEOUT": str(REDIS_TIMEOUT)})
+    client = make_app(REDIS_URL=stallable_redis.url).test_client()
+    job_id = client.post("/jobs", json=CLASSIFY).get_json()["job_id"]
+    stallable_redis.stall()  # the request below then takes LEASH_REDIS_TIMEOUT in the app
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        connection.request("GET", f"/jobs/{job_id}", headers={"Accept": "application/json"})
+        client_port = connection.sock.getsockname()[1]
+        wait_for(lambda: _read_by_server(server.port, client_port), 10, interval=0.01,
+                 message="the server to take the request in")
+        server.proc.send_signal(signal.SIGTERM)
+        response = connection.getresponse()
+        assert response.status == 503 and json.loads(response.read())["error"]
+    finally:
+        connection.close()
+    assert server.proc.wait(timeout=REDIS_TIMEOUT + 10) == 0
+    try:
+        http.client.HTTPConnection("127.0.0.1", server.port, timeout=2).request("GET", "/healthz")
+        accepted = True
+    except OSError:
+        accepted = False
+    assert not accepted  # nothing listens once it has stopped
+
+
 def test_rq_dashboard_pages_are_a_503_at_once_while_the_stall_is_known(stallable_redis):
     client = make_app(REDIS_URL=stallable_redis.url, LEASH_REDIS_TIMEOUT=REDIS_TIMEOUT,
                       LEASH_DASHBOARD_USER="ops", LEASH_DASHBOARD_PASSWORD="ops-password-123").test_client()

@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import logging
 import resource
+import signal
 import sys
+import threading
+import time
 
 from jobs import config
 from jobs.observability import logs
@@ -35,6 +38,9 @@ MAX_HEADER_BYTES = 64 * 1024
 CHANNEL_TIMEOUT = 120
 #: Descriptors kept free beyond the connections: Redis sockets, temp files of large bodies, logs.
 SPARE_DESCRIPTORS = 64
+#: After SIGTERM, how long requests already received may take to be answered: inside Heroku's
+#: 30 s before SIGKILL, and longer than LEASH_REDIS_TIMEOUT's default wait.
+SHUTDOWN_GRACE = 20
 
 
 def _descriptors_for(connections: int) -> int:
@@ -86,5 +92,37 @@ def serve(host: str, port: int) -> int:
     if options["connection_limit"] < config.get("LEASH_WEB_CONNECTIONS"):
         log.warning("the open-file limit allows %d connections, not LEASH_WEB_CONNECTIONS=%d",
                     options["connection_limit"], config.get("LEASH_WEB_CONNECTIONS"))
-    waitress.serve(app, **options)
+    server = waitress.create_server(app, **options)
+    server.print_listen("Serving on http://{}:{}")
+    _run_until_stopped(server)
     return 0
+
+
+def _run_until_stopped(server) -> None:
+    """waitress's loop, until SIGTERM (a deploy) or SIGINT; then stop accepting and answer the
+    requests already received, for at most ``SHUTDOWN_GRACE`` seconds. waitress alone, stopped,
+    closes every connection at once, with answers its threads have written still unsent."""
+    from waitress import wasyncore
+
+    stopping = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopping.set())
+    tick = server.adj.asyncore_loop_timeout
+    sockets = server._map  # the loop's map of sockets (TcpWSGIServer's own attribute)
+    while not stopping.is_set():
+        wasyncore.loop(timeout=tick, map=sockets, use_poll=True, count=1)
+    wasyncore.dispatcher.close(server)  # the listening socket only: its wake-up pipe stays
+    deadline = time.monotonic() + SHUTDOWN_GRACE
+    while _answering(sockets) and time.monotonic() < deadline:
+        wasyncore.loop(timeout=0.05, map=sockets, use_poll=True, count=1)
+    server.task_dispatcher.shutdown(timeout=1)
+    wasyncore.close_all(sockets)
+
+
+def _answering(sockets: dict) -> bool:
+    """A request received whole and not yet answered, or an answer not yet sent. A request still
+    arriving (a slow client) does not hold the shutdown."""
+    from waitress.channel import HTTPChannel
+
+    return any(isinstance(channel, HTTPChannel) and (channel.requests or channel.total_outbufs_len)
+               for channel in list(sockets.values()))
