@@ -119,8 +119,10 @@ def test_leash_dev_never_prints_the_redis_password_and_keeps_its_record_private(
         env.update(REDIS_URL=secret_url, PYTHONPATH=str(ROOT), XDG_STATE_HOME=str(tmp_path / "state"))
         dev = subprocess.Popen([sys.executable, "-m", "cli", "dev", "--port", str(port)], cwd=tmp_path, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        seen: set[int] = set()
         try:
             banner = _banner(dev)
+            seen.update(p.pid for p in psutil.Process(dev.pid).children(recursive=True))
             assert f"http://127.0.0.1:{port}/" in banner, banner
             assert "hunter2" not in banner and "redis://:***@127.0.0.1:" in banner, banner
             record = tmp_path / "state" / "leash" / "dev.json"
@@ -130,8 +132,11 @@ def test_leash_dev_never_prints_the_redis_password_and_keeps_its_record_private(
             rest = dev.communicate(timeout=40)[0]
             assert "hunter2" not in rest
         finally:
-            if dev.poll() is None:
-                dev.kill()
-                dev.wait(timeout=10)
+            for pid in seen | {dev.pid}:  # its web process and worker too, each in a session of its own
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            dev.wait(timeout=10)
     finally:
         stop([redis_proc], grace=5)
