@@ -34,9 +34,9 @@ def main() -> None:
     from jobs.config import check_all
 
     try:
-        check_all()  # a bad setting is a message naming it and exit 2, not a traceback later
+        check_all()  # a bad setting is one line naming it and exit 2, not a traceback later
     except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise job_commands.BadInput(str(exc)) from None
 
 
 @main.command()
@@ -68,8 +68,22 @@ def worker(queues, burst, name, scheduler, log_level, imports):
     conn = connect_checked(for_worker=True)
     names = [q.strip() for spec in (queues or settings().queues) for q in spec.split(",") if q.strip()]
     w = LeashWorker(names, connection=conn, name=name)  # names: it builds its own LeashQueue objects
-    reporting.init_worker(w)  # SENTRY_DSN
+    try:
+        reporting.init_worker(w)  # SENTRY_DSN
+    except ValueError as exc:
+        raise job_commands.BadInput(str(exc)) from None
     w.work(burst=burst, with_scheduler=scheduler, logging_level=log_level.upper())
+
+
+@main.command()
+@click.option("--host", default="0.0.0.0", show_default=True, help="The address to listen on.")
+@click.option("--port", default=5000, type=click.IntRange(1, 65535), envvar="PORT", show_envvar=True,
+              show_default=True, help="The web app's port.")
+def web(host, port):
+    """Serve the web app (waitress: requests are read whole before a thread takes them)."""
+    from web.serve import serve
+
+    sys.exit(serve(host, port))
 
 
 @main.command()

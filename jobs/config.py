@@ -19,7 +19,7 @@ class Setting:
     is False for facts of the environment leash reads but does not own (``USER``, ...)."""
 
     name: str
-    type: str  # str | int | float | bool | ints | names (comma-separated) | rate (60/minute)
+    type: str  # str | int | float | bool | ints | names (comma-separated) | rate (60/minute) | redis_url
     default: Any
     meaning: str
     minimum: float | None = None
@@ -50,6 +50,8 @@ def get(name: str) -> Any:
     if text is None:
         return setting.default
     text = text.strip()
+    if setting.type == "redis_url":
+        return _redis_url(name, text)
     try:
         if setting.type == "int":
             value = int(text)
@@ -80,6 +82,22 @@ def get(name: str) -> Any:
     return value
 
 
+def _redis_url(name: str, text: str) -> str:
+    """A URL redis-py can use; the message never repeats the URL (it may carry a password)."""
+    from urllib.parse import urlsplit
+
+    example = "redis://localhost:6379/0"
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - parsing the port is what raises for "host:abc"
+    except ValueError as exc:
+        raise ValueError(f"{name} is not a Redis URL ({exc}); write it like {example}") from None
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(f"{name} is not a Redis URL: it must start with redis://, rediss:// or unix://, "
+                         f"e.g. {example}")
+    return text
+
+
 def check_all() -> None:
     """Parse every declared setting once: a bad value fails at start, not in the middle of a job."""
     for name in DECLARED:
@@ -92,7 +110,7 @@ def environ() -> dict[str, str]:
 
 
 def export(name: str, value: str) -> None:
-    """Set a declared variable for this process and the ones it starts (gunicorn's workers)."""
+    """Set a declared variable for this process and the ones it starts."""
     DECLARED[name]  # noqa: B018 - only declared names
     os.environ[name] = value
 
@@ -100,7 +118,7 @@ def export(name: str, value: str) -> None:
 WEEK = 7 * 24 * 3600
 
 # --- the lifecycle ---------------------------------------------------------------------------
-declare("REDIS_URL", "str", None, "Redis (`rediss://` works with Heroku's self-signed certificates)")
+declare("REDIS_URL", "redis_url", None, "Redis (`rediss://` works with Heroku's self-signed certificates)")
 declare("LEASH_QUEUE", "names", ["leash"],
         "the queues served, comma-separated; jobs go to the first unless they name another")
 declare("LEASH_LEASE_SECONDS", "float", 120.0, "lease length; a job must heartbeat within it", 0.5)
@@ -142,6 +160,9 @@ declare("LEASH_MAX_PAYLOAD_BYTES", "int", 1024 * 1024, "the whole payload, as JS
 declare("LEASH_MAX_PAYLOAD_DEPTH", "int", 32, "how deeply lists and objects nest in the payload", 2)
 # A job's summary sits in its hash, read by every status poll: it must not grow with the input.
 declare("LEASH_MAX_SUMMARY_BYTES", "int", 1024, "a job's summary as JSON", 256)
+# Picking a CSV upload's text column reads every cell once; the bound keeps one odd row from
+# making every other row count.
+declare("LEASH_MAX_CSV_COLUMNS", "int", 1000, "columns of an uploaded CSV file", 1)
 
 # --- model calls -------------------------------------------------------------------------------
 # Every backend shares these; a backend is chosen by name (jobs/models/backends.py lists them).
@@ -181,13 +202,16 @@ declare("LEASH_TRUSTED_USER_HEADER", "str", None,
 declare("LEASH_PUBLIC_SUBMIT", "bool", False, "`1`: visitors who are not signed in may use the form, as owner `public`")
 declare("LEASH_MAX_QUEUED_PER_OWNER", "int", 1000, "an owner's queued jobs; a submission beyond is a 429", 1)
 declare("LEASH_SUBMIT_RATE", "rate", None, "an owner's submissions per period, e.g. `60/minute` (default: none)")
-declare("LEASH_GUNICORN_CONTROL_SOCKET", "str", None, "a path of its own for gunicorn's control socket (default: off)")
-declare("WEB_CONCURRENCY", "int", 2, "gunicorn worker processes (8 threads each; read by the Procfile)", 1)
-declare("PORT", "int", 5000, "the web app's port (the Procfile's gunicorn; `leash dev --port`)", 1)
+# A thread is held only while the app works on a whole request (the server reads it first),
+# mostly waiting on Redis: a stall holds each for at most LEASH_REDIS_TIMEOUT once.
+declare("LEASH_WEB_THREADS", "int", 16, "`leash web`: threads answering requests", 1)
+# Each connection costs a socket and at most its buffered request, never a thread.
+declare("LEASH_WEB_CONNECTIONS", "int", 1000, "`leash web`: connections held at once (slow clients included)", 10)
+declare("PORT", "int", 5000, "the web app's port (`leash web`, the Procfile; `leash dev --port`)", 1)
 declare("LEASH_DEV", "bool", False,
         "set by `leash dev`: development defaults (a per-run secret, /rq without a password)")
 declare("PROMETHEUS_MULTIPROC_DIR", "str", None,
-        "where gunicorn's processes share metrics (gunicorn.conf.py makes one)")
+        "where several web processes would share request metrics (unset: one process counts its own)")
 
 # --- the command line --------------------------------------------------------------------------
 declare("LEASH_OWNER", "str", None, "the owner `leash submit` / `leash jobs` act as")
@@ -260,6 +284,7 @@ class Limits:
     max_payload_bytes: int
     max_payload_depth: int
     max_summary_bytes: int
+    max_csv_columns: int
 
 
 def limits() -> Limits:
@@ -272,4 +297,5 @@ def limits() -> Limits:
         max_payload_bytes=get("LEASH_MAX_PAYLOAD_BYTES"),
         max_payload_depth=get("LEASH_MAX_PAYLOAD_DEPTH"),
         max_summary_bytes=get("LEASH_MAX_SUMMARY_BYTES"),
+        max_csv_columns=get("LEASH_MAX_CSV_COLUMNS"),
     )

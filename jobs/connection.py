@@ -8,6 +8,7 @@ these defaults (redis-py merges them last), so ``rediss://...?ssl_cert_reqs=requ
 
 from __future__ import annotations
 
+import re
 
 from redis import Redis
 
@@ -29,3 +30,19 @@ def connect(url: str | None = None, client_class: type[Redis] = Redis, **kwargs)
     kwargs.setdefault("socket_connect_timeout", 5)
     return client_class.from_url(url, **kwargs)
 
+
+
+_PASSWORD_IN_QUERY = re.compile(r"(?i)([?&]password=)[^&#]*")
+
+
+def masked(url: str) -> str:
+    """The URL with any password replaced by ``***``, for every message and banner. Works on
+    text only (no URL parser), so a URL too malformed to parse is masked all the same."""
+    scheme, separator, rest = url.partition("://")
+    if separator:
+        netloc, slash, tail = rest.partition("/")
+        userinfo, at, host = netloc.rpartition("@")
+        if at and ":" in userinfo:
+            netloc = userinfo.split(":", 1)[0] + ":***@" + host
+        url = scheme + separator + netloc + slash + tail
+    return _PASSWORD_IN_QUERY.sub(r"\1***", url)

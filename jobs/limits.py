@@ -16,6 +16,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from . import text
 from .config import limits
 from .errors import InvalidJob
 
@@ -54,6 +55,7 @@ def check_payload(payload: Any) -> None:
     if depth > limit.max_payload_depth:
         raise InvalidJob(f"the payload nests {depth} levels deep (at most {limit.max_payload_depth}, "
                          "LEASH_MAX_PAYLOAD_DEPTH)")
+    text.check(payload)  # lone surrogates: not text any output could write
     try:
         size = json_size(payload)
     except (TypeError, ValueError) as exc:

@@ -19,6 +19,7 @@ from rq.serializers import JSONSerializer
 
 from . import keys
 from .errors import NoSuchJob
+from .text import printable
 
 #: The largest page a caller may ask for.
 MAX_PAGE = 500
@@ -116,7 +117,9 @@ def iter_results(connection: Redis, job_id: str, page_size: int = MAX_PAGE):
             page = read_page(connection, job_id, offset, page_size)
         found = dict(page.items)
         for index in range(offset, min(offset + page_size, total)):
-            yield index, inputs[index] if index < len(inputs) else None, found.get(index), page.usage.get(index)
+            # Stored text may hold what no UTF-8 output can write (jobs/text.py).
+            item = printable(inputs[index]) if index < len(inputs) else None
+            yield index, item, printable(found.get(index)), page.usage.get(index)
         offset += page_size
         page = None
 

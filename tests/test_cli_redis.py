@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
@@ -10,6 +11,7 @@ from click.testing import CliRunner
 from cli import main
 from cli.connection import record_path, remove_record, write_record
 from cli.devserver import free_port
+from jobs.connection import masked
 from tests.conftest import REDIS_URL
 
 
@@ -39,13 +41,27 @@ def test_without_redis_url_commands_use_the_url_leash_dev_recorded_and_say_so_on
     assert not record_path().exists()
 
 
-@pytest.mark.parametrize("url", ["localhost:6379", "redis://localhost:abc/0", "http://localhost:6379"])
-def test_a_malformed_redis_url_is_one_line_and_exit_2(conn, env, url):
+@pytest.mark.parametrize("url", ["localhost:6379", "redis://localhost:abc/0", "http://localhost:6379",
+                                 "redis://:pw-secret@[::1/0", "redis://:pw-secret@host:port/0"])
+@pytest.mark.parametrize("command", [("jobs",), ("status", "x"), ("worker",), ("web", "--port", "1")])
+def test_a_malformed_redis_url_is_one_line_and_exit_2(conn, env, url, command):
     env.setenv("REDIS_URL", url)
-    result = run("jobs")
+    result = run(*command)
     assert result.exit_code == 2
     assert "is not a Redis URL" in result.output and "redis://localhost:6379/0" in result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    assert "pw-secret" not in result.output
+
+
+@pytest.mark.parametrize("url,expected", [
+    ("redis://:hunter2@[::1/0", "redis://:***@[::1/0"),
+    ("redis://user:p@ss@host:6379/0", "redis://user:***@host:6379/0"),
+    ("rediss://default:hunter2@host:6379", "rediss://default:***@host:6379"),
+    ("redis://host:6379/0?password=hunter2&db=1", "redis://host:6379/0?password=***&db=1"),
+    ("redis://host:6379/0", "redis://host:6379/0"),
+])
+def test_passwords_are_masked_even_in_urls_too_malformed_to_parse(url, expected):
+    assert masked(url) == expected
 
 
 def test_an_unreachable_redis_is_one_line_naming_the_url_without_its_password(conn, env):
@@ -72,3 +88,23 @@ def test_leash_dev_on_a_busy_port_is_one_line_with_the_fix(conn, env):
     assert result.exit_code == 2
     assert f"port {port} is in use by another program; run leash dev --port " in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_the_dev_record_is_the_users_alone_and_never_written_through_a_planted_file_or_symlink(env, tmp_path):
+    env.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    folder = tmp_path / "state" / "leash"
+    folder.mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    (folder / "dev.tmp").symlink_to(victim)  # the old fixed temporary name, planted
+    (folder / "dev.json").symlink_to(victim)
+    planted = folder / ".dev.json.planted.tmp"
+    planted.write_text("world readable")
+    planted.chmod(0o644)
+    path = write_record("redis://:hunter2@127.0.0.1:6379/0", "http://127.0.0.1:5000", pid=7)
+    assert victim.read_text() == "keep me"
+    assert not path.is_symlink() and path.stat().st_mode & 0o777 == 0o600
+    assert json.loads(path.read_text())["pid"] == 7
+    assert sorted(p.name for p in folder.iterdir()) == [".dev.json.planted.tmp", "dev.json", "dev.tmp"]
+    path.chmod(0o644)  # a record left readable by an older version is replaced, not reused
+    assert write_record("redis://127.0.0.1:6379/0", "http://127.0.0.1:5000", pid=8).stat().st_mode & 0o777 == 0o600

@@ -124,8 +124,8 @@ def test_the_procfile_commands_are_installed_by_requirements_txt():
     commands = {shlex.split(command)[0] for command in procfile().values()}
     scripts = set(pyproject()["project"]["scripts"])
     pins, _, _ = pinned_file()
-    assert commands == {"gunicorn", "leash"}
-    assert "leash" in scripts and "gunicorn" in pins
+    assert commands == {"leash"}  # `leash web` serves with waitress, pinned with leash's dependencies
+    assert "leash" in scripts and "waitress" in pins
 
 
 def app_json() -> dict:
@@ -171,8 +171,7 @@ def test_the_health_check_path_answers(conn):
 
 
 def test_every_variable_in_app_json_is_one_leash_reads():
-    source = "\n".join(p.read_text() for p in [*Path(ROOT, "jobs").rglob("*.py"), *Path(ROOT, "web").rglob("*.py"),
-                                               ROOT / "gunicorn.conf.py"])
+    source = "\n".join(p.read_text() for p in [*Path(ROOT, "jobs").rglob("*.py"), *Path(ROOT, "web").rglob("*.py")])
     unknown = [name for name in app_json()["env"] if f'"{name}"' not in source]
     assert unknown == []
 

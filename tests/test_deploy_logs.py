@@ -1,5 +1,5 @@
 """Logs machines can read: with LEASH_LOG_FORMAT=json every line the worker (work-horses and
-scheduler included) and the web server (gunicorn's own lines included) print is one JSON
+scheduler included) and the web server (waitress's own lines included) print is one JSON
 object, carrying the job id, attempt, kind and owner when the line is about a job. Plain
 text stays the default."""
 
@@ -83,7 +83,7 @@ def test_every_worker_line_is_json_and_lines_about_a_job_carry_its_context(conn,
 
 
 @pytest.mark.slow
-def test_every_web_line_is_json_including_gunicorns_and_a_request_about_a_job_names_it(conn, tmp_path):
+def test_every_web_line_is_json_including_the_servers_and_a_request_about_a_job_names_it(conn, tmp_path):
     output = tmp_path / "web.log"
     port = free_port()
     unreachable_redis = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens: the job read is a 503
@@ -91,8 +91,7 @@ def test_every_web_line_is_json_including_gunicorns_and_a_request_about_a_job_na
     web_env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     with output.open("w") as sink:
         web = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "1",
-             "web.app:create_app()"], cwd=ROOT, env=web_env, stdout=sink, stderr=subprocess.STDOUT,
+            [sys.executable, "-m", "cli", "web", "--host", "127.0.0.1", "--port", str(port)], cwd=ROOT, env=web_env, stdout=sink, stderr=subprocess.STDOUT,
             start_new_session=True)
     try:
         def job_read_status() -> int | None:
@@ -104,12 +103,12 @@ def test_every_web_line_is_json_including_gunicorns_and_a_request_about_a_job_na
                 return None
             return 200
 
-        assert wait_for(job_read_status, 30, interval=0.2, message="gunicorn to answer") == 503
+        assert wait_for(job_read_status, 30, interval=0.2, message="the web server to answer") == 503
     finally:
         stop(web)
 
     lines = json_lines(output)
-    assert any(line["logger"] == "gunicorn.error" and "Booting worker" in line["message"] for line in lines)
+    assert any(line["logger"] == "waitress" and "Serving on" in line["message"] for line in lines)
     about_job = [line for line in lines if line.get("job_id") == "job-42"]
     assert about_job and about_job[0]["owner"] == "shared" and about_job[0]["level"] == "WARNING"
 

@@ -77,8 +77,8 @@ def honcho(conn, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LEASH_", "SENTRY_"))}
     env.update(
         PORT=str(port),  # honcho gives it to web (and PORT+100 to worker)
-        REDIS_URL=REDIS_URL, SECRET_KEY="procfile-test-secret", WEB_CONCURRENCY="1",
-        # The Procfile's `leash` and `gunicorn` are this environment's console scripts.
+        REDIS_URL=REDIS_URL, SECRET_KEY="procfile-test-secret",
+        # The Procfile's `leash` is this environment's console script.
         PATH=str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", ""),
         PYTHONPATH=str(ROOT), LEASH_IMPORTS="tests.kinds_for_tests",
         LEASH_LEASE_SECONDS="4", LEASH_LOCAL_DELAY_MS="10",
@@ -108,7 +108,7 @@ def test_honcho_runs_the_procfile_a_job_runs_end_to_end_and_sigterm_stops_everyt
     wait_for(lambda: (s := http(honcho.url + f"/jobs/{long_job['job_id']}")[1])["state"] == "running"
              and s["done"] >= 1, 30, message="the long job to be running")
     processes = honcho.descendants()
-    assert len(processes) >= 3, honcho.log()  # gunicorn master + its worker, leash worker (+ its work-horse)
+    assert len(processes) >= 3, honcho.log()  # leash web, leash worker and its work-horse
 
     started = time.monotonic()
     honcho.proc.send_signal(signal.SIGTERM)

@@ -53,7 +53,7 @@ def test_leash_dev_runs_everything_on_the_bundled_redis_and_ctrl_c_stops_it_all(
         return pids
 
     try:
-        banner = dev.stdout.readline()
+        banner = _banner(dev)
         assert f"http://127.0.0.1:{port}/" in banner and "redis://127.0.0.1:" in banner
         wait_for(lambda: _healthy(port), 30, interval=0.2, message="the web app to answer")
         status, body = get_json(f"http://127.0.0.1:{port}/jobs",
@@ -88,8 +88,55 @@ def test_leash_dev_runs_everything_on_the_bundled_redis_and_ctrl_c_stops_it_all(
         dev.wait(timeout=10)
 
 
+def _banner(dev: subprocess.Popen, most_lines: int = 50) -> str:
+    """The line saying where leash runs (the worker and the web server may log before it)."""
+    for _ in range(most_lines):
+        line = dev.stdout.readline()
+        if "leash is running at" in line or not line:
+            return line
+    raise AssertionError(f"no banner in the first {most_lines} lines")
+
+
 def _healthy(port: int) -> bool:
     try:
         return get_json(f"http://127.0.0.1:{port}/healthz")[0] == 200
     except OSError:
         return False
+
+
+def test_leash_dev_never_prints_the_redis_password_and_keeps_its_record_private(tmp_path):
+    import redis
+
+    from cli.devserver import start_redis, stop
+
+    (tmp_path / "redis").mkdir()
+    redis_proc, url = start_redis(tmp_path / "redis")
+    try:
+        redis.Redis.from_url(url).config_set("requirepass", "hunter2-dev")
+        secret_url = url.replace("redis://", "redis://:hunter2-dev@")
+        port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_URL", "LEASH_"))}
+        env.update(REDIS_URL=secret_url, PYTHONPATH=str(ROOT), XDG_STATE_HOME=str(tmp_path / "state"))
+        dev = subprocess.Popen([sys.executable, "-m", "cli", "dev", "--port", str(port)], cwd=tmp_path, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        seen: set[int] = set()
+        try:
+            banner = _banner(dev)
+            seen.update(p.pid for p in psutil.Process(dev.pid).children(recursive=True))
+            assert f"http://127.0.0.1:{port}/" in banner, banner
+            assert "hunter2" not in banner and "redis://:***@127.0.0.1:" in banner, banner
+            record = tmp_path / "state" / "leash" / "dev.json"
+            wait_for(record.exists, 10, message="the dev record")
+            assert record.stat().st_mode & 0o777 == 0o600
+            dev.send_signal(signal.SIGINT)
+            rest = dev.communicate(timeout=40)[0]
+            assert "hunter2" not in rest
+        finally:
+            for pid in seen | {dev.pid}:  # its web process and worker too, each in a session of its own
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            dev.wait(timeout=10)
+    finally:
+        stop([redis_proc], grace=5)

@@ -1,4 +1,4 @@
-"""In a real browser (headless Chromium driven by Playwright) against a real gunicorn and real
+"""In a real browser (headless Chromium driven by Playwright) against the real web server and real
 ``leash worker`` processes: submit the form with 20 items, watch the progress bar move, kill
 the worker mid-job and see the stale badge, then see the job finish after another worker
 reclaims it — in a page with JavaScript and in one without.

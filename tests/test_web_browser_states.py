@@ -2,7 +2,7 @@
 meets — running with its ETA, stale, retrying with its history, failed with the traceback
 folded away, canceled, succeeded with its downloads — and the form's template field and
 errors. Jobs are put in each state by the lifecycle's own transitions, against a real
-gunicorn; the chromium fixture skips or fails as tests/test_web_browser.py explains."""
+web server; the chromium fixture skips or fails as tests/test_web_browser.py explains."""
 
 from __future__ import annotations
 

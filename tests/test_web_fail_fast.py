@@ -125,40 +125,83 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def test_32_concurrent_requests_under_gunicorn_during_a_stall(stallable_redis, web_server):
-    server = web_server(workers=2, extra_env={"REDIS_URL": stallable_redis.url,
-                                              "LEASH_REDIS_TIMEOUT": str(REDIS_TIMEOUT)})
+RUNS = 10
+
+
+def test_once_one_request_met_the_stall_32_concurrent_reads_are_fast_503s_in_every_run(stallable_redis, web_server):
+    # The web process as the Procfile starts it (`leash web`): one process, so the thread that
+    # met the stall and every other thread share one breaker. Ten stalls in a row, each checked.
+    server = web_server(extra_env={"REDIS_URL": stallable_redis.url, "LEASH_REDIS_TIMEOUT": str(REDIS_TIMEOUT)})
     client = make_app(REDIS_URL=stallable_redis.url).test_client()
     job_id = client.post("/jobs", json=CLASSIFY).get_json()["job_id"]
     path = f"/jobs/{job_id}"
-    assert all(status == 200 for status, _, _ in _burst(server.port, path, 32))  # both workers' pools warm
+    assert all(status == 200 for status, _, _ in _burst(server.port, path, 32))  # the pool warm
 
-    stallable_redis.stall()
+    runs = []
+    for run in range(RUNS):
+        stallable_redis.stall()
+        try:
+            met = _burst(server.port, path, 1)  # one request meets the stall: a full timeout
+            known = _burst(server.port, path, 32)
+        finally:
+            stallable_redis.resume()
+        resumed = time.monotonic()
+        # Ten answers in a row: the probe has seen Redis again.
+        wait_for(lambda: all(status == 200 for status, _, _ in _burst(server.port, path, 10)), 10, interval=0.02,
+                 message=f"run {run}: the web process to answer again")
+        recovery = time.monotonic() - resumed
+        latencies = [took for _, took, _ in known]
+        runs.append((met[0][1], statistics.median(latencies), _quantile(latencies, 0.99), max(latencies), recovery))
+        assert met[0][0] == 503 and met[0][2], met
+        assert all(status == 503 and retry_after for status, _, retry_after in known), (run, known)
+
+    print(f"\nstall, LEASH_REDIS_TIMEOUT={REDIS_TIMEOUT:g}, {RUNS} runs: the request that met it / "
+          "32 concurrent reads once known p50, p99, max / recovery after SIGCONT")
+    for n, (first, p50, p99, most, recovery) in enumerate(runs, 1):
+        print(f"  run {n:2d}: {first * 1000:5.0f} ms / p50 {p50 * 1000:5.1f} ms, p99 {p99 * 1000:6.1f} ms, "
+              f"max {most * 1000:6.1f} ms / {recovery * 1000:4.0f} ms")
+    for n, (first, p50, p99, _, recovery) in enumerate(runs, 1):
+        assert REDIS_TIMEOUT * 0.9 <= first <= REDIS_TIMEOUT + 1, (n, first)
+        assert p50 < 0.1, (n, p50)
+        assert p99 <= REDIS_TIMEOUT + 1, (n, p99)
+        assert recovery < 1.0, (n, recovery)
+
+
+def _read_by_server(server_port: int, client_port: int) -> bool:
+    """The server's side of this connection exists and has nothing left unread (Linux's table of
+    TCP sockets): the request was taken in."""
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        fields = line.split()
+        local, remote, queues = fields[1], fields[2], fields[4]
+        if int(local.split(":")[1], 16) == server_port and int(remote.split(":")[1], 16) == client_port:
+            return int(queues.split(":")[1], 16) == 0
+    return False
+
+
+def test_a_deploys_sigterm_answers_the_requests_already_received_then_the_server_exits(stallable_redis,
+                                                                                        web_server):
+    server = web_server(extra_env={"REDIS_URL": stallable_redis.url, "LEASH_REDIS_TIMEOUT": str(REDIS_TIMEOUT)})
+    client = make_app(REDIS_URL=stallable_redis.url).test_client()
+    job_id = client.post("/jobs", json=CLASSIFY).get_json()["job_id"]
+    stallable_redis.stall()  # the request below then takes LEASH_REDIS_TIMEOUT in the app
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     try:
-        first = _burst(server.port, path, 32)
-        known = _burst(server.port, path, 32)
+        connection.request("GET", f"/jobs/{job_id}", headers={"Accept": "application/json"})
+        client_port = connection.sock.getsockname()[1]
+        wait_for(lambda: _read_by_server(server.port, client_port), 10, interval=0.01,
+                 message="the server to take the request in")
+        server.proc.send_signal(signal.SIGTERM)
+        response = connection.getresponse()
+        assert response.status == 503 and json.loads(response.read())["error"]
     finally:
-        stallable_redis.resume()
-    resumed = time.monotonic()
-
-    def recovered():
-        # Ten answers in a row, whichever worker takes them.
-        return all(status == 200 for status, _, _ in _burst(server.port, path, 10))
-
-    wait_for(recovered, 10, interval=0.02, message="both workers to answer again")
-    recovery = time.monotonic() - resumed
-
-    first_latencies = [took for _, took, _ in first]
-    known_latencies = [took for _, took, _ in known]
-    print(f"\nstall, 32 concurrent requests, LEASH_REDIS_TIMEOUT={REDIS_TIMEOUT:g}: "
-          f"first burst p50 {statistics.median(first_latencies) * 1000:.0f} ms, "
-          f"p99 {_quantile(first_latencies, 0.99) * 1000:.0f} ms, max {max(first_latencies) * 1000:.0f} ms; "
-          f"once known p50 {statistics.median(known_latencies) * 1000:.1f} ms, "
-          f"p99 {_quantile(known_latencies, 0.99) * 1000:.1f} ms; recovery {recovery * 1000:.0f} ms")
-    assert all(status == 503 and retry_after for status, _, retry_after in first + known)
-    assert _quantile(first_latencies, 0.99) <= REDIS_TIMEOUT + 1
-    assert statistics.median(known_latencies) < 0.1
-    assert recovery < 1.0
+        connection.close()
+    assert server.proc.wait(timeout=REDIS_TIMEOUT + 10) == 0
+    try:
+        http.client.HTTPConnection("127.0.0.1", server.port, timeout=2).request("GET", "/healthz")
+        accepted = True
+    except OSError:
+        accepted = False
+    assert not accepted  # nothing listens once it has stopped
 
 
 def test_rq_dashboard_pages_are_a_503_at_once_while_the_stall_is_known(stallable_redis):

@@ -146,3 +146,56 @@ def test_huge_and_odd_labels_are_refused_or_fit_the_summary_never_a_5xx(conn):
 
     post_labels()
     _report("labels", statuses)
+
+
+# rq-dashboard's routes, logged in, with every path segment drawn from values its views parse
+# (numbers, registries, orders, job ids) and values they do not expect. Seeded: a failure names
+# the request, and the same seed repeats it.
+DASHBOARD_ROUTES = [
+    ("GET", "/rq/{i}/"), ("GET", "/rq/{i}/view"), ("GET", "/rq/{i}/view/queues"), ("GET", "/rq/{i}/view/workers"),
+    ("GET", "/rq/{i}/view/jobs"), ("GET", "/rq/{i}/view/jobs/{q}/{r}/{n}/{o}/{n}"), ("GET", "/rq/{i}/view/job/{j}"),
+    ("GET", "/rq/{i}/data/queues.json"), ("GET", "/rq/{i}/data/workers.json"), ("GET", "/rq/{i}/data/job/{j}.json"),
+    ("GET", "/rq/{i}/data/jobs/{q}/{r}/{n}/{o}/{n}.json"), ("POST", "/rq/job/{j}/delete"),
+    ("POST", "/rq/job/{j}/requeue"), ("POST", "/rq/requeue/{q}"), ("GET", "/rq/requeue/{q}"),
+    ("POST", "/rq/queue/{q}/{r}/empty"), ("POST", "/rq/queue/{q}/compact"), ("GET", "/rq/favicon.ico"),
+    ("GET", "/rq/static/{j}"),
+]
+ODD_SEGMENTS = ["", "0", "00", "1", "-1", "8", "100000000", "99999999999999999999", "x", "1e3", " 1", "%00", "%ff",
+                "%2F", "é", "..", "a" * 300, "\u0663", "²", "nan", "leash", "queued", "failed", "started",
+                "finished", "scheduled", "deferred", "canceled", "asc", "dsc", "null", "{}", "rq:job:x"]
+DASHBOARD_REQUESTS = 4000
+
+
+def test_rq_dashboard_routes_never_get_a_5xx(conn):
+    import random
+    from urllib.parse import quote
+
+    from tests.web_support import basic
+
+    seed = 20261201
+    pick = random.Random(seed)
+    client = make_app(LEASH_DASHBOARD_USER="ops", LEASH_DASHBOARD_PASSWORD="ops-password-123").test_client()
+    auth = basic("ops", "ops-password-123")
+    queued = client.post("/jobs", json=CLASSIFY).get_json()["job_id"]
+    client.get("/rq/", headers=auth)
+    token = client.get_cookie("_csrf_token", path="/rq").value
+    statuses: Counter = Counter()
+    for n in range(DASHBOARD_REQUESTS):
+        method, template = pick.choice(DASHBOARD_ROUTES)
+
+        def segment(kind: str) -> str:
+            if kind == "i" and pick.random() < 0.7:
+                return "0"
+            if kind == "j" and pick.random() < 0.3:
+                return queued
+            return quote(pick.choice(ODD_SEGMENTS), safe="%")
+
+        path = template.format(i=segment("i"), q=segment("q"), r=segment("r"), n=segment("n"), o=segment("o"),
+                               j=segment("j"))
+        headers = {**auth, "Accept": pick.choice(["application/json", "text/html", "*/*"])}
+        if method == "POST":
+            headers["X-CSRFToken"] = token
+        response = client.open(path, method=method, headers=headers)
+        assert response.status_code < 500, (seed, n, method, path, response.status_code, response.data[:300])
+        statuses[response.status_code] += 1
+    _report("rq-dashboard routes", statuses)

@@ -51,7 +51,7 @@ def test_metrics_report_the_queue_from_redis(env, conn):
 
 
 def test_metrics_count_requests_by_route_and_status(client, conn):
-    # The counters live for the whole process (as they do in a gunicorn worker): compare counts.
+    # The counters live for the whole process (as they do in the web process): compare counts.
     sample = ("leash_http_requests_total", (("method", "GET"), ("route", "/jobs/<job_id>"), ("status", "404")))
     before = samples(client.get("/metrics")).get(sample, 0)
     client.get("/jobs/unknown")

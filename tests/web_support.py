@@ -119,10 +119,10 @@ class RoundTrips:
 
 
 class WebServer:
-    """A real gunicorn (gthread, like the Procfile) on a free loopback port, started from the
-    project root so it reads gunicorn.conf.py; stopped by pid."""
+    """The web process as the Procfile starts it (``leash web``: waitress) on a free loopback
+    port; stopped by pid."""
 
-    def __init__(self, extra_env: dict | None = None, workers: int = 2, secret_key: str | None = "test-secret"):
+    def __init__(self, extra_env: dict | None = None, secret_key: str | None = "test-secret"):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = dict(os.environ, **(extra_env or {}))
@@ -131,24 +131,23 @@ class WebServer:
         if secret_key:
             env["SECRET_KEY"] = secret_key
         env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # gunicorn.conf.py makes a fresh one
+        env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{self.port}", "--worker-class", "gthread",
-             "--threads", "8", "--workers", str(workers), "--log-level", "warning", "web.app:create_app()"],
+            [sys.executable, "-m", "cli", "web", "--host", "127.0.0.1", "--port", str(self.port)],
             cwd=ROOT, env=env, start_new_session=True,
         )
 
     def wait_ready(self, timeout: float = 20) -> None:
         def healthy():
             if self.proc.poll() is not None:
-                raise AssertionError(f"gunicorn exited with {self.proc.returncode}")
+                raise AssertionError(f"the web server exited with {self.proc.returncode}")
             try:
                 with urllib.request.urlopen(self.url + "/healthz", timeout=1) as response:
                     return response.status == 200
             except OSError:
                 return False
 
-        wait_for(healthy, timeout, interval=0.1, message="gunicorn to answer /healthz")
+        wait_for(healthy, timeout, interval=0.1, message="the web server to answer /healthz")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -156,7 +155,7 @@ class WebServer:
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: the master and its workers
+                self.proc.kill()
                 self.proc.wait(timeout=10)
 
 

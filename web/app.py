@@ -1,4 +1,4 @@
-"""The Flask app factory. Served by gunicorn from the Procfile: ``web.app:create_app()``.
+"""The Flask app factory. Served by ``leash web`` (web/serve.py) from the Procfile.
 
 Configuration comes from the environment (``test_config`` overrides it in tests):
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import secrets
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 from flask import Flask, jsonify, request
 from flask_wtf.csrf import CSRFProtect
@@ -38,7 +39,7 @@ from .redis_guard import guarded_connection
 
 log = logging.getLogger(__name__)
 
-#: The one line the web app (and gunicorn.conf.py) stops with outside ``leash dev``.
+#: The one line the web app (and ``leash web``) stops with outside ``leash dev``.
 SECRET_KEY_MISSING = ("SECRET_KEY is not set; set it to a long random value shared by every web process, e.g. "
                       "heroku config:set SECRET_KEY=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')")
 
@@ -83,6 +84,9 @@ def create_app(test_config: dict | None = None) -> Flask:
     )
     if test_config:
         app.config.update(test_config)
+    # Werkzeug answers '/static//x' with a redirect to an absolute URL built from the Host
+    # header (any host a client names): no merging, so such a path is a plain 404.
+    app.url_map.merge_slashes = False
     observability.init_app(app)  # LEASH_LOG_FORMAT, SENTRY_DSN: before anything logs
     if not app.config["SECRET_KEY"]:
         if not app.config["LEASH_DEV"]:
@@ -131,12 +135,24 @@ CONTENT_SECURITY_POLICY = ("default-src 'self'; img-src 'self' data:; frame-ance
 
 
 def _security_headers(response):
+    _relative_location(response)
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
     response.headers.setdefault("X-Frame-Options", "DENY")  # no clickjacking of the cancel button
     response.headers.setdefault("Referrer-Policy", "same-origin")
     if response.mimetype == "text/html" and request.blueprint != dashboard.BLUEPRINT:
         response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
     return response
+
+
+def _relative_location(response) -> None:
+    """Redirects Werkzeug builds itself (``/rq`` to ``/rq/``) name the Host header's host, which
+    the client chose: keep only the path, never starting with '//' (a scheme-relative URL)."""
+    location = response.headers.get("Location")
+    if location and "://" in location:
+        parts = urlsplit(location)
+        if parts.netloc == request.host:
+            path = "/" + parts.path.lstrip("/")
+            response.headers["Location"] = path + (f"?{parts.query}" if parts.query else "")
 
 
 def _body_limit():

@@ -11,7 +11,11 @@ rq-dashboard 0.9.0 has no authentication and no CSRF protection, accepts GET on 
   adding one after a first registration raises (a second ``create_app()`` in tests breaks);
 - its POST actions need the CSRF token: its JavaScript sends the ``_csrf_token`` cookie's
   value as ``X-CSRFToken``, so the cookie is set here and flask-wtf checks the header;
-- GET on requeue-all is refused (405).
+- GET on requeue-all is refused (405);
+- what its views would answer with a 500 is answered before them: an unknown job id is a 404
+  (it fetches without checking), a page size, page, registry, order or instance it cannot use a
+  400/404, compacting a queue that does not exist a 404; the login check never raises, whatever
+  the Authorization header holds.
 
 Two more adaptations: leash's RQ jobs use the JSON serializer (so job pages can show the
 progress leash mirrors into ``job.meta``), and its per-request Redis client is replaced by
@@ -22,15 +26,17 @@ TLS handshake, for every poll of every dashboard tab).
 from __future__ import annotations
 
 import base64
-import binascii
 import functools
 import hmac
 import logging
 
 from flask import Flask, Response, current_app, request
 from flask_wtf.csrf import generate_csrf
+from rq.exceptions import NoSuchJobError
+from rq.job import JOB_ID_PATTERN
 from rq.serializers import JSONSerializer
 
+from jobs import keys
 from jobs.connection import redis_url
 
 from .errors import api_error
@@ -70,7 +76,7 @@ def _credentials_ok(user: str, password: str) -> bool:
         return False
     try:
         given_user, _, given_password = base64.b64decode(encoded, validate=True).decode().partition(":")
-    except (binascii.Error, UnicodeDecodeError):
+    except ValueError:  # not base64 (binascii.Error), not ASCII at all, not UTF-8 once decoded
         return False
     # Both comparisons always run: no early exit that would time the user name.
     user_ok = hmac.compare_digest(given_user.encode(), user.encode())
@@ -92,12 +98,47 @@ def _guard():
     password = current_app.config.get("LEASH_DASHBOARD_PASSWORD")
     if user and password and not _credentials_ok(user, password):
         return _challenge()
+    problem = _bad_address(request.view_args or {})
+    if problem:
+        return api_error(*problem)
     if request.endpoint == f"{BLUEPRINT}.requeue_all" and request.method == "GET":
         return api_error(405, "requeue-all changes data: use the dashboard's button (POST), not a link",
                          {"Allow": "POST"})
     if request.method not in ("GET", "HEAD", "OPTIONS"):
         current_app.extensions["csrf"].protect()
+    if request.endpoint == f"{BLUEPRINT}.compact_queue":
+        # RQ's compact renames the queue's list, which Redis refuses for a missing (empty) one.
+        name = request.view_args["queue_name"]
+        if not current_app.extensions["leash_redis"].exists(keys.rq_queue(name)):
+            return api_error(404, f"queue {name!r} is empty or does not exist: nothing to compact")
     return None
+
+
+#: What rq-dashboard 0.9.0 reads from its addresses without checking (each answered 500 before):
+#: the job id, the Redis instance (one here), the registry, the order and the page numbers.
+REGISTRIES = frozenset({"queued", "failed", "deferred", "started", "finished", "scheduled", "canceled"})
+ORDERS = frozenset({"asc", "dsc"})
+MAX_PER_PAGE = 100
+
+
+def _bad_address(args: dict) -> tuple[int, str] | None:
+    if "job_id" in args and not JOB_ID_PATTERN.fullmatch(args["job_id"]):
+        return 404, "no such job in RQ (job ids are letters, digits, _ and -)"
+    if args.get("instance_number", 0) != 0:
+        return 404, "the dashboard shows one Redis: its addresses start /rq/0/"
+    if "registry_name" in args and args["registry_name"] not in REGISTRIES:
+        return 400, f"no such registry; use one of {', '.join(sorted(REGISTRIES))}"
+    if "order" in args and args["order"] not in ORDERS:
+        return 400, "the order is asc or dsc"
+    for name, most in (("per_page", MAX_PER_PAGE), ("page", 10**6)):
+        value = str(args.get(name, "1"))
+        if not (value.isascii() and value.isdigit() and 1 <= int(value) <= most):
+            return 400, f"{name} must be a whole number from 1 to {most}"
+    return None
+
+
+def _no_such_rq_job(exc: NoSuchJobError):
+    return api_error(404, "no such job in RQ (it may have expired or been deleted)")
 
 
 def _set_csrf_cookie(response: Response) -> Response:
@@ -130,6 +171,7 @@ def init_app(app: Flask) -> None:
     # touches Redis.
     app.before_request(_guard)
     app.after_request(_set_csrf_cookie)
+    app.register_error_handler(NoSuchJobError, _no_such_rq_job)  # its job views fetch without checking
     app.config["LEASH_DASHBOARD_MOUNTED"] = True
     if not (user and password):
         log.warning("rq-dashboard is mounted at %s WITHOUT a password (LEASH_DEV=1, development only)", PREFIX)

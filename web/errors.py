@@ -12,6 +12,7 @@ from flask_wtf.csrf import CSRFError
 from werkzeug.exceptions import HTTPException, InternalServerError, default_exceptions
 
 from jobs.errors import NoSuchJob
+from jobs.text import printable
 
 from .redis_guard import RedisUnavailable
 
@@ -38,7 +39,7 @@ def api_error(status: int, message: str, headers: dict | None = None) -> Respons
 def error_response(status: int, message: str, headers: dict | None = None) -> Response:
     """JSON for API clients, the error page for browsers."""
     if wants_html():
-        response = Response(render_template("error.html", status=status, message=message), status=status)
+        response = Response(printable(render_template("error.html", status=status, message=message)), status=status)
         response.headers.update(headers or {})
         return response
     return api_error(status, message, headers)

@@ -1,9 +1,9 @@
 """GET /metrics: Prometheus text, from prometheus-client.
 
 Two kinds of numbers:
-- per-process request counters and latencies, kept by prometheus-client. gunicorn runs
-  several worker processes; with ``PROMETHEUS_MULTIPROC_DIR`` set (gunicorn.conf.py sets it)
-  each process writes its own files and a scrape adds them up, whichever worker answers;
+- per-process request counters and latencies, kept by prometheus-client; labelled from closed
+  sets only (method, route pattern, status), so no request adds a series. ``leash web`` is one
+  process; with ``PROMETHEUS_MULTIPROC_DIR`` set, several processes write files a scrape adds up;
 - the queue's state, read from Redis at scrape time by ``RedisCollector`` in one round trip:
   the same answer from every process, so it needs no multiprocess bookkeeping.
 
@@ -142,6 +142,15 @@ def _model_families(models: list[model_concurrency.ModelConcurrency]):
     yield from (limit, answers, rate_limited, timed_out)
 
 
+#: Methods counted by name; any other (a client may send any token as a method) is "other",
+#: so no client can add series to /metrics. Routes and statuses come from closed sets already.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def _method() -> str:
+    return request.method if request.method in METHODS else "other"
+
+
 def _route() -> str:
     return request.url_rule.rule if request.url_rule is not None else "<unmatched>"
 
@@ -154,7 +163,7 @@ def _record(response: Response) -> Response:
     started = g.pop("leash_started", None)
     if started is not None:
         route = _route()
-        REQUESTS.labels(request.method, route, str(response.status_code)).inc()
+        REQUESTS.labels(_method(), route, str(response.status_code)).inc()
         LATENCY.labels(route).observe(time.perf_counter() - started)
     return response
 

@@ -9,7 +9,7 @@ from jobs.observability import logs, reporting
 
 
 def init_app(app: Flask) -> None:
-    logs.configure_web()  # LEASH_LOG_FORMAT=json outside gunicorn (which gunicorn.conf.py sets up)
+    logs.configure_web()  # LEASH_LOG_FORMAT=json when nothing set logging up (leash web does)
     logs.add_context_provider(request_context)
     reporting.init("web")  # SENTRY_DSN
 

@@ -26,6 +26,7 @@ from jobs import admission, clock, kinds, limits, results, states, watch
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob
 from jobs.listing import list_jobs
+from jobs.text import printable
 from jobs.usage.budget import BUDGET_FIELD
 from jobs.usage.report import spend_text
 
@@ -104,7 +105,8 @@ def _payload(form: SubmitForm, items: list[str]) -> dict:
 
 
 def _page(html: str, status: int = 200):
-    response = make_response(html, status)
+    # Every page shows stored text (items, results, errors), some of which UTF-8 cannot carry.
+    response = make_response(printable(html), status)
     response.headers["Cache-Control"] = "no-cache, private"
     response.vary.update(("Accept", "Cookie"))
     return response

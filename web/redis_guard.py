@@ -1,9 +1,9 @@
 """Fail fast while Redis is unreachable.
 
 Without this, every request that meets a silent Redis (stopped, partitioned, failing over)
-waits its own ``LEASH_REDIS_TIMEOUT`` and holds one of gunicorn's threads meanwhile, so the
-requests behind it queue for many timeouts in a row. Instead each web process remembers the
-first failure:
+waits its own ``LEASH_REDIS_TIMEOUT`` and holds one of the server's threads meanwhile, so the
+requests behind it queue for many timeouts in a row. Instead the web process remembers the
+first failure (``leash web`` is one process: every thread sees it at once):
 
     reachable ──a command times out or is refused──▶ unreachable
         ▲                                                 │ every Redis call fails at once

@@ -1,7 +1,7 @@
 """Log lines for people or for machines.
 
 ``LEASH_LOG_FORMAT=text`` (the default) prints ``time logger LEVEL message``.
-``LEASH_LOG_FORMAT=json`` prints every line of the web app (gunicorn's own lines too) and of the
+``LEASH_LOG_FORMAT=json`` prints every line of the web app (the web server's own lines too) and of the
 worker (its work-horses and scheduler too) as one JSON object, through python-json-logger::
 
     {"level": "INFO", "logger": "rq.worker", "message": "...", "time": "2026-01-31T12:00:00.123456+00:00",
@@ -125,26 +125,7 @@ def configure(level: str | int = "INFO", fmt: str | None = None) -> None:
 
 
 def configure_web() -> None:
-    """For the web app: JSON lines when asked and nobody (gunicorn.conf.py) has set logging up.
+    """For the web app: JSON lines when asked and nobody (``leash web``) has set logging up.
     Plain text leaves logging as the server has it."""
     if log_format() == "json" and not logging.getLogger().handlers:
         configure("INFO", "json")
-
-
-def gunicorn_logconfig() -> dict:
-    """gunicorn's ``logconfig_dict`` for JSON lines: its own loggers hand their lines to the
-    root handler, which writes JSON to stderr like the app's."""
-    return {
-        "version": 1,
-        "disable_existing_loggers": False,
-        "filters": {"job": {"()": JobContextFilter}},
-        "formatters": {"json": {"()": json_formatter}},
-        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json", "filters": ["job"],
-                                "stream": "ext://sys.stderr"}},
-        "root": {"level": "INFO", "handlers": ["stderr"]},
-        # No level: gunicorn has already set them from --log-level.
-        "loggers": {
-            "gunicorn.error": {"handlers": [], "propagate": True},
-            "gunicorn.access": {"handlers": [], "propagate": True},
-        },
-    }

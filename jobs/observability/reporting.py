@@ -42,8 +42,12 @@ def init(component: str) -> bool:
         return False
     # Only these two: the auto-enabled ones would, e.g., report every 429 the OpenAI SDK raises,
     # which leash waits out or retries by design.
-    sentry_sdk.init(dsn=dsn, integrations=[FlaskIntegration(), RqIntegration()], auto_enabling_integrations=False,
-                    before_send=_before_send)
+    try:
+        sentry_sdk.init(dsn=dsn, integrations=[FlaskIntegration(), RqIntegration()], auto_enabling_integrations=False,
+                        before_send=_before_send)
+    except ValueError as exc:  # sentry-sdk's BadDsn: say which setting, not only what it disliked
+        raise ValueError(f"SENTRY_DSN is not a Sentry DSN ({exc}); copy it from the Sentry project's settings") \
+            from None
     scope = sentry_sdk.get_global_scope()
     scope.set_tag("component", component)
     scope.add_event_processor(_tag_with_job)

@@ -1,27 +1,26 @@
-"""The web app under a real gunicorn with two worker processes, as the Procfile runs it:
-metrics add up across processes, a browser's session is valid in every process, the server
-keeps gunicorn's control socket to itself, and without SECRET_KEY (outside ``leash dev``) it does
-not start at all."""
+"""The web process as the Procfile starts it (``leash web``: waitress, one process, many
+threads): its request counters count every request, a browser's session stays valid across
+requests under ``leash dev`` without a configured secret, its settings reach the server, and
+without SECRET_KEY (outside ``leash dev``) it does not start at all."""
 
 from __future__ import annotations
 
 import http.client
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlencode
-from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cli.devserver import free_port
-from tests.conftest import ROOT, wait_for
+from tests.conftest import ROOT
 from tests.web_support import make_app
+from web import serve
 from web.app import SecretKeyMissing
 
 
@@ -38,11 +37,12 @@ def _get(server, path, headers=None, method="GET", body=None):
         connection.close()
 
 
-def test_request_counters_add_up_across_gunicorn_workers(web_server):
-    server = web_server(workers=2)
+def test_request_counters_count_every_request_answered_on_many_threads_at_once(web_server):
+    server = web_server()
     before = _healthz_count(server)
-    for _ in range(30):
-        assert _get(server, "/healthz")[0] == 200
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        statuses = list(pool.map(lambda _: _get(server, "/healthz")[0], range(30)))
+    assert statuses == [200] * 30
     assert _healthz_count(server) - before == 30
 
 
@@ -53,12 +53,12 @@ def _healthz_count(server) -> float:
                if sample.name == "leash_http_requests_total" and sample.labels.get("route") == "/healthz")
 
 
-def test_under_leash_dev_a_browser_session_is_valid_in_every_worker_without_a_configured_secret(web_server):
+def test_under_leash_dev_a_browser_session_stays_valid_without_a_configured_secret(web_server):
     # With API tokens configured, GET /jobs without a signed-in session is a 401: every 200
-    # below is a worker that accepted the cookie another worker signed with the key made for
-    # this run (the sign-in itself crosses workers too: its form and its POST).
+    # below is a request that accepted the cookie signed with the key made for this run (the
+    # sign-in itself too: its form and its POST).
     token = "ci-token-0123456789abcdef"
-    server = web_server(workers=2, secret_key=None, extra_env={"LEASH_API_TOKENS": f"ci={token}", "LEASH_DEV": "1"})
+    server = web_server(secret_key=None, extra_env={"LEASH_API_TOKENS": f"ci={token}", "LEASH_DEV": "1"})
     status, body, response = _get(server, "/signin", headers={"Accept": "text/html"})
     assert status == 200
     cookie = re.search(r"leash_session=[^;]+", response.getheader("Set-Cookie")).group(0)
@@ -73,30 +73,20 @@ def test_under_leash_dev_a_browser_session_is_valid_in_every_worker_without_a_co
         assert status == 200
 
 
-def test_gunicorn_shares_no_control_socket_and_opens_its_own_only_when_asked(web_server):
-    # gunicorn's default would be $XDG_RUNTIME_DIR/gunicorn.ctl, else ~/.gunicorn/gunicorn.ctl:
-    # one socket for every gunicorn of the user. Short paths: a unix socket's is at most 107 bytes.
-    base = Path(tempfile.mkdtemp(prefix="lw"))
-    try:
-        home, runtime = base / "home", base / "run"
-        home.mkdir()
-        runtime.mkdir()
-        isolated = {"HOME": str(home), "XDG_RUNTIME_DIR": str(runtime)}
-        web_server(workers=1, extra_env=isolated)
-        assert not (runtime / "gunicorn.ctl").exists() and not (home / ".gunicorn").exists()
+def test_the_server_gets_the_limits_it_enforces_before_the_app(env, monkeypatch):
+    monkeypatch.setenv("LEASH_WEB_THREADS", "5")
+    monkeypatch.setenv("LEASH_WEB_CONNECTIONS", "300")
+    monkeypatch.setenv("LEASH_MAX_BODY_BYTES", "4096")
+    options = serve.waitress_options("127.0.0.1", 5000)
+    assert (options["threads"], options["connection_limit"], options["max_request_body_size"]) == (5, 300, 4096)
+    assert options["asyncore_use_poll"] and options["clear_untrusted_proxy_headers"]
 
-        own = base / "web.ctl"
-        web_server(workers=1, extra_env={**isolated, "LEASH_GUNICORN_CONTROL_SOCKET": str(own)})
-        wait_for(lambda: own.is_socket(), 10, message="the control socket at the configured path")
-        assert own.stat().st_mode & 0o077 == 0  # the owner's alone
-        assert not (runtime / "gunicorn.ctl").exists() and not (home / ".gunicorn").exists()
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+
 def test_outside_leash_dev_the_web_server_refuses_to_start_without_a_secret_key_in_one_line(conn):
     env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "LEASH_SECRET_KEY", "LEASH_DEV")}
     env["PYTHONPATH"] = str(ROOT)
     result = subprocess.run(
-        [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{free_port()}", "web.app:create_app()"],
+        [sys.executable, "-m", "cli", "web", "--host", "127.0.0.1", "--port", str(free_port())],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
@@ -108,3 +98,20 @@ def test_create_app_outside_leash_dev_refuses_without_a_secret_key(conn):
     with pytest.raises(SecretKeyMissing, match="SECRET_KEY is not set"):
         make_app(SECRET_KEY=None)
     assert make_app(SECRET_KEY=None, LEASH_DEV=True).config["SECRET_KEY"]
+
+
+@pytest.mark.parametrize("setting,value,named", [
+    ("REDIS_URL", "redis://:pw-secret@[::1/0", "REDIS_URL is not a Redis URL"),
+    ("LEASH_API_TOKENS", "garbage", "LEASH_API_TOKENS entry 'garbage'"),
+    ("LEASH_LOG_FORMAT", "xml", "LEASH_LOG_FORMAT must be one of"),
+    ("SENTRY_DSN", "not-a-dsn", "SENTRY_DSN is not a Sentry DSN"),
+    ("LEASH_WEB_CONNECTIONS", "many", "LEASH_WEB_CONNECTIONS must be an integer"),
+])
+def test_a_malformed_setting_stops_the_web_server_with_one_line_and_exit_2(conn, setting, value, named):
+    env = {**os.environ, "SECRET_KEY": "s", "PYTHONPATH": str(ROOT), setting: value}
+    result = subprocess.run([sys.executable, "-m", "cli", "web", "--host", "127.0.0.1", "--port", str(free_port())],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.strip().splitlines() if "LEASH_API_TOKENS is not set" not in line]
+    assert len(lines) == 1 and named in lines[0], result.stderr
+    assert "Traceback" not in result.stderr and "pw-secret" not in result.stderr

@@ -1,0 +1,128 @@
+"""The web process (``leash web``, the Procfile's ``web:`` line): waitress serving the Flask app.
+
+Why waitress, and why these settings (figures in docs/BENCHMARKS.md, "Slow clients"):
+
+- Its main loop reads every request whole — request line, headers and body — before an app
+  thread sees it. A client that sends a byte a second holds one socket, never one of the
+  ``LEASH_WEB_THREADS`` threads; gunicorn's gthread workers (the server before) gave each such
+  client a thread, and 16 of them stopped the whole app.
+- ``max_request_body_size`` is the body limit (``LEASH_MAX_BODY_BYTES``), counted while the
+  body arrives: a chunked body over it is a 413 from the server itself, before any thread.
+- ``connection_limit`` bounds the sockets it holds (``LEASH_WEB_CONNECTIONS``); poll() instead of
+  select() lets it pass 1024 file descriptors, and the soft descriptor limit is raised to fit.
+- One process with many threads: what one thread learns (a Redis stall, web/redis_guard.py)
+  every thread knows at once, and /metrics counts every request without multiprocess files.
+  The web app spends its time waiting on Redis, not computing, so one process is enough; run
+  more dynos (or instances) for more.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import signal
+import sys
+import threading
+import time
+
+from jobs import config
+from jobs.observability import logs
+
+log = logging.getLogger(__name__)
+
+#: Request line plus headers; gunicorn's limits (8 KB a header, 100 of them) are of this order.
+MAX_HEADER_BYTES = 64 * 1024
+#: A connection that sends nothing for this long is closed. Longer than the idle time Heroku's
+#: router and nginx keep a connection to the app (so they close first), short enough that
+#: silent sockets do not pile up.
+CHANNEL_TIMEOUT = 120
+#: Descriptors kept free beyond the connections: Redis sockets, temp files of large bodies, logs.
+SPARE_DESCRIPTORS = 64
+#: After SIGTERM, how long requests already received may take to be answered: inside Heroku's
+#: 30 s before SIGKILL, and longer than LEASH_REDIS_TIMEOUT's default wait.
+SHUTDOWN_GRACE = 20
+
+
+def _descriptors_for(connections: int) -> int:
+    """Raise the soft limit on open files towards what ``connections`` needs (at most the hard
+    limit); returns how many connections fit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = connections + SPARE_DESCRIPTORS
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        new_soft = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new_soft, hard))
+        soft = new_soft
+    return connections if soft == resource.RLIM_INFINITY else max(1, min(connections, soft - SPARE_DESCRIPTORS))
+
+
+def waitress_options(host: str, port: int) -> dict:
+    connections = _descriptors_for(config.get("LEASH_WEB_CONNECTIONS"))
+    return {
+        "host": host,
+        "port": port,
+        "threads": config.get("LEASH_WEB_THREADS"),
+        "connection_limit": connections,
+        "asyncore_use_poll": True,  # select() cannot watch descriptors above 1024
+        "channel_timeout": CHANNEL_TIMEOUT,
+        "max_request_header_size": MAX_HEADER_BYTES,
+        "max_request_body_size": config.get("LEASH_MAX_BODY_BYTES"),
+        # X-Forwarded-* from anyone would let a client choose the scheme and host the app sees.
+        "clear_untrusted_proxy_headers": True,
+        "ident": "leash",
+    }
+
+
+def serve(host: str, port: int) -> int:
+    """Run until stopped; a missing secret is one line on stderr and exit status 1, a malformed
+    setting one line and exit status 2."""
+    import waitress
+
+    from .app import SecretKeyMissing, create_app
+
+    try:
+        logs.configure("INFO")  # waitress's own lines too, as text or JSON (LEASH_LOG_FORMAT)
+        app = create_app()
+    except SecretKeyMissing as exc:
+        sys.stderr.write(f"{exc}\n")
+        return 1
+    except ValueError as exc:  # a malformed setting (LEASH_API_TOKENS, LEASH_LOG_FORMAT, ...), named
+        sys.stderr.write(f"{exc}\n")
+        return 2
+    options = waitress_options(host, port)
+    if options["connection_limit"] < config.get("LEASH_WEB_CONNECTIONS"):
+        log.warning("the open-file limit allows %d connections, not LEASH_WEB_CONNECTIONS=%d",
+                    options["connection_limit"], config.get("LEASH_WEB_CONNECTIONS"))
+    server = waitress.create_server(app, **options)
+    server.print_listen("Serving on http://{}:{}")
+    _run_until_stopped(server)
+    return 0
+
+
+def _run_until_stopped(server) -> None:
+    """waitress's loop, until SIGTERM (a deploy) or SIGINT; then stop accepting and answer the
+    requests already received, for at most ``SHUTDOWN_GRACE`` seconds. waitress alone, stopped,
+    closes every connection at once, with answers its threads have written still unsent."""
+    from waitress import wasyncore
+
+    stopping = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopping.set())
+    tick = server.adj.asyncore_loop_timeout
+    sockets = server._map  # the loop's map of sockets (TcpWSGIServer's own attribute)
+    while not stopping.is_set():
+        wasyncore.loop(timeout=tick, map=sockets, use_poll=True, count=1)
+    wasyncore.dispatcher.close(server)  # the listening socket only: its wake-up pipe stays
+    deadline = time.monotonic() + SHUTDOWN_GRACE
+    while _answering(sockets) and time.monotonic() < deadline:
+        wasyncore.loop(timeout=0.05, map=sockets, use_poll=True, count=1)
+    server.task_dispatcher.shutdown(timeout=1)
+    wasyncore.close_all(sockets)
+
+
+def _answering(sockets: dict) -> bool:
+    """A request received whole and not yet answered, or an answer not yet sent. A request still
+    arriving (a slow client) does not hold the shutdown."""
+    from waitress.channel import HTTPChannel
+
+    return any(isinstance(channel, HTTPChannel) and (channel.requests or channel.total_outbufs_len)
+               for channel in list(sockets.values()))
