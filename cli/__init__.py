@@ -13,6 +13,8 @@ import redis
 from jobs.observability import logs, reporting
 
 from . import job_commands
+from jobs.connection import is_out_of_memory
+
 from .connection import connect_checked, resolve, shown
 
 
@@ -22,6 +24,10 @@ class LeashGroup(click.Group):
             return super().invoke(ctx)
         except redis.exceptions.RedisError as exc:
             # After the first ping: Redis went away, or refused a command. Say which Redis.
+            if is_out_of_memory(exc):
+                raise click.ClickException(f"Redis at {shown(resolve()[0])} is full: it reached its maxmemory and "
+                                           "refuses writes, so nothing was written; free memory or raise maxmemory"
+                                           ) from None
             raise click.ClickException(f"Redis at {shown(resolve()[0])}: {exc}") from None
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+import redis
 from redis import Redis
 
 from . import config
@@ -46,3 +47,9 @@ def masked(url: str) -> str:
             netloc = userinfo.split(":", 1)[0] + ":***@" + host
         url = scheme + separator + netloc + slash + tail
     return _PASSWORD_IN_QUERY.sub(r"\1***", url)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Redis at maxmemory with a no-eviction policy refuses writes ("OOM command not allowed");
+    in a pipeline the refusal arrives wrapped in the pipeline's error text."""
+    return isinstance(exc, redis.exceptions.OutOfMemoryError) or "OOM command not allowed" in str(exc)

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import redis
 from click.testing import CliRunner
 from rq.job import Job
 from rq.serializers import JSONSerializer
@@ -183,3 +184,30 @@ def test_a_payload_left_without_expiry_by_a_previous_release_worker_gets_its_job
     consistency.sweep(conn)
     assert 3500 < conn.ttl(keys.payload(job_id)) <= 3600
     assert conn.zscore(keys.ACTIVE, job_id) is None
+
+
+def test_a_full_redis_is_a_503_with_a_reason_on_the_web_and_one_line_exit_1_from_the_cli(env):
+    """Redis at maxmemory with noeviction refuses writes: the submitter is told the store is
+    full (not "internal error", not a raw pipeline error) and nothing half-written is left."""
+    from click.testing import CliRunner
+
+    from cli import main
+
+    workdir = Path(tempfile.mkdtemp(prefix="leash-full-"))
+    proc, url = start_redis(workdir)
+    try:
+        full = redis.Redis.from_url(url)
+        full.config_set("maxmemory-policy", "noeviction")
+        full.config_set("maxmemory", max(1, int(full.info("memory")["used_memory"]) - 1024))
+        client = make_app(REDIS_URL=url).test_client()
+        refused = client.post("/jobs", json=CLASSIFY)
+        assert refused.status_code == 503 and "Retry-After" in refused.headers
+        assert refused.get_json()["error"].startswith("the job store (Redis) is full")
+        env.setenv("REDIS_URL", url)
+        result = CliRunner().invoke(main, ["submit", "--labels", "a,b", "-"], input="one\n")
+        assert result.exit_code == 1 and result.output.count("\n") == 1 and "is full" in result.output
+        full.config_set("maxmemory", 0)
+        assert client.post("/jobs", json=CLASSIFY).status_code == 202  # memory freed: it works again
+        full.close()
+    finally:
+        stop([proc], grace=5)

@@ -11,6 +11,7 @@ from flask import Flask, Response, current_app, jsonify, render_template, reques
 from flask_wtf.csrf import CSRFError
 from werkzeug.exceptions import HTTPException, InternalServerError, default_exceptions
 
+from jobs.connection import is_out_of_memory
 from jobs.errors import NoSuchJob
 from jobs.text import printable
 
@@ -94,6 +95,16 @@ def init_app(app: Flask) -> None:
                 breaker.trip(exc)  # also failures outside the guarded calls (e.g. a WATCH)
         return error_response(503, f"the job store (Redis) is unreachable; try again in {RETRY_AFTER_SECONDS} "
                                    "seconds (resubmit with the same Idempotency-Key to avoid a duplicate job)",
+                              {"Retry-After": str(RETRY_AFTER_SECONDS)})
+
+    @app.errorhandler(redis.exceptions.ResponseError)
+    def redis_refused(exc: redis.exceptions.ResponseError):
+        if not is_out_of_memory(exc):
+            raise exc  # any other refusal is a bug: the 500 handler logs it
+        log.warning("redis is full (maxmemory) during %s %s: %s", request.method, request.path, exc)
+        return error_response(503, f"the job store (Redis) is full: it reached its maxmemory and refuses "
+                                   f"writes, so nothing was written; try again in {RETRY_AFTER_SECONDS} seconds "
+                                   "(the operator must free memory or raise maxmemory)",
                               {"Retry-After": str(RETRY_AFTER_SECONDS)})
 
     @app.errorhandler(InternalServerError)
