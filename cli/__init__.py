@@ -1,7 +1,7 @@
 """The ``leash`` command. Options that are settings can also be set by the environment
 variable ``--help`` shows beside them (each declared in jobs/config.py). Redis is
-``REDIS_URL``, else the one a running ``leash dev`` recorded (see cli/connection.py); any
-Redis error is one line naming the URL tried."""
+``REDIS_URL``, else the one a running ``leash dev`` recorded, else one line saying there is
+none (see cli/connection.py); any Redis error is one line naming the URL tried."""
 
 from __future__ import annotations
 
@@ -96,22 +96,28 @@ def web(host, port):
 @click.option("--port", default=5000, type=click.IntRange(1, 65535), envvar="PORT", show_envvar=True,
               show_default=True, help="The web app's port.")
 @click.option("--workers", "n_workers", default=1, envvar="LEASH_DEV_WORKERS", show_envvar=True, show_default=True)
-def dev(port, n_workers):
+@click.option("--fresh", is_flag=True, help="Start with no jobs: forget what earlier runs on this port kept.")
+def dev(port, n_workers, fresh):
     """Run Redis (REDIS_URL, a redis-server on PATH, or the bundled one), the web app and
-    workers on this machine; Ctrl-C stops all of it."""
+    workers on this machine; Ctrl-C stops all of it. Jobs and results are kept across runs
+    (per port, in the state directory) unless --fresh."""
     import os
 
-    from cli.devserver import free_port, port_in_use, run_dev
+    from cli.devserver import DataInUse, free_port, port_in_use, run_dev
 
-    from .connection import remove_record, write_record
+    from .devrecord import remove_record, write_record
 
     if port_in_use(port):
         raise job_commands.BadInput(f"port {port} is in use by another program; "
                                     f"run leash dev --port {free_port(preferred=port + 1)} (or stop that program)")
     pid = os.getpid()
-    sys.exit(run_dev(port=port, n_workers=n_workers,
-                     on_ready=lambda redis_url, web_url: write_record(redis_url, web_url, pid),
-                     on_stop=lambda: remove_record(pid)))
+    try:
+        code = run_dev(port=port, n_workers=n_workers, fresh=fresh,
+                       on_ready=lambda redis_url, web_url: write_record(redis_url, web_url, pid),
+                       on_stop=lambda: remove_record(pid))
+    except (DataInUse, RuntimeError) as exc:
+        raise job_commands.BadInput(str(exc)) from None
+    sys.exit(code)
 
 
 for _command in job_commands.COMMANDS:

@@ -1,78 +1,33 @@
 """Which Redis a ``leash`` command talks to, and what it says when that Redis is wrong.
 
-``REDIS_URL`` if set; else the URL that a running ``leash dev`` recorded (said once on
-stderr, so nobody wonders which Redis answered); else ``redis://127.0.0.1:6379/0``. A URL
+``REDIS_URL`` if set; else the Redis of a running ``leash dev`` (cli/devrecord.py; said once
+per terminal session, so nobody wonders which Redis answered); else one line saying there is
+none: a Redis that happens to answer on 6379 is never written to unasked. A URL
 that is not a Redis URL is one line and exit status 2; an unreachable Redis is one line
 that names the URL tried.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import secrets
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import click
 import redis
 
 from jobs import config
-from jobs.connection import DEFAULT_URL, connect, masked
+from jobs.connection import connect, masked
+
+from . import devrecord
 
 EXAMPLE_URL = "redis://localhost:6379/0"
-#: Where ``leash dev`` writes the addresses it uses, for the other commands to find.
-RECORD_NAME = "dev.json"
 
 
 class BadRedisUrl(click.ClickException):
     exit_code = 2
 
 
-def record_path() -> Path:
-    """``$XDG_STATE_HOME/leash/dev.json`` (``~/.local/state/leash/dev.json`` by default)."""
-    state_home = config.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(state_home) / "leash" / RECORD_NAME
-
-
-def read_record() -> dict:
-    try:
-        record = json.loads(record_path().read_text())
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
-
-
-def write_record(redis_url: str, web_url: str, pid: int) -> Path:
-    """Write the record for this user's eyes only (a REDIS_URL can carry a password): into a new
-    file of a random name, created with O_EXCL | O_NOFOLLOW at mode 0600 (never a file or a
-    symlink someone placed there beforehand), then renamed over the record, which replaces a
-    symlink in its place rather than following it; readers never see half a file."""
-    path = record_path()
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    data = json.dumps({"redis_url": redis_url, "web_url": web_url, "pid": pid}).encode()
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-    while True:
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-        try:
-            fd = os.open(tmp, flags, 0o600)
-            break
-        except FileExistsError:
-            continue
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
-
-
-def remove_record(pid: int) -> None:
-    """Forget the record if it is still ours (a second ``leash dev`` may have replaced it)."""
-    if read_record().get("pid") == pid:
-        record_path().unlink(missing_ok=True)
+class NoRedis(click.ClickException):
+    """Neither REDIS_URL nor a running ``leash dev``: no Redis is guessed."""
 
 
 def shown(url: str) -> str:
@@ -93,27 +48,40 @@ def check_url(url: str, origin: str) -> None:
                           f"or unix://, e.g. {example}")
 
 
-_said: set[str] = set()
+def chosen_dev() -> dict | None:
+    """The running ``leash dev`` the commands talk to: the one whose web address is
+    LEASH_WEB_URL, else the one whose Redis is REDIS_URL, else the newest."""
+    devs = devrecord.running()
+    wanted_web = (config.get("LEASH_WEB_URL") or "").rstrip("/")
+    wanted_redis = config.get("REDIS_URL")
+    for dev in devs:
+        if (wanted_web and dev.get("web_url") == wanted_web) or (wanted_redis and dev.get("redis_url") == wanted_redis):
+            return dev
+    return devs[0] if devs else None
 
 
 def resolve() -> tuple[str, str]:
-    """(the URL, where it came from) — says so on stderr, once, when it came from the record."""
+    """(the URL, where it came from). Without REDIS_URL, a running ``leash dev``'s Redis (said
+    once per terminal session); without either, ``NoRedis``: a Redis that merely happens to
+    answer on 6379 is never used unasked."""
     if config.get("REDIS_URL"):
         return config.get("REDIS_URL"), "REDIS_URL"
-    recorded = read_record().get("redis_url")
-    if isinstance(recorded, str) and recorded:
-        if recorded not in _said:
-            _said.add(recorded)
-            click.echo(f"leash: using the Redis of `leash dev`, {shown(recorded)} "
-                       f"(recorded in {record_path()}; set REDIS_URL to choose another)", err=True)
-        return recorded, f"the URL recorded by `leash dev` in {record_path()}"
-    return DEFAULT_URL, "the default Redis URL"
+    dev = chosen_dev()
+    if dev is None:
+        raise NoRedis("no Redis: no `leash dev` is running and REDIS_URL is not set; "
+                      "start `leash dev` in another terminal, or set REDIS_URL")
+    url = str(dev.get("redis_url"))
+    others = len(devrecord.running()) - 1
+    also = f"; {others} other leash dev running, LEASH_WEB_URL picks one" if others > 0 else ""
+    devrecord.notice_once(f"leash: using `leash dev` at {dev.get('web_url')} (Redis {shown(url)}{also})")
+    return url, f"the Redis of `leash dev` at {dev.get('web_url')}"
 
 
 def web_url() -> str:
     """Where the web app answers, for printing a job's address: ``LEASH_WEB_URL``, else the
-    one ``leash dev`` recorded, else ``leash dev``'s default."""
-    configured = config.get("LEASH_WEB_URL") or read_record().get("web_url") or "http://127.0.0.1:5000"
+    running ``leash dev``'s, else ``leash dev``'s default."""
+    dev = chosen_dev()
+    configured = config.get("LEASH_WEB_URL") or (dev or {}).get("web_url") or "http://127.0.0.1:5000"
     return str(configured).rstrip("/")
 
 
@@ -131,7 +99,7 @@ def connect_checked(for_worker: bool = False) -> redis.Redis:
     except ValueError as exc:
         raise BadRedisUrl(f"{shown(url)!r} is not a Redis URL ({exc}); write it like {EXAMPLE_URL}") from None
     except redis.exceptions.RedisError as exc:
-        hint = "is `leash dev` still running? " if origin != "REDIS_URL" and origin != "the default Redis URL" else ""
+        hint = "is `leash dev` still running? " if origin != "REDIS_URL" else ""
         raise click.ClickException(f"cannot reach Redis at {shown(url)} ({exc}); {hint}set REDIS_URL") from None
     conn.leash_url = shown(url)  # type: ignore[attr-defined]  # for errors later in the command
     return conn

