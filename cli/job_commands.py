@@ -146,6 +146,8 @@ def status(job_id, as_json):
             value = "unknown: no price for the model (LEASH_MODEL_PRICES)"
         elif name == "error" and value:
             value = value.strip().splitlines()[0] + (" (the whole text: --json)" if "\n" in value.strip() else "")
+        elif name == "state":
+            value = listing.view_of(fields)
         elif isinstance(value, (dict, list)):
             value = json.dumps(value)
         click.echo(f"{name:>17}: {value}")
@@ -209,7 +211,8 @@ def cancel_command(job_id):
 
 
 @click.command("jobs")
-@click.option("--state", type=click.Choice([s.value for s in states.State]), help="Only jobs in this state.")
+@click.option("--state", type=click.Choice(listing.VIEWS),
+              help="Only jobs in this state; canceled jobs are apart from failed ones.")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000))
 @owner_option
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs' status fields as JSON lines.")
@@ -221,7 +224,7 @@ def jobs_command(state, limit, owner, token, as_json):
         if as_json:
             click.echo(json.dumps(job))
             continue
-        shown = "canceled" if job["canceled"] else job["state"] + (" (stale)" if job["stale"] else "")
+        shown = listing.view_of(job) + (" (stale)" if job["stale"] else "")
         click.echo(f"{job['job_id']}  {(job['kind'] or '')[:12]:<12} {shown:<17} {job['done']:>6}/{job['total']:<6} "
                    f"{(job['created_at'] or '')[:19].replace('T', ' ')}  {_spent(job):>18}  "
                    f"{(job['error_summary'] or '')[:60]}")

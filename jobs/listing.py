@@ -1,61 +1,177 @@
-"""An owner's jobs, newest first, optionally only those in one state (the jobs page, ``GET
-/jobs``, ``leash jobs``). Reads the owner's indexes, never scans Redis: a state filter reads
-the owner's index of that state (jobs/state_index.py), exact and as fast at any number of jobs.
+"""An owner's jobs, newest first, filtered (the jobs page, ``GET /jobs``, ``leash jobs``).
+Reads the owner's indexes, never scans Redis: a state filter reads the owner's index of that
+state (jobs/state_index.py), exact and as fast at any number of jobs.
 
-The state indexes follow leash's own state. A job that RQ's tools ended or requeued behind
-leash's back reads in its new state at once (``states.decide``) and moves index at the next
-consistency sweep (one reaper tick); meanwhile a filtered page leaves it out rather than show
-it under the wrong state.
+A listing filters by *view*, not by state: the four states, except that a canceled job (state
+``failed``, ``canceled: true``) is in the view ``canceled`` and not in ``failed`` — people
+look for "what broke" and "what I stopped" separately. The failed index holds both; they are
+told apart by the stored error, whose length alone rules out almost every failure (one O(1)
+read each), so only would-be cancels have their text read.
+
+Filters by kind, by a text found in the id, name or kind (any case) and by creation date read
+the owner's newest MAX_SCAN jobs. The state indexes follow leash's own state: a job that RQ's
+tools ended or requeued behind leash's back reads in its new state at once (``states.decide``)
+and moves index at the next consistency sweep (one reaper tick); meanwhile a filtered page
+leaves it out rather than show it under the wrong state.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from redis import Redis
 
 from . import clock, keys, state_index, states
+from .consistency import ENDED_BY_RQ
+from .details import is_canceled
+from .errors import CANCELED as CANCELED_ERROR
 
-#: Before the one-time indexing of older jobs has finished, a state filter looks at this many
-#: of the owner's newest jobs at most (the way every filter read before the indexes).
+#: Filters other than the state, and the index before older jobs are indexed, read at most
+#: this many of the owner's newest jobs.
 MAX_SCAN = 10_000
 _CHUNK = 500
+CANCELED = "canceled"
+#: What a listing can be filtered by: the states, and canceled apart from failed.
+VIEWS = tuple(s.value for s in states.State) + (CANCELED,)
+_FAILED = states.State.FAILED.value
 
 
 def _text(value):
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _scanned_ids_in_state(connection: Redis, owner: str, state: str, now: float) -> list[str]:
-    ids = [_text(i) for i in connection.zrevrange(keys.owner_jobs(owner), 0, MAX_SCAN - 1)]
-    matching = []
+def view_of(fields: dict) -> str:
+    """The view a job's status fields put it in."""
+    return CANCELED if fields.get("canceled") else fields["state"]
+
+
+@dataclass
+class Filters:
+    view: str | None = None
+    kind: str | None = None
+    search: str | None = None  #: any part of the id, the name or the kind, any case
+    since: float | None = None  #: created at or after (unix seconds)
+    until: float | None = None  #: created before
+
+    def beyond_view(self) -> bool:
+        return any(v is not None for v in (self.kind, self.search, self.since, self.until))
+
+    def matches(self, job_id: str, kind: str | None, name: str | None, created: float | None) -> bool:
+        if self.kind is not None and kind != self.kind:
+            return False
+        if self.search:
+            needle = self.search.lower()
+            if not any(needle in (text or "").lower() for text in (job_id, name, kind)):
+                return False
+        if self.since is not None and (created is None or created < self.since):
+            return False
+        return not (self.until is not None and (created is None or created >= self.until))
+
+
+class Row(NamedTuple):
+    job_id: str
+    view: str
+    created: float | None
+    ended: float | None
+
+
+@dataclass
+class Found:
+    total: int
+    jobs: list[dict[str, Any]]
+    #: jobs per view (and "all") under the other filters, when asked for
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def _canceled_among(connection: Redis, ids: list[str]) -> set[str]:
+    """Which of these failed jobs were canceled. A cancel's stored error is one of two short
+    texts: HSTRLEN (a number) rules out every other failure without reading its traceback."""
+    lengths = {len(CANCELED_ERROR.encode()), len(ENDED_BY_RQ["canceled"].encode())}
+    canceled: set[str] = set()
     for start in range(0, len(ids), _CHUNK):
         chunk = ids[start:start + _CHUNK]
         with connection.pipeline(transaction=False) as pipe:
             for job_id in chunk:
-                pipe.hmget(keys.job(job_id), "state", "lease_expires_at", "ended_at")
+                pipe.hstrlen(keys.job(job_id), "error")
+            sizes = pipe.execute()
+        maybe = [job_id for job_id, size in zip(chunk, sizes, strict=True) if size in lengths]
+        if not maybe:
+            continue
+        with connection.pipeline(transaction=False) as pipe:
+            for job_id in maybe:
+                pipe.hget(keys.job(job_id), "error")
+            canceled.update(job_id for job_id, error in zip(maybe, pipe.execute(), strict=True)
+                            if is_canceled(_text(error)))
+    return canceled
+
+
+def scan(connection: Redis, owner: str, filters: Filters, now: float) -> list[Row]:
+    """The owner's newest MAX_SCAN jobs that pass every filter but the view, newest first."""
+    ids = [_text(i) for i in connection.zrevrange(keys.owner_jobs(owner), 0, MAX_SCAN - 1)]
+    found: list[Row] = []
+    for start in range(0, len(ids), _CHUNK):
+        chunk = ids[start:start + _CHUNK]
+        with connection.pipeline(transaction=False) as pipe:
+            for job_id in chunk:
+                pipe.hmget(keys.job(job_id), "state", "lease_expires_at", "ended_at", "kind", "name", "created_at")
                 pipe.hget(keys.rq_job(job_id), "status")
             replies = pipe.execute()
+        failed: list[int] = []
         for n, job_id in enumerate(chunk):
-            (leash_state, lease, ended), rq_status = replies[2 * n], replies[2 * n + 1]
+            (leash_state, lease, ended, kind, name, created), rq_status = replies[2 * n], replies[2 * n + 1]
             if leash_state is None:
                 continue
-            decided, _, _ = states.decide(_text(leash_state), _text(rq_status),
-                                          float(lease) if lease else None, now,
-                                          ended_at=float(ended) if ended else None)
-            if decided.value == state:
-                matching.append(job_id)
-    return matching
+            created = float(created) if created else None
+            if not filters.matches(job_id, _text(kind), _text(name), created):
+                continue
+            decided, _, override = states.decide(_text(leash_state), _text(rq_status),
+                                                 float(lease) if lease else None, now,
+                                                 ended_at=float(ended) if ended else None)
+            if decided == states.State.FAILED and override is None:
+                failed.append(len(found))  # canceled or not: its error says (read below)
+            view = CANCELED if decided == states.State.FAILED and is_canceled(override) else decided.value
+            found.append(Row(job_id, view, created, float(ended) if ended else None))
+        if failed:
+            canceled = _canceled_among(connection, [found[n].job_id for n in failed])
+            for n in failed:
+                if found[n].job_id in canceled:
+                    found[n] = found[n]._replace(view=CANCELED)
+    return found
 
 
-def _indexed_page(connection: Redis, owner: str, state: str, offset: int, limit: int,
-                  now: float) -> tuple[int, list[str]] | None:
-    """(count, one page of ids) from the owner's index of ``state``; None until older jobs
-    are indexed (a step of that indexing runs here first, so a small store is ready at once)."""
+def _index_ready(connection: Redis, owner: str, now: float) -> bool:
+    """Whether the owner's state indexes can be read (a step of the one-time indexing of older
+    jobs runs here first, so a small store is ready at once); expired entries dropped."""
     if not state_index.ready(connection) and not state_index.backfill_step(connection, now=now):
-        return None
+        return False
     state_index.trim_expired(connection, owner, now)
-    index = keys.owner_state(owner, state)
+    return True
+
+
+def _failed_split(connection: Redis, owner: str) -> tuple[list[str], set[str]]:
+    """The owner's failed index, newest first, and which of those jobs were canceled."""
+    failed_ids = [_text(i) for i in connection.zrevrange(keys.owner_state(owner, _FAILED), 0, -1)]
+    return failed_ids, _canceled_among(connection, failed_ids)
+
+
+def _view_counts(connection: Redis, owner: str, canceled: set[str]) -> dict[str, int]:
+    with connection.pipeline(transaction=False) as pipe:
+        for state in states.State:
+            pipe.zcard(keys.owner_state(owner, state.value))
+        pipe.zcard(keys.owner_jobs(owner))
+        *sizes, everything = pipe.execute()
+    per_view = {state.value: size for state, size in zip(states.State, sizes, strict=True)}
+    return per_view | {_FAILED: per_view[_FAILED] - len(canceled), CANCELED: len(canceled), "all": everything}
+
+
+def _view_page(connection: Redis, owner: str, view: str, offset: int, limit: int,
+               split: tuple[list[str], set[str]] | None) -> tuple[int, list[str]]:
+    if split is not None:  # failed or canceled: the failed index, told apart
+        failed_ids, canceled = split
+        matching = [i for i in failed_ids if (i in canceled) == (view == CANCELED)]
+        return len(matching), matching[offset:offset + limit]
+    index = keys.owner_state(owner, view)
     with connection.pipeline(transaction=False) as pipe:
         pipe.zcard(index)
         pipe.zrevrange(index, offset, offset + limit - 1)
@@ -63,26 +179,42 @@ def _indexed_page(connection: Redis, owner: str, state: str, offset: int, limit:
     return total, [_text(i) for i in raw_ids]
 
 
-def list_jobs(connection: Redis, owner: str, offset: int, limit: int, state: str | None = None,
-              now: float | None = None) -> tuple[int, list[dict[str, Any]]]:
-    """(how many jobs match, the status fields of one page of them, newest first)."""
+def find(connection: Redis, owner: str, offset: int, limit: int, filters: Filters | None = None,
+         counts: bool = False, now: float | None = None) -> Found:
+    """One page of the owner's jobs that pass ``filters``, newest first, with how many pass
+    and, if ``counts``, how many are in each view."""
     now = clock.wall() if now is None else now
+    filters = filters or Filters()
     index = keys.owner_jobs(owner)
-    if state is None:
-        with connection.pipeline(transaction=False) as pipe:
-            pipe.zcard(index)
-            pipe.zrevrange(index, offset, offset + limit - 1)
-            total, raw_ids = pipe.execute()
-        ids = [_text(i) for i in raw_ids]
+    per_view: dict[str, int] = {}
+    needs_index = filters.view is not None or counts
+    if filters.beyond_view() or (needs_index and not _index_ready(connection, owner, now)):
+        scanned = scan(connection, owner, filters, now)
+        if counts:
+            per_view = {view: 0 for view in VIEWS} | {"all": len(scanned)}
+            for row in scanned:
+                per_view[row.view] += 1
+        matching = [row.job_id for row in scanned if filters.view in (None, row.view)]
+        total, ids = len(matching), matching[offset:offset + limit]
     else:
-        page = _indexed_page(connection, owner, state, offset, limit, now)
-        if page is None:
-            matching = _scanned_ids_in_state(connection, owner, state, now)
-            total, ids = len(matching), matching[offset:offset + limit]
+        split = _failed_split(connection, owner) if counts or filters.view in (_FAILED, CANCELED) else None
+        if filters.view is None:
+            with connection.pipeline(transaction=False) as pipe:
+                pipe.zcard(index)
+                pipe.zrevrange(index, offset, offset + limit - 1)
+                total, raw_ids = pipe.execute()
+            ids = [_text(i) for i in raw_ids]
         else:
-            total, ids = page
+            total, ids = _view_page(connection, owner, filters.view, offset, limit,
+                                    split if filters.view in (_FAILED, CANCELED) else None)
+        if counts and split is not None:
+            per_view = _view_counts(connection, owner, split[1])
+    return Found(total, _read(connection, owner, ids, filters.view, now), per_view)
+
+
+def _read(connection: Redis, owner: str, ids: list[str], view: str | None, now: float) -> list[dict[str, Any]]:
     if not ids:
-        return total, []
+        return []
     with connection.pipeline(transaction=False) as pipe:
         for job_id in ids:
             pipe.hgetall(keys.job(job_id))
@@ -92,16 +224,24 @@ def list_jobs(connection: Redis, owner: str, offset: int, limit: int, state: str
     for n, job_id in enumerate(ids):
         raw, rq_status = replies[2 * n], replies[2 * n + 1]
         if not raw:  # the job's record expired (LEASH_RESULT_TTL after it ended): trim the index as met
-            connection.zrem(index, job_id)
-            if state is not None:
+            connection.zrem(keys.owner_jobs(owner), job_id)
+            if view is not None:
                 state_index.repair(connection, [job_id], [owner], now)
             continue
         fields = states.from_raw(job_id, raw, _text(rq_status), now=now)
-        if state is not None and fields["state"] != state:
-            if _text(raw.get(b"state")) != state:
+        if view is not None and view_of(fields) != view:
+            if _text(raw.get(b"state")) != (_FAILED if view == CANCELED else view):
                 misplaced.append(job_id)  # moved by an older release's script: repaired as met
             continue
         listing.append(fields)
     if misplaced:
         state_index.repair(connection, misplaced, [owner] * len(misplaced), now)
-    return total, listing
+    return listing
+
+
+def list_jobs(connection: Redis, owner: str, offset: int, limit: int, state: str | None = None,
+              now: float | None = None) -> tuple[int, list[dict[str, Any]]]:
+    """(how many jobs match, the status fields of one page of them, newest first); ``state``
+    is a view (one of VIEWS)."""
+    found = find(connection, owner, offset, limit, Filters(view=state), now=now)
+    return found.total, found.jobs

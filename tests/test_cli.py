@@ -122,6 +122,7 @@ def test_cancel_shows_canceled_and_is_left_out_of_failures_and_alerts(conn, env)
     assert result.exit_code == 0 and result.stdout.strip() == "canceled"
     fields = states.status(conn, job_id)
     assert (fields["state"], fields["canceled"]) == ("failed", True)
+    assert "state: canceled" in run("status", job_id).stdout
     again = run("cancel", job_id)
     assert again.exit_code == 1 and "already failed" in again.output
     assert "no failed jobs" in run("failures").output
@@ -136,8 +137,10 @@ def test_jobs_lists_the_owners_jobs_newest_first_by_state(conn, env):
     run("cancel", second)
     listed = run("jobs", "--json")
     assert [json.loads(line)["job_id"] for line in listed.stdout.splitlines()] == [third, second, first]
-    failed = run("jobs", "--state", "failed", "--json")
-    assert [json.loads(line)["job_id"] for line in failed.stdout.splitlines()] == [second]
+    canceled = run("jobs", "--state", "canceled", "--json")
+    assert [json.loads(line)["job_id"] for line in canceled.stdout.splitlines()] == [second]
+    assert json.loads(canceled.stdout)["state"] == "failed", "the state machine still says failed"
+    assert run("jobs", "--state", "failed", "--json").stdout == "", "a canceled job is not a failure"
     limited = run("jobs", "--limit", "1")
     assert third in limited.stdout and first not in limited.stdout and "1 of 3 job(s)" in limited.stderr
     assert run("jobs", "--owner", "somebody-else").stdout == ""

@@ -150,12 +150,16 @@ def test_the_jobs_list_filters_by_state(browser, client, conn, env):
     lease.claim(conn, done, "leash", "w").finish({"items": 3})
     control.cancel(conn, canceled)
     assert [j["job_id"] for j in client.get("/jobs?state=queued").get_json()["jobs"]] == [waiting]
-    failed = client.get("/jobs?state=failed").get_json()
-    assert [j["job_id"] for j in failed["jobs"]] == [canceled] and failed["total"] == 1
+    view = client.get("/jobs?state=canceled").get_json()
+    assert [j["job_id"] for j in view["jobs"]] == [canceled] and view["total"] == 1
+    assert view["jobs"][0]["state"] == "failed" and view["jobs"][0]["canceled"] is True
+    assert client.get("/jobs?state=failed").get_json()["total"] == 0, "a canceled job is not a failure"
     assert client.get("/jobs?state=lost").status_code == 400
     html = browser.get("/jobs?state=succeeded", headers=HTML).data.decode()
     assert f"/jobs/{done}" in html and f"/jobs/{waiting}" not in html and 'aria-current="page">succeeded' in html
     everything = browser.get("/jobs", headers=HTML).data.decode()
+    for view, count in (("all", 3), ("queued", 1), ("succeeded", 1), ("failed", 0), ("canceled", 1)):
+        assert re.search(rf'>{view} <span class="count">{count}</span>', everything), view
     assert 'data-active="1"' in everything and "jobs.js" in everything  # it refreshes itself while jobs run
 
 

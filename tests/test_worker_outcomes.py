@@ -7,10 +7,13 @@ import os
 import signal
 
 import pytest
+from rq.job import Job
+from rq.serializers import JSONSerializer
 
 from jobs import cancel, keys, states
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob
+from jobs.worker.leash_worker import CANCELED_IN_RQ_VIEW
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.slow
@@ -51,6 +54,10 @@ def test_cancel_stops_a_running_job_cooperatively_and_frees_the_worker(conn, wor
     final = final_state(conn, job_id, timeout=10)
     assert (final["state"], final["error"]) == ("failed", "canceled")
     assert final["done"] < 50
+    # rq-dashboard shows RQ's record: a one-line note that Requeue is a replay, not a traceback.
+    job = wait_for(lambda: (j := Job.fetch(job_id, connection=conn, serializer=JSONSerializer)).get_status()
+                   == "failed" and j, 10, message="RQ's status failed")
+    assert job.latest_result().exc_string == CANCELED_IN_RQ_VIEW
     follow_up, _ = enqueue(conn, "noop", {})
     assert final_state(conn, follow_up)["state"] == "succeeded", "the worker is free again"
 

@@ -4,7 +4,8 @@
     GET /jobs/<id>        (Accept: text/html) state, progress, timing and speed, why it
                           waits, attempt history, error (first line; traceback folded),
                           results while it runs, downloads, cancel button
-    GET /jobs             (Accept: text/html) your jobs, filtered by state
+    GET /jobs             (Accept: text/html) your jobs, filtered by state (canceled apart
+                          from failed), with a count per state
 
 The API answers browsers at its addresses by calling ``job_page`` / ``jobs_page`` (wired by
 the app factory), so this module and web.api never import each other.
@@ -22,10 +23,9 @@ from datetime import datetime
 
 from flask import Blueprint, make_response, redirect, render_template, request, url_for
 
-from jobs import admission, clock, kinds, limits, results, states, watch
+from jobs import admission, clock, kinds, limits, listing, results, states, watch
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob
-from jobs.listing import list_jobs
 from jobs.text import printable
 from jobs.usage.budget import BUDGET_FIELD
 from jobs.usage.report import spend_text
@@ -210,13 +210,14 @@ def jobs_page():
     owner = browser_owner(Need.LIST)
     offset = int_arg("offset", 0, 0, 10**9)
     state = state_arg()
-    total, found = list_jobs(redis_conn(), owner, offset, JOBS_PER_PAGE, state=state)
+    found = listing.find(redis_conn(), owner, offset, JOBS_PER_PAGE, listing.Filters(view=state), counts=True)
+    total = found.total
     following = offset + JOBS_PER_PAGE if offset + JOBS_PER_PAGE < total else None
     previous = max(0, offset - JOBS_PER_PAGE) if offset else None
-    active = any(job["state"] not in states.TERMINAL for job in found)
+    active = any(job["state"] not in states.TERMINAL for job in found.jobs)
     return _page(render_template(
-        "jobs.html", jobs=[dict(job, percent=_percent(job)) for job in found], total=total, offset=offset,
-        state=state, states=[s.value for s in states.State], active=active,
+        "jobs.html", jobs=[dict(job, percent=_percent(job), view=listing.view_of(job)) for job in found.jobs],
+        total=total, offset=offset, state=state, views=listing.VIEWS, counts=found.counts, active=active,
         schedule={"fast": watch.FAST_POLL, "period": watch.FAST_PERIOD, "slow": watch.SLOW_POLL},
         refresh=int(watch.SLOW_POLL) if active else None, this_url=request.full_path.rstrip("?"),
         next=url_for("api.job_list", offset=following, state=state) if following is not None else None,

@@ -10,7 +10,7 @@ from flask import current_app, request
 from redis import Redis
 from werkzeug.exceptions import BadRequest, NotFound
 
-from jobs import states
+from jobs import listing, states
 
 MAX_JOB_ID = 200
 _ASCII_DIGITS = re.compile(r"[0-9]{1,12}")
@@ -52,9 +52,10 @@ def int_arg(name: str, default: int, minimum: int, maximum: int) -> int:
 
 
 def state_arg() -> str | None:
-    """``?state=`` of a listing: one of the states, or absent / empty for all."""
+    """``?state=`` of a listing: one of the states or ``canceled`` (listing.VIEWS), or absent /
+    empty for all."""
     raw = request.args.get("state") or None
-    if raw is not None and raw not in {s.value for s in states.State}:
-        choices = ", ".join(s.value for s in states.State)
+    if raw is not None and raw not in listing.VIEWS:
+        choices = ", ".join(listing.VIEWS)
         raise BadRequest(f"'state' must be one of {choices}, got {raw[:40]!r}")
     return raw

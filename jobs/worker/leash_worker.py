@@ -36,12 +36,17 @@ from rq.worker import Worker
 from .. import clock, consistency, keys, lease, runner
 from ..config import settings
 from ..enqueue import EXECUTE
+from ..errors import CANCELED
 from ..models import backends
 from ..reaper import Reaper, release_rate_limit_slot
 from . import scheduler_locks
 from .dequeue import LeashQueue
 from .log import log_not_a_failure
 from .shutdown import Shutdown
+
+#: What RQ (and so rq-dashboard) records as the "error" of a job canceled through leash.
+CANCELED_IN_RQ_VIEW = ("canceled through leash (`leash cancel` or the job page), not an error; "
+                       "Requeue runs it again as `leash replay` does, attempts from 0")
 
 log = logging.getLogger("leash.worker")
 
@@ -258,6 +263,10 @@ class LeashWorker(Shutdown, Worker):
             return super().handle_job_failure(job, queue, started_job_registry, exc_string, execution)
         if attempt.outcome == "failed":
             job.retries_left = 0
+            if self.connection.hget(keys.job(job.id), "error") == CANCELED.encode():
+                # A cancel is not an error: rq-dashboard shows this line, not the traceback of
+                # the exception that stopped the job, and its Requeue is a replay (consistency).
+                exc_string = CANCELED_IN_RQ_VIEW
             return super().handle_job_failure(job, queue, started_job_registry, exc_string, execution)
         # superseded, handed off or reclaimed: leash's Lua already put RQ's side right.
         self._stopped_job_id = None
