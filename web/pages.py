@@ -4,6 +4,8 @@
     GET /jobs/<id>        (Accept: text/html) state, progress, timing and speed, why it
                           waits, attempt history, error (first line; traceback folded),
                           results while it runs, downloads, cancel button
+    POST /jobs/<id>/replay a failed job back to queued: the same path as ``leash replay``, with
+                          an audit entry naming the web user; 303 to the page (JSON: 202)
     GET /jobs             (Accept: text/html) your jobs, filtered by state (canceled apart
                           from failed), with a count per state
 
@@ -21,16 +23,17 @@ import json
 import re
 from datetime import datetime
 
-from flask import Blueprint, make_response, redirect, render_template, request, url_for
+from flask import Blueprint, jsonify, make_response, redirect, render_template, request, url_for
 
-from jobs import admission, clock, kinds, limits, listing, results, states, watch
+from jobs import admission, clock, deadletter, humane, kinds, limits, listing, results, states, watch
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob
 from jobs.text import printable
 from jobs.usage.budget import BUDGET_FIELD
 from jobs.usage.report import spend_text
 
-from .auth import Need, browser_owner
+from .auth import Need, browser_owner, request_owner
+from .errors import api_error, wants_html
 from .forms import SubmitForm
 from .reads import int_arg, read_status, redis_conn, state_arg
 
@@ -185,25 +188,41 @@ def job_page(job_id: str):
     return _page(render_template(
         "job.html", job=fields, terminal=terminal, table=_results_table(connection, job_id, fields),
         refresh=refresh, schedule=schedule, stale_text=STALE_TEXT, percent=_percent(fields),
-        shown_state="canceled" if fields["canceled"] else fields["state"],
-        traceback=_traceback(fields["error"]), duration=_duration, spend_text=spend_text,
+        shown_state=listing.view_of(fields), attempts=humane.attempts(fields),
+        traceback=_traceback(fields["error"]), duration=humane.duration,
+        replay_command=f"leash replay {job_id}", spend_text=spend_text,
         summary=fields["result"]["summary"] if fields["result"] else None,
     ))
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
 
 def _percent(fields: dict) -> int:
     if fields["state"] == states.State.SUCCEEDED:
         return 100
     return int(100 * fields["done"] / fields["total"]) if fields["total"] else 0
+
+
+@bp.post("/jobs/<job_id>/replay")
+def replay(job_id: str):
+    """Replay the caller's failed job from its page: ``leash replay``'s own select and replay,
+    the audit entry naming the web user. CSRF is checked for browsers by the app's policy."""
+    owner = request_owner(Need.ACT)
+    connection = redis_conn()
+    read_status(connection, job_id, owner)  # 404 unless it is the caller's job
+    selection = deadletter.select(connection, [job_id])
+    if not selection.matched:
+        reason = selection.skipped[0][1] if selection.skipped else "only failed jobs can be replayed"
+        return api_error(409, f"not replayed: {reason}")
+    outcome = deadletter.replay(connection, selection.matched, f"web:{owner}",
+                                {"ids_given": 1, "kind": None, "error_contains": None, "since": None},
+                                skipped=selection.skipped)
+    if not outcome.replayed:
+        return api_error(409, f"not replayed: {outcome.skipped[0][1]}")
+    if wants_html():
+        return redirect(url_for("api.job", job_id=job_id), 303)
+    response = jsonify(job_id=job_id, state=states.State.QUEUED.value, audit_id=outcome.audit_id,
+                       url=url_for("api.job", job_id=job_id))
+    response.status_code = 202
+    return response
 
 
 def jobs_page():
