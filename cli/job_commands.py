@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from jobs import admission, config, control, listing, results, states
+from jobs import admission, config, control, humane, listing, results, states
 from jobs.context import CONCURRENCY_FIELD
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob, NoSuchJob
@@ -76,6 +76,7 @@ def status_or_exit(conn, job_id: str) -> dict:
 
 @click.command()
 @click.option("--kind", default="classify", show_default=True)
+@click.option("--name", help="A name to find the job by in lists and searches (at most 100 characters).")
 @click.option("--labels", help="Comma-separated labels (classify).")
 @click.option("--template", help="Prompt template containing {item} (kind prompt).")
 @owner_option
@@ -90,7 +91,7 @@ def status_or_exit(conn, job_id: str) -> dict:
               help="Stop the job before its model calls cost more than this (needs a known price).")
 @click.option("--json", "as_json", is_flag=True, help='Print {"job_id": ..., "created": ..., "url": ...}.')
 @click.argument("source", type=click.File("r"), default="-")
-def submit(kind, labels, template, owner, token, idempotency_key, max_attempts, queue, item_concurrency,
+def submit(kind, name, labels, template, owner, token, idempotency_key, max_attempts, queue, item_concurrency,
            budget_tokens, budget_usd, as_json, source):
     """Enqueue one job; items are read one per line from SOURCE (a file, or - for stdin).
     Prints the job id, and its web address on stderr."""
@@ -116,7 +117,7 @@ def submit(kind, labels, template, owner, token, idempotency_key, max_attempts, 
         raise click.ClickException(refusal.message)
     try:
         job_id, created = enqueue(conn, kind, payload, owner=owner, max_attempts=max_attempts,
-                                  idempotency_key=idempotency_key, queue=queue)
+                                  idempotency_key=idempotency_key, queue=queue, name=name)
     except InvalidJob as exc:
         raise BadInput(str(exc)) from None
     if as_json:
@@ -213,23 +214,29 @@ def cancel_command(job_id):
 @click.command("jobs")
 @click.option("--state", type=click.Choice(listing.VIEWS),
               help="Only jobs in this state; canceled jobs are apart from failed ones.")
+@click.option("--kind", help="Only jobs of this kind.")
+@click.option("--search", help="Only jobs whose id, name or kind contains this text (any case).")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000))
 @owner_option
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs' status fields as JSON lines.")
-def jobs_command(state, limit, owner, token, as_json):
+def jobs_command(state, kind, search, limit, owner, token, as_json):
     """An owner's jobs, newest first."""
     owner = acting_owner(owner, token)
-    total, found = listing.list_jobs(connect_checked(), owner, 0, limit, state=state)
-    for job in found:
+    filters = listing.Filters(view=state, kind=kind, search=search)
+    found = listing.find(connect_checked(), owner, 0, limit, filters)
+    for job in found.jobs:
         if as_json:
             click.echo(json.dumps(job))
             continue
         shown = listing.view_of(job) + (" (stale)" if job["stale"] else "")
-        click.echo(f"{job['job_id']}  {(job['kind'] or '')[:12]:<12} {shown:<17} {job['done']:>6}/{job['total']:<6} "
-                   f"{(job['created_at'] or '')[:19].replace('T', ' ')}  {_spent(job):>18}  "
-                   f"{(job['error_summary'] or '')[:60]}")
+        error = job["error_summary"] if job["state"] == "failed" and not job["canceled"] else ""
+        click.echo(f"{job['job_id']}  {(job['name'] or '-')[:20]:<20} {(job['kind'] or '')[:12]:<12} {shown:<17} "
+                   f"{job['done']:>6}/{job['total']:<6} {humane.relative(job['created_at']):<12}  {_spent(job):>18}  "
+                   f"{humane.cut(error, 60)[0] if error else ''}".rstrip())
     if not as_json:
-        click.echo(f"{len(found)} of {total} job(s) of owner {owner}" + (f" in state {state}" if state else ""),
+        which = " ".join(f"{label} {value}" for label, value in (("in state", state), ("of kind", kind),
+                                                                   ("matching", search)) if value)
+        click.echo(f"{len(found.jobs)} of {found.total} job(s) of owner {owner}" + (f" {which}" if which else ""),
                    err=True)
 
 

@@ -100,6 +100,26 @@ def wait_for_slot(q: Queue, job, pipe, score: float) -> None:
     registry.acquire_and_enqueue(job.rate_limit_concurrency, pipeline=pipe)
 
 
+#: A job's name: what people call it in the list ("March reviews"), searchable; not unique.
+NAME_CHARS = 100
+
+
+def check_name(name) -> str | None:
+    """The name stripped, or None for none; InvalidJob unless it is one line of text."""
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        raise InvalidJob(f"'name' must be a string of at most {NAME_CHARS} characters")
+    name = name.strip()
+    if len(name) > NAME_CHARS:
+        raise InvalidJob(f"'name' is {len(name)} characters long; at most {NAME_CHARS}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise InvalidJob("'name' must be one line of text, without control characters")
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in name):  # a lone surrogate: UTF-8 cannot carry it
+        raise InvalidJob("'name' is not valid Unicode (a lone surrogate)")
+    return name or None
+
+
 def _validate(kind: str, payload, owner: str, max_attempts: int, idempotency_key: str | None) -> int:
     if not isinstance(kind, str):
         raise InvalidJob("'kind' must be a string")
@@ -117,7 +137,7 @@ def _validate(kind: str, payload, owner: str, max_attempts: int, idempotency_key
 
 def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
             max_attempts: int | None = None, idempotency_key: str | None = None,
-            queue: str | None = None, now: float | None = None) -> tuple[str, bool]:
+            queue: str | None = None, now: float | None = None, name: str | None = None) -> tuple[str, bool]:
     """Enqueue a job; returns ``(job_id, created)``. With an idempotency key already used by
     this owner, returns the first job's id and ``created=False`` and writes nothing. Quotas are
     not checked here: the doors (API, form, ``leash submit``) ask ``jobs.admission.check`` first.
@@ -129,6 +149,7 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
     s = settings()
     max_attempts = s.max_attempts if max_attempts is None else max_attempts
     total = _validate(kind, payload, owner, max_attempts, idempotency_key)
+    name = check_name(name)
     queue_name = resolve_queue(queue, s.queues)
     idem_key = keys.idempotency(owner, idempotency_key) if idempotency_key else None
     q = rq_queue(connection, queue_name)
@@ -146,7 +167,7 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
                     return earlier, False
                 pipe.multi()
                 pipe.set(idem_key, job_id, ex=s.result_ttl)
-            _write_job(pipe, q, job_id, kind, payload, owner, max_attempts, total, stamp, s)
+            _write_job(pipe, q, job_id, kind, payload, owner, max_attempts, total, stamp, s, name)
             try:
                 pipe.execute()
             except WatchError:
@@ -196,7 +217,7 @@ def submitted_params(payload: dict) -> str:
 
 
 def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str,
-               max_attempts: int, total: int, now: float, s: Settings) -> None:
+               max_attempts: int, total: int, now: float, s: Settings, name: str | None = None) -> None:
     """leash's record and RQ's rate-limited job, queued on one transaction: no crash can leave
     either alone."""
     # Counters (attempts, token, done, handoffs, defers) start absent, meaning 0.
@@ -206,7 +227,7 @@ def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str
         "params": submitted_params(payload),
         # What the job may spend (model_admit_v1 reads it; a replay may raise it).
         **(budget.parse(payload.get(budget.BUDGET_FIELD)) or budget.Budget()).hash_fields(),
-    })
+    } | ({"name": name} if name else {}))
     pipe.set(keys.payload(job_id), json.dumps(payload, separators=(",", ":")))
     pipe.zadd(keys.owner_jobs(owner), {job_id: now})
     pipe.zadd(keys.owner_state(owner, "queued"), {job_id: now})  # then the Lua transitions move it

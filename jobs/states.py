@@ -48,7 +48,9 @@ FIELDS = ("job_id", "kind", "state", "done", "total", "result", "error", "stale"
           "canceled", "error_summary", "started_at", "finished_at", "elapsed_seconds", "items_per_second",
           "eta_seconds", "labels", "template", "results_url", "waiting", "next_retry_at", "history",
           # What its model calls used and cost, and the budget it runs under (jobs/usage).
-          "usage", "cost_usd", "budget")
+          "usage", "cost_usd", "budget",
+          # What people call it (``leash submit --name``).
+          "name")
 
 
 def _text(value: bytes | str | None) -> str | None:
@@ -146,4 +148,4 @@ def from_raw(job_id: str, raw: dict, rq_status: str | None, now: float | None = 
         "updated_at": clock.iso(_float(h.get("updated_at"))),
         "lease_expires_at": clock.iso(lease_expires_at) if state == State.RUNNING else None,
     } | details(job_id, h, state.value, error, rq_status, now, errors or [], history or [], retry_at) \
-      | job_usage(h)
+      | job_usage(h) | {"name": h.get("name")}

@@ -211,3 +211,16 @@ def test_a_bad_setting_in_the_environment_is_a_message_and_exit_2(conn, env):
     result = run("status", "anything")
     assert result.exit_code == 2
     assert "LEASH_LEASE_SECONDS must be a number, got 'soon'" in result.output
+
+
+def test_submit_with_a_name_and_jobs_finds_it_by_search_and_kind(conn, env):
+    named = submit("x", extra=("--name", "March reviews"))
+    other = submit("y")
+    assert json.loads(run("status", named, "--json").stdout)["name"] == "March reviews"
+    found = run("jobs", "--search", "march")
+    assert named in found.stdout and other not in found.stdout and "March reviews" in found.stdout
+    assert "1 of 1 job(s) of owner shared matching march" in found.stderr
+    assert run("jobs", "--kind", "prompt").stdout == ""
+    assert other in run("jobs", "--kind", "classify").stdout
+    bad = run("submit", "--labels", "a,b", "--name", "a\tb", "-", input="x\n")
+    assert bad.exit_code == 2 and "'name' must be one line of text" in bad.output

@@ -230,3 +230,32 @@ def test_a_cancel_in_rqs_own_tools_is_shown_and_counted_as_a_cancel(client, conn
     assert (status["state"], status["canceled"]) == ("failed", True)
     assert alerts.check(conn, 3600).failed == 0 and alerts.check(conn, 3600, include_canceled=True).failed == 1
     assert failures.report(conn)["total"] == 0 and failures.report(conn, include_canceled=True)["total"] == 1
+
+
+def test_jobs_have_a_name_and_the_list_searches_and_filters_by_kind_and_date(browser, client, conn, env):
+    named = submit(client, name="March reviews")
+    prompt = client.post("/jobs", json={"kind": "prompt", "items": ["x"], "template": "Say {item}"}).get_json()["job_id"]
+    failing = submit(client)
+    lease.claim(conn, failing, "leash", "w").fail("RuntimeError: the model server answered 500 " + "word " * 30,
+                                                  permanent=True)
+    assert client.get(f"/jobs/{named}").get_json()["name"] == "March reviews"
+    search = client.get("/jobs?q=MARCH").get_json()
+    assert [j["job_id"] for j in search["jobs"]] == [named]
+    assert [j["job_id"] for j in client.get(f"/jobs?q={prompt[:8]}").get_json()["jobs"]] == [prompt]
+    assert [j["job_id"] for j in client.get("/jobs?kind=prompt").get_json()["jobs"]] == [prompt]
+    today = datetime.now(UTC).date()
+    assert client.get(f"/jobs?from={today}&to={today}").get_json()["total"] == 3
+    assert client.get(f"/jobs?from={today + timedelta(days=1)}").get_json()["total"] == 0
+    for bad in ("kind=nope", "from=yesterday", f"from={today}&to={today - timedelta(days=1)}", "q=" + "x" * 101):
+        response = client.get(f"/jobs?{bad}")
+        assert response.status_code == 400 and "error" in response.get_json(), bad
+    too_long = client.post("/jobs", json={"kind": "classify", "items": ["x"], "labels": ["a", "b"], "name": "n" * 101})
+    assert too_long.status_code == 422 and "'name'" in too_long.get_json()["error"]
+    html = browser.get("/jobs?q=march", headers=HTML).data.decode()
+    assert '<span class="job-name">March reviews</span>' in html and f"/jobs/{prompt}" not in html
+    page = browser.get("/jobs", headers=HTML).data.decode()
+    # The error column: cut at a word with the whole line in the title; times relative, UTC on hover.
+    cell = re.search(r'<td class="error-cell"><span title="([^"]+)">([^<]+)</span>', page)
+    assert cell and cell.group(1).startswith("RuntimeError: the model server answered 500 word")
+    assert cell.group(2).endswith("word…") and len(cell.group(2)) <= 80
+    assert re.search(r'<time datetime="[^"]+" title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC">(just now|\d+ s ago)</time>', page)

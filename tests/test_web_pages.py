@@ -205,3 +205,12 @@ def test_pages_forbid_framing_and_foreign_scripts(client, conn):
     assert page.headers["X-Content-Type-Options"] == "nosniff"
     assert "frame-ancestors 'none'" in page.headers["Content-Security-Policy"]
     assert "default-src 'self'" in page.headers["Content-Security-Policy"]
+
+
+def test_the_form_takes_a_name_and_says_when_it_is_too_long(browser, conn):
+    response = post_form(browser, items="good\nbad", name="  Support inbox  ")
+    assert response.status_code == 303
+    job_id = response.headers["Location"].rsplit("/", 1)[1]
+    assert conn.hget(keys.job(job_id), "name") == b"Support inbox"
+    refused = post_form(browser, items="good", name="n" * 101, submission="form-0002")
+    assert refused.status_code == 422 and "The name is 101 characters long; at most 100" in refused.data.decode()

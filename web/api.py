@@ -5,7 +5,7 @@
     GET  /jobs/<id>/result     per-item results, ?offset=&limit=
     GET  /jobs/<id>/result.csv every item beside its result, streamed (also .jsonl)
     POST /jobs/<id>/cancel     202; 409 when the job has already ended
-    GET  /jobs                 the caller's jobs, newest first, ?offset=&limit=&state=
+    GET  /jobs                 the caller's jobs, newest first, ?offset=&limit=&state=&kind=&q=&from=&to=
     GET  /usage                the caller's tokens and cost per UTC day, model and kind, ?days=
 
 ``GET /jobs/<id>`` and ``GET /jobs`` answer a browser (Accept prefers text/html) with the
@@ -25,20 +25,20 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify, redirect, request, stream_with_context, url_for
 
 from jobs import admission, control, kinds, listing, results, states
-from jobs.enqueue import enqueue
+from jobs.enqueue import check_name, enqueue
 from jobs.errors import InvalidJob, NoSuchJob
 from jobs.usage.meter import DAYS_KEPT
 from jobs.usage.report import owner_usage
 
 from .auth import Need, request_owner
 from .errors import api_error, wants_html
-from .reads import NoSuchJobHere, int_arg, read_status, redis_conn, state_arg
+from .reads import FILTER_ARGS, NoSuchJobHere, filters_arg, int_arg, read_status, redis_conn
 
 bp = Blueprint("api", __name__)
 
 EXAMPLE = '{"kind": "classify", "items": ["first text", "second text"], "labels": ["positive", "negative"]}'
 #: Fields of the request body that are options, not part of the job's payload.
-OPTIONS = ("kind", "max_attempts", "queue")
+OPTIONS = ("kind", "max_attempts", "queue", "name")
 _IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
 _QUOTED_FIELD = re.compile(r"'([A-Za-z_][A-Za-z0-9_]*)'")
 
@@ -58,7 +58,7 @@ class _Fail(Exception):
         self.status, self.message = status, message
 
 
-def _parse_submission() -> tuple[str, dict, Any, Any]:
+def _parse_submission() -> tuple[str, dict, Any, Any, Any]:
     if not request.is_json:
         got = request.mimetype or "no Content-Type"
         raise _Fail(415, f"send the job as JSON with 'Content-Type: application/json' (got {got}), e.g. {EXAMPLE}")
@@ -78,7 +78,11 @@ def _parse_submission() -> tuple[str, dict, Any, Any]:
     except InvalidJob as exc:
         raise _Fail(400, str(exc)) from None
     payload = {name: value for name, value in body.items() if name not in OPTIONS}
-    return kind, payload, body.get("max_attempts"), body.get("queue")
+    try:
+        name = check_name(body.get("name"))
+    except InvalidJob as exc:
+        raise _Fail(422, str(exc)) from None
+    return kind, payload, body.get("max_attempts"), body.get("queue"), name
 
 
 @bp.post("/jobs")
@@ -89,7 +93,7 @@ def submit():
         return api_error(400, "the Idempotency-Key header must be 1-200 characters of letters, digits and _.:@- "
                               "(a UUID works)")
     try:
-        kind, payload, max_attempts, queue = _parse_submission()
+        kind, payload, max_attempts, queue, name = _parse_submission()
     except _Fail as fail:
         return api_error(fail.status, fail.message)
     connection = redis_conn()
@@ -98,7 +102,7 @@ def submit():
         return api_error(refusal.status, refusal.message, {"Retry-After": str(refusal.retry_after)})
     try:
         job_id, created = enqueue(connection, kind, payload, owner=owner, max_attempts=max_attempts,
-                                  idempotency_key=idempotency_key, queue=queue)
+                                  idempotency_key=idempotency_key, queue=queue, name=name)
     except InvalidJob as exc:
         missing = missing_field(str(exc), payload)
         if missing:
@@ -218,10 +222,11 @@ def job_list():
     owner = request_owner(Need.LIST)
     offset = int_arg("offset", 0, 0, 10**9)
     limit = int_arg("limit", 20, 1, 100)
-    state = state_arg()
-    total, found = listing.list_jobs(redis_conn(), owner, offset, limit, state=state)
-    following = offset + limit if offset + limit < total else None
+    filters = filters_arg()
+    found = listing.find(redis_conn(), owner, offset, limit, filters)
+    following = offset + limit if offset + limit < found.total else None
+    args = {name: request.args[name] for name in FILTER_ARGS if request.args.get(name)}
     return _cacheable(jsonify(
-        jobs=found, offset=offset, limit=limit, total=total, state=state,
-        next=url_for("api.job_list", offset=following, limit=limit, state=state) if following is not None else None,
+        jobs=found.jobs, offset=offset, limit=limit, total=found.total, state=filters.view,
+        next=url_for("api.job_list", offset=following, limit=limit, **args) if following is not None else None,
     ), etag=False)

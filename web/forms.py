@@ -23,6 +23,7 @@ CSV_TEXT_COLUMNS = ("text", "item", "items", "input", "prompt", "review", "comme
 
 class SubmitForm(FlaskForm):
     kind = SelectField("Kind", choices=[])
+    name = StringField("Name (optional)", description="To find the job again in your list, e.g. March reviews")
     labels = StringField("Labels", description="Comma-separated, e.g. positive, negative, neutral")
     template = TextAreaField("Template", description="Your instruction, with {item} where each item goes")
     items = TextAreaField("Items", description="One per line")

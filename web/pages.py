@@ -26,7 +26,7 @@ from datetime import datetime
 from flask import Blueprint, jsonify, make_response, redirect, render_template, request, url_for
 
 from jobs import admission, clock, deadletter, humane, kinds, limits, listing, results, states, watch
-from jobs.enqueue import enqueue
+from jobs.enqueue import check_name, enqueue
 from jobs.errors import InvalidJob
 from jobs.text import printable
 from jobs.usage.budget import BUDGET_FIELD
@@ -35,14 +35,14 @@ from jobs.usage.report import spend_text
 from .auth import Need, browser_owner, request_owner
 from .errors import api_error, wants_html
 from .forms import SubmitForm
-from .reads import int_arg, read_status, redis_conn, state_arg
+from .reads import FILTER_ARGS, filters_arg, int_arg, read_status, redis_conn
 
 bp = Blueprint("pages", __name__)
 
 RESULTS_PER_PAGE = 50
 JOBS_PER_PAGE = 25
 STALE_TEXT = "stale — the worker stopped reporting, the job will be retried"
-FORM_FIELDS = ("labels", "template", "items", "items_file", "kind", "budget_tokens", "budget_usd")
+FORM_FIELDS = ("labels", "template", "items", "items_file", "kind", "budget_tokens", "budget_usd", "name")
 
 
 def plain(message: str) -> str:
@@ -60,7 +60,7 @@ def plain(message: str) -> str:
                          "{item}, where each item goes"),
                         ("'labels' contains duplicates", "A label is given twice; give each label once")):
         message = message.replace(name, words)
-    for field in ("items", "labels", "template"):
+    for field in ("items", "labels", "template", "name"):
         message = message.replace(f"'{field}'", f"the {field}")
     return message[:1].upper() + message[1:]
 
@@ -125,12 +125,18 @@ def index():
         payload = _payload(form, items or [])
         if items is not None:
             _check_each_field(form, form.kind.data, payload)
+        job_name = None
+        try:
+            job_name = check_name(form.name.data)
+        except InvalidJob as exc:
+            form.name.errors.append(plain(str(exc)))
         if not any(getattr(form, name).errors for name in FORM_FIELDS):
             key = "form:" + form.submission.data
             refusal = admission.check(redis_conn(), owner, key)
             try:
                 if refusal is None:
-                    job_id, _ = enqueue(redis_conn(), form.kind.data, payload, owner=owner, idempotency_key=key)
+                    job_id, _ = enqueue(redis_conn(), form.kind.data, payload, owner=owner, idempotency_key=key,
+                                        name=job_name)
                     return redirect(url_for("api.job", job_id=job_id), 303)
             except InvalidJob as exc:
                 getattr(form, _field_for(str(exc), form)).errors.append(plain(str(exc)))
@@ -225,20 +231,34 @@ def replay(job_id: str):
     return response
 
 
+#: Characters of a job's error the jobs list shows (cut at a word; the whole on its page).
+LIST_ERROR_CHARS = 80
+
+
+def _row(job: dict) -> dict:
+    error = job["error_summary"] if job["state"] == "failed" and not job["canceled"] else None
+    shown_error, cut = humane.cut(error, LIST_ERROR_CHARS) if error else (None, False)
+    return dict(job, percent=_percent(job), view=listing.view_of(job), shown_error=shown_error, error_cut=cut,
+                created_ago=humane.relative(job["created_at"]), created_utc=humane.utc(job["created_at"]))
+
+
 def jobs_page():
     owner = browser_owner(Need.LIST)
     offset = int_arg("offset", 0, 0, 10**9)
-    state = state_arg()
-    found = listing.find(redis_conn(), owner, offset, JOBS_PER_PAGE, listing.Filters(view=state), counts=True)
+    filters = filters_arg()
+    found = listing.find(redis_conn(), owner, offset, JOBS_PER_PAGE, filters, counts=True)
     total = found.total
     following = offset + JOBS_PER_PAGE if offset + JOBS_PER_PAGE < total else None
     previous = max(0, offset - JOBS_PER_PAGE) if offset else None
     active = any(job["state"] not in states.TERMINAL for job in found.jobs)
+    args = {name: request.args[name] for name in FILTER_ARGS if request.args.get(name)}
+    others = {name: value for name, value in args.items() if name != "state"}  # kept by the state links
     return _page(render_template(
-        "jobs.html", jobs=[dict(job, percent=_percent(job), view=listing.view_of(job)) for job in found.jobs],
-        total=total, offset=offset, state=state, views=listing.VIEWS, counts=found.counts, active=active,
+        "jobs.html", jobs=[_row(job) for job in found.jobs], total=total, offset=offset, state=filters.view,
+        views=listing.VIEWS, counts=found.counts, active=active, args=args, others=others,
+        kind_names=sorted(kinds.KINDS), filtered=filters.beyond_view(),
         schedule={"fast": watch.FAST_POLL, "period": watch.FAST_PERIOD, "slow": watch.SLOW_POLL},
         refresh=int(watch.SLOW_POLL) if active else None, this_url=request.full_path.rstrip("?"),
-        next=url_for("api.job_list", offset=following, state=state) if following is not None else None,
-        previous=url_for("api.job_list", offset=previous, state=state) if previous is not None else None,
+        next=url_for("api.job_list", **(args | {"offset": following})) if following is not None else None,
+        previous=url_for("api.job_list", **(args | {"offset": previous})) if previous is not None else None,
     ))

@@ -4,13 +4,14 @@ arguments. (The pages do not import the API, and the API does not import the pag
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flask import current_app, request
 from redis import Redis
 from werkzeug.exceptions import BadRequest, NotFound
 
-from jobs import listing, states
+from jobs import kinds, listing, states
 
 MAX_JOB_ID = 200
 _ASCII_DIGITS = re.compile(r"[0-9]{1,12}")
@@ -59,3 +60,36 @@ def state_arg() -> str | None:
         choices = ", ".join(listing.VIEWS)
         raise BadRequest(f"'state' must be one of {choices}, got {raw[:40]!r}")
     return raw
+
+
+#: The query arguments that filter a listing (kept in its paging links).
+FILTER_ARGS = ("state", "kind", "q", "from", "to")
+#: Longest ``?q=`` a listing searches for.
+MAX_SEARCH = 100
+
+
+def _date_arg(name: str) -> datetime | None:
+    raw = request.args.get(name) or None
+    if raw is None:
+        return None
+    try:
+        return datetime.strptime(raw, "%Y-%m-%d").replace(tzinfo=UTC)
+    except ValueError:
+        raise BadRequest(f"'{name}' must be a date like 2026-12-01, got {raw[:40]!r}") from None
+
+
+def filters_arg() -> listing.Filters:
+    """A listing's filters: ``?state=`` (a view), ``?kind=``, ``?q=`` (any part of the id,
+    name or kind), ``?from=`` / ``?to=`` (dates, UTC, both days included)."""
+    kind = request.args.get("kind") or None
+    if kind is not None and kind not in kinds.KINDS:
+        raise BadRequest(f"'kind' must be one of {', '.join(sorted(kinds.KINDS))}, got {kind[:40]!r}")
+    search = (request.args.get("q") or "").strip() or None
+    if search is not None and len(search) > MAX_SEARCH:
+        raise BadRequest(f"'q' is {len(search)} characters long; search for at most {MAX_SEARCH}")
+    since, until = _date_arg("from"), _date_arg("to")
+    if since and until and until < since:
+        raise BadRequest("'to' is before 'from'")
+    return listing.Filters(view=state_arg(), kind=kind, search=search,
+                           since=since.timestamp() if since else None,
+                           until=(until + timedelta(days=1)).timestamp() if until else None)
