@@ -34,7 +34,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from jobs import config, kinds
 
-from . import api, auth, dashboard, errors, metrics, observability, pages, signin
+from . import api, auth, dashboard, errors, metrics, observability, overview, pages, signin
 from .redis_guard import guarded_connection
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.register_blueprint(api.bp)
     app.register_blueprint(pages.bp)
     signin.init_app(app)
+    app.register_blueprint(overview.bp)
     # A browser asking for an API address gets the page (the API does not import the pages).
     app.extensions["leash_html_views"] = {"api.job": pages.job_page, "api.job_list": pages.jobs_page}
     app.after_request(_security_headers)
