@@ -88,14 +88,23 @@ def failures_command(since, kind, include_canceled, as_json):
               help="Count canceled jobs as failures (by default they are not).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def alert_command(window, max_failures, max_ratio, kind, webhook, include_canceled, as_json):
-    """One line about the failure rate; exit status 1 when over a threshold (for a scheduler).
-    Canceled jobs are not failures unless --include-canceled."""
+    """One line about the failure rate; exit status 1 when over a threshold (for a scheduler),
+    2 when no threshold is given (nothing is checked). Canceled jobs are not failures unless
+    --include-canceled."""
     if webhook and not webhook.startswith(("http://", "https://")):
         raise BadInput(f"--webhook must be an http(s) URL, got {webhook!r}")
     if window > alerts.MAX_WINDOW:
         raise BadInput(f"--window {durations.render(window)} is longer than 2d: outcome counters are kept two days")
     result = alerts.check(connect_checked(), window, max_failures=max_failures, max_ratio=max_ratio, kind=kind,
                           include_canceled=include_canceled)
+    if max_failures is None and max_ratio is None:
+        # Without a threshold nothing can be over it: an "OK" would pass a misconfigured
+        # scheduler job forever. Say so, and exit 2 so the scheduler notices.
+        line = (f"{result.line.removeprefix('OK').strip()}; nothing checked: no threshold given "
+                "(--max-failures N or --max-ratio R)")
+        click.echo(json.dumps(result.as_dict() | {"alert": None, "checked": False, "text": line}) if as_json
+                   else line)
+        sys.exit(2)
     click.echo(json.dumps(result.as_dict()) if as_json else result.line)
     if webhook and result.alerting:
         try:

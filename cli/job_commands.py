@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import csv
 import json
+import re
+import shutil
 import sys
 
 import click
@@ -22,8 +24,8 @@ from jobs.errors import InvalidJob, NoSuchJob
 from jobs.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens
 from jobs.text import printable
 from jobs.usage.budget import BUDGET_FIELD
-from jobs.usage.report import spend_text
 
+from . import status_text
 from .connection import connect_checked, web_url
 from .watch import follow
 
@@ -74,6 +76,17 @@ def status_or_exit(conn, job_id: str) -> dict:
         raise BadInput(f"no such job: {job_id} (in the Redis at {conn.leash_url})") from None
 
 
+def in_flags(message: str, labels: str | None, template: str | None) -> str:
+    """A validator's message about the payload's fields, in the command's own words: the
+    flags that set them (a person typed --labels, not a JSON field 'labels')."""
+    if "'labels'" in message and labels is None:
+        return "give the labels to choose from: --labels positive,negative (classify picks one per item)"
+    if "'template'" in message and template is None:
+        return "give the prompt: --template 'Summarise: {item}' ({item} is where each item goes)"
+    message = re.sub(r"labels\[(\d+)\]", lambda m: f"label {int(m.group(1)) + 1} of --labels", message)
+    return message.replace("'labels'", "--labels").replace("'template'", "--template")
+
+
 @click.command()
 @click.option("--kind", default="classify", show_default=True)
 @click.option("--name", help="A name to find the job by in lists and searches (at most 100 characters).")
@@ -119,7 +132,7 @@ def submit(kind, name, labels, template, owner, token, idempotency_key, max_atte
         job_id, created = enqueue(conn, kind, payload, owner=owner, max_attempts=max_attempts,
                                   idempotency_key=idempotency_key, queue=queue, name=name)
     except InvalidJob as exc:
-        raise BadInput(str(exc)) from None
+        raise BadInput(in_flags(str(exc), labels, template)) from None
     if as_json:
         click.echo(json.dumps({"job_id": job_id, "created": created, "url": job_address(job_id)}))
         return
@@ -130,29 +143,16 @@ def submit(kind, name, labels, template, owner, token, idempotency_key, max_atte
 @click.command()
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object with the status fields.")
-def status(job_id, as_json):
+@click.option("--full", is_flag=True, help="The whole error text (traceback too), nothing cut to fit.")
+def status(job_id, as_json, full):
     """Print a job's status."""
     fields = printable(status_or_exit(connect_checked(), job_id))  # what a terminal can show
     if as_json:
         click.echo(json.dumps(fields))
         return
-    for name in states.FIELDS:
-        value = fields[name]
-        if name == "history":
-            value = "; ".join(f"#{a['attempt']} {a['started_at'] or '-'} on {a['worker']}: {a['ended'] or '-'}"
-                              for a in value) or None
-        elif name == "usage":
-            value = spend_text(fields) or "no model calls yet"
-        elif name == "cost_usd" and value is None and fields["usage"]["calls"]:
-            value = "unknown: no price for the model (LEASH_MODEL_PRICES)"
-        elif name == "error" and value:
-            value = value.strip().splitlines()[0] + (" (the whole text: --json)" if "\n" in value.strip() else "")
-        elif name == "state":
-            value = listing.view_of(fields)
-        elif isinstance(value, (dict, list)):
-            value = json.dumps(value)
-        click.echo(f"{name:>17}: {value}")
-    click.echo(f"{'page':>17}: {job_address(job_id)}")
+    columns = shutil.get_terminal_size((100, 24)).columns
+    for line in status_text.lines(fields, job_address(job_id), columns=columns, full=full):
+        click.echo(line)
 
 
 @click.command()

@@ -17,6 +17,7 @@ from typing import TextIO
 import click
 
 from jobs.usage.report import spend_text
+from jobs import humane
 from jobs.watch import TERMINAL, poll_delay
 
 BAR_TEMPLATE = "[%(bar)s] %(info)s"
@@ -54,8 +55,11 @@ def facts(fields: dict) -> str:
 
 
 def fit(text: str, room: int) -> str:
-    room = max(room, 1)
-    return text if len(text) <= room else text[:room - 1] + "…"
+    """``text`` in ``room`` columns, cut at a word where one is near (an error's URL is not
+    split mid-way when the words before it fit); the whole error is ``leash status --full``."""
+    if room <= 1:
+        return text[:room] if len(text) <= room else "…"
+    return humane.cut(text, room, hard=True)[0]
 
 
 class JobLine:

@@ -76,15 +76,17 @@ def attempts(fields: dict) -> str:
     return f"{fields['attempts']} of {fields['max_attempts']}"
 
 
-def cut(text: str, width: int) -> tuple[str, bool]:
-    """``text`` in at most ``width`` characters, cut at a word boundary with "…" (a single
-    word longer than the width, such as a URL, is kept whole rather than broken); and whether
-    anything was left out."""
+def cut(text: str, width: int, hard: bool = False) -> tuple[str, bool]:
+    """``text`` in at most ``width`` characters, cut at a word boundary with "…"; and whether
+    anything was left out. A first word longer than the width (a URL) is kept whole where the
+    reader can wrap it, or cut inside with ``hard`` (one terminal line that must not wrap)."""
     if len(text) <= width:
         return text, False
-    head = text[:width - 1]
+    head = text[:max(width - 1, 1)]
     space = head.rfind(" ")
-    if space > 0:
+    if space > width // 3:
         return head[:space].rstrip(" ,;:") + "…", True
-    word_end = text.find(" ")
+    if hard:
+        return head + "…", True
+    word_end = text.find(" ", width)
     return (text if word_end < 0 else text[:word_end] + " …"), word_end >= 0

@@ -6,12 +6,14 @@ import csv
 import io
 import json
 import re
+import time
+from datetime import UTC, datetime
 
 from click.testing import CliRunner
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from cli import job_commands, main
+from cli import job_commands, main, status_text
 from cli.watch import JobLine, follow
 from jobs.usage.meter import Pending
 from jobs import lease, states
@@ -122,7 +124,7 @@ def test_cancel_shows_canceled_and_is_left_out_of_failures_and_alerts(conn, env)
     assert result.exit_code == 0 and result.stdout.strip() == "canceled"
     fields = states.status(conn, job_id)
     assert (fields["state"], fields["canceled"]) == ("failed", True)
-    assert "state: canceled" in run("status", job_id).stdout
+    assert "\nstate        canceled\n" in run("status", job_id).stdout
     again = run("cancel", job_id)
     assert again.exit_code == 1 and "already failed" in again.output
     assert "no failed jobs" in run("failures").output
@@ -187,8 +189,9 @@ def test_the_watch_line_has_a_bar_percent_rate_eta_and_elapsed_and_never_wraps_i
     first, second = frames
     assert first.startswith("[") and "10/40" in first and "25%" in first and "STALE" in first
     assert "2.5 items/s" in second and "ETA 0:04" in second and "elapsed 0:12" in second and "75%" in second
-    # The shorter second line pads over the first: nothing of it is left on the terminal.
-    assert len(second.rstrip("\n")) == len(first)
+    # The error is cut at a word, not inside one; the next line covers it: nothing of it is left.
+    assert first.rstrip().endswith("will be retried, 2.5…"), first
+    assert len(second.rstrip("\n")) >= len(first.rstrip())
 
 
 def test_watch_polls_every_second_for_ten_seconds_then_every_five():
@@ -224,3 +227,51 @@ def test_submit_with_a_name_and_jobs_finds_it_by_search_and_kind(conn, env):
     assert other in run("jobs", "--kind", "classify").stdout
     bad = run("submit", "--labels", "a,b", "--name", "a\tb", "-", input="x\n")
     assert bad.exit_code == 2 and "'name' must be one line of text" in bad.output
+
+
+def test_status_for_people_is_in_words_with_the_whole_error_one_flag_away(conn, env):
+    job_id = submit("x", "y", extra=("--name", "Support inbox"))
+    attempt = lease.claim(conn, job_id, "leash", "worker-1")
+    attempt.heartbeat(item=(0, '"a"'))
+    url = "https://models.internal.example.com/v1/chat/completions?deployment=classifier-large"
+    error = f"PermanentError: the model server at {url} refused the request because " + "it was " * 20
+    attempt.fail(error + "\nTraceback (most recent call last):\n  File x", permanent=True)
+    shown = run("status", job_id)
+    assert shown.exit_code == 0, shown.output
+    text = shown.stdout
+    for word in ("None", "False", "True"):
+        assert word not in text.split(), word
+    assert f"job          {job_id}  (Support inbox)" in text
+    assert "\nstate        failed\n" in text and "\nprogress     1 of 2 items (50%)" in text
+    assert "\nattempts     1 (no retry: permanent error)\n" in text
+    assert re.search(r"\nsubmitted    \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \((just now|\d+ s ago)\)\n", text)
+    env.setenv("COLUMNS", "80")
+    [error_line] = [line for line in run("status", job_id).stdout.splitlines() if line.startswith("error ")]
+    # Cut at a word to fit the terminal, never inside the URL: here the URL does not fit.
+    assert error_line == "error        PermanentError: the model server at… (whole text: --full)"
+    env.setenv("COLUMNS", "160")
+    [error_line] = [line for line in run("status", job_id).stdout.splitlines() if line.startswith("error ")]
+    assert len(error_line) <= 160 and url in error_line and error_line.endswith(url + "… (whole text: --full)")
+    assert "Traceback" not in text
+    whole = run("status", job_id, "--full").stdout
+    assert error.strip() in whole and "Traceback (most recent call last):" in whole
+    assert json.loads(run("status", job_id, "--json").stdout)["error"].startswith("PermanentError")
+
+
+def test_status_of_a_job_waiting_for_its_retry_says_in_how_long(conn, env):
+    job_id = submit("x")
+    lease.claim(conn, job_id, "leash", "w").fail("RuntimeError: 503", permanent=False)
+    fields = states.status(conn, job_id)
+    fields["next_retry_at"] = datetime.fromtimestamp(time.time() + 58.5, UTC).isoformat()
+    text = "\n".join(status_text.lines(fields, "http://x/jobs/1"))
+    assert re.search(r"next retry   \S+ \S+ UTC \(in 5[78] s\)", text)
+    assert "attempts     1 of 3" in text
+
+
+def test_a_missing_or_bad_option_is_named_by_its_flag_not_its_json_field(conn, env):
+    missing = run("submit", "-", input="x\n")
+    assert missing.exit_code == 2 and "--labels positive,negative" in missing.output and "'labels'" not in missing.output
+    no_template = run("submit", "--kind", "prompt", "-", input="x\n")
+    assert no_template.exit_code == 2 and "--template" in no_template.output
+    duplicate = run("submit", "--labels", "a,a", "-", input="x\n")
+    assert duplicate.exit_code == 2 and "--labels contains duplicates" in duplicate.output

@@ -165,3 +165,12 @@ def test_webhook_is_retried_twice_then_gives_up():
         with pytest.raises(alerts.WebhookFailed, match="HTTP 503"):
             alerts.post_webhook(hook.url, {"text": "x"}, sleep=naps.append)
     assert len(hook.bodies) == 3
+
+
+def test_alert_without_a_threshold_says_it_checks_nothing_and_exits_2(conn, env):
+    result = CliRunner().invoke(main, ["alert"])
+    assert result.exit_code == 2
+    assert result.stdout.strip().endswith("nothing checked: no threshold given (--max-failures N or --max-ratio R)")
+    assert not result.stdout.startswith("OK")
+    as_json = CliRunner().invoke(main, ["alert", "--json"])
+    assert as_json.exit_code == 2 and json.loads(as_json.stdout)["checked"] is False

@@ -214,3 +214,17 @@ def test_the_form_takes_a_name_and_says_when_it_is_too_long(browser, conn):
     assert conn.hget(keys.job(job_id), "name") == b"Support inbox"
     refused = post_form(browser, items="good", name="n" * 101, submission="form-0002")
     assert refused.status_code == 422 and "The name is 101 characters long; at most 100" in refused.data.decode()
+
+
+def test_canceling_a_running_job_says_at_once_that_the_cancel_is_on_its_way(browser, conn):
+    from jobs import lease
+
+    job_id = _job(browser, conn)
+    lease.claim(conn, job_id, "leash", "w")
+    response = browser.post(f"/jobs/{job_id}/cancel", data={"csrf_token": browser.token}, headers=HTML)
+    assert response.status_code == 303 and response.headers["Location"] == f"/jobs/{job_id}?cancel=requested"
+    html = browser.get(response.headers["Location"], headers=HTML).data.decode()
+    assert 'id="cancel-requested"' in html and "stops at its next heartbeat" in html
+    assert 'id="cancel-button"' not in html and 'class="state state-running">running<' in html
+    # Times are UTC with the distance beside them.
+    assert re.search(r'UTC</time> <span class="ago">\((just now|\d+ s ago)\)</span>', html)

@@ -169,7 +169,9 @@ def cancel(job_id: str):
     read_status(connection, job_id, owner)  # 404 unless it is the caller's job
     previous = control.cancel(connection, job_id)
     if wants_html():
-        return redirect(url_for("api.job", job_id=job_id), 303)
+        # A running job stops at its next heartbeat: until then its page says the cancel is on its way.
+        asked = {"cancel": "requested"} if previous == states.State.RUNNING else {}
+        return redirect(url_for("api.job", job_id=job_id, **asked), 303)
     if previous in (states.State.SUCCEEDED, states.State.FAILED):
         return api_error(409, f"the job has already {previous}; only queued or running jobs can be canceled")
     state = states.status(connection, job_id)["state"]

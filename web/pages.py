@@ -196,7 +196,8 @@ def job_page(job_id: str):
         refresh=refresh, schedule=schedule, stale_text=STALE_TEXT, percent=_percent(fields),
         shown_state=listing.view_of(fields), attempts=humane.attempts(fields),
         traceback=_traceback(fields["error"]), duration=humane.duration,
-        replay_command=f"leash replay {job_id}", spend_text=spend_text,
+        replay_command=f"leash replay {job_id}", spend_text=spend_text, ago=humane.relative,
+        cancel_requested=not terminal and request.args.get("cancel") == "requested",
         summary=fields["result"]["summary"] if fields["result"] else None,
     ))
 

@@ -69,7 +69,7 @@
       .then(function (outcome) {
         if (outcome === null) return;
         if (TERMINAL[outcome.job.state]) return;  // the swapped-in page is the final one
-        setLive("Updated " + new Date().toLocaleTimeString() + ".");
+        setLive("Updated " + new Date().toISOString().slice(11, 19) + " UTC.");
         schedule();
       })
       .catch(function (error) {
@@ -77,6 +77,16 @@
         schedule();
       });
   }
+
+  // Cancel answers at once: the button says so before the server has, and cannot be pressed twice.
+  root.addEventListener("submit", function (event) {
+    var button = event.target.querySelector("#cancel-button");
+    if (!button) return;
+    if (button.disabled) { event.preventDefault(); return; }
+    button.disabled = true;
+    button.textContent = "Canceling…";
+    setLive("Cancel requested; the job stops at its next heartbeat.");
+  });
 
   document.addEventListener("visibilitychange", function () {
     if (!document.hidden && pausedWhileHidden) {
