@@ -29,7 +29,7 @@ CHROMIUM = os.environ.get("LEASH_CHROMIUM") or shutil.which("chromium") or "/usr
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SCREENSHOT = ROOT / "docs" / "screenshot-job.png"
-#: The README's screenshot is rewritten only on request, so a test run leaves the tree clean.
+#: The screenshot in docs/WEB.md is rewritten only on request, so a test run leaves the tree clean.
 UPDATE_SCREENSHOT = os.environ.get("LEASH_UPDATE_SCREENSHOT") == "1"
 ITEMS = [
     "Great service, thanks for the quick reply", "The app crashes every time I open settings",
