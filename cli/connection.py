@@ -79,8 +79,11 @@ def resolve() -> tuple[str, str]:
 
 def web_url() -> str:
     """Where the web app answers, for printing a job's address: ``LEASH_WEB_URL``, else the
-    running ``leash dev``'s, else ``leash dev``'s default."""
+    running ``leash dev``'s (the one using REDIS_URL, when it is set), else ``leash dev``'s
+    default."""
     dev = chosen_dev()
+    if config.get("REDIS_URL") and (dev or {}).get("redis_url") != config.get("REDIS_URL"):
+        dev = None  # a Redis of its own: a local leash dev's pages do not show its jobs
     configured = config.get("LEASH_WEB_URL") or (dev or {}).get("web_url") or "http://127.0.0.1:5000"
     return str(configured).rstrip("/")
 

@@ -263,10 +263,13 @@ class LeashWorker(Shutdown, Worker):
             return super().handle_job_failure(job, queue, started_job_registry, exc_string, execution)
         if attempt.outcome == "failed":
             job.retries_left = 0
-            if self.connection.hget(keys.job(job.id), "error") == CANCELED.encode():
-                # A cancel is not an error: rq-dashboard shows this line, not the traceback of
-                # the exception that stopped the job, and its Requeue is a replay (consistency).
-                exc_string = CANCELED_IN_RQ_VIEW
+            # A cancel is not an error: rq-dashboard shows this line, not the traceback of the
+            # exception that stopped the job, and its Requeue is a replay (consistency).
+            try:
+                if self.connection.hget(keys.job(job.id), "error") == CANCELED.encode():
+                    exc_string = CANCELED_IN_RQ_VIEW
+            except REDIS_DOWN:
+                pass  # RQ's own handling below meets the same outage; the text is a nicety
             return super().handle_job_failure(job, queue, started_job_registry, exc_string, execution)
         # superseded, handed off or reclaimed: leash's Lua already put RQ's side right.
         self._stopped_job_id = None
