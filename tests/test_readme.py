@@ -2,7 +2,9 @@
 start" section, in a copy of this checkout with a fresh virtual environment, against the
 `leash dev` its first block starts (on a free port, its state in a temporary directory). The
 test command (the second block) runs verbatim too, with PYTEST_ADDOPTS narrowing it to one
-test so that it does not run this whole suite again inside itself.
+test so that it does not run this whole suite again inside itself. Then the guide's blocks
+run in the same shell (all but those that start a server of their own): every command in the
+README is copy-pastable after the quick start's install.
 
 Marked ``readme`` (and ``slow``): it is part of every full run, CI's included, and takes a
 few minutes, most of them pip's; each step has its own deadline.
@@ -29,10 +31,21 @@ RUN_COMMAND = "python3.11 -m venv .venv && .venv/bin/pip install -e . && .venv/b
 TEST_COMMAND = "python3.11 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/pytest"
 
 
-def quick_start_blocks() -> list[str]:
-    text = README.read_text()
-    section = text.split("\n## Quick start\n", 1)[1].split("\n## ", 1)[0]
+def sh_blocks(heading: str) -> list[str]:
+    """The ```sh blocks of one ``## `` section of the README."""
+    section = README.read_text().split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
     return [block.strip() for block in re.findall(r"```sh\n(.*?)```", section, re.S)]
+
+
+def quick_start_blocks() -> list[str]:
+    return sh_blocks("Quick start")
+
+
+def guide_blocks(port: int) -> list[str]:
+    """The guide's blocks that run and end (not those that start a server of their own), with
+    its addresses on the port of the test's `leash dev`."""
+    return [block.replace("localhost:5000", f"localhost:{port}") for block in sh_blocks("Guide")
+            if "leash dev" not in block and "export " not in block]
 
 
 def test_the_quick_start_begins_with_the_two_commands_and_ci_runs_the_same_test_command():
@@ -118,6 +131,13 @@ def test_every_shell_block_of_the_quick_start_works_in_a_fresh_checkout(tmp_path
             status, html = _get(f"http://127.0.0.1:{port}{path}")
             assert status == 200, path
         assert "first try" in _get(f"http://127.0.0.1:{port}/jobs")[1]
+
+        guide = "set -euo pipefail\n" + "\n".join(usage[:1] + guide_blocks(port))
+        followed = subprocess.run(["bash", "-c", guide], cwd=checkout, env=env, capture_output=True, text=True,
+                                  timeout=180)
+        assert followed.returncode == 0, followed.stdout[-3000:] + followed.stderr[-3000:]
+        assert '"state":"queued"' in followed.stdout and '"url":"/jobs/' in followed.stdout  # the API's 202
+        assert "job(s) of owner shared" in followed.stderr and "skipped" in followed.stdout  # jobs, replay
     finally:
         note_children()
         os.killpg(dev.pid, signal.SIGINT)  # Ctrl-C
