@@ -155,9 +155,10 @@ def test_every_shell_block_of_the_quick_start_works_in_a_fresh_checkout(tmp_path
 
 def _anchors(path: Path) -> set[str]:
     """GitHub's anchors for a Markdown file's headings."""
-    out = set()
+    out, fenced = set(), False
     for line in path.read_text().splitlines():
-        if line.startswith("#"):
+        fenced ^= line.startswith("```")  # a "# comment" inside a code block is not a heading
+        if line.startswith("#") and not fenced:
             title = line.lstrip("#").strip().lower()
             out.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
     return out
