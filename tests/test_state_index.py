@@ -60,7 +60,10 @@ def test_every_transition_moves_the_job_to_exactly_the_index_of_its_state(conn, 
     # Scored by creation: a filtered listing is newest first, like the unfiltered one.
     assert conn.zscore(keys.owner_state("ann", "failed"), removed) == 300.0
     total, page = listing.list_jobs(conn, "ann", 0, 10, state="failed", now=302.0)
-    assert (total, [j["job_id"] for j in page]) == (2, [removed, canceled])
+    assert (total, [j["job_id"] for j in page]) == (1, [removed])
+    # Canceled jobs share the failed index and are listed as their own view.
+    total, page = listing.list_jobs(conn, "ann", 0, 10, state="canceled", now=302.0)
+    assert (total, [j["job_id"] for j in page]) == (1, [canceled])
 
 
 def test_an_ended_job_leaves_the_index_with_its_record_and_no_index_key_lives_forever(conn):
