@@ -157,11 +157,20 @@ class Dev:
         self.seen: set[int] = set()
 
     def start(self, port: int, *extra: str) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, "-m", "cli", "dev", "--port", str(port), *extra], cwd=self.cwd,
-                                env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # Its output goes to a file: a pipe nobody reads after the banner could fill and stall it.
+        log = self.cwd / f"dev-{len(self.started)}.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "cli", "dev", "--port", str(port), *extra], cwd=self.cwd,
+                                    env=self.env, stdout=out, stderr=subprocess.STDOUT, text=True)
         self.started.append(proc)
-        banner = proc.stdout.readline()
-        assert f"http://127.0.0.1:{port}/" in banner, banner + (proc.stdout.read() if proc.poll() is not None else "")
+
+        def banner():
+            text = log.read_text()
+            assert proc.poll() is None or "leash is running at" in text, text
+            return "leash is running at" in text and text
+
+        text = wait_for(banner, 60, interval=0.1, message="the banner of leash dev")
+        assert f"http://127.0.0.1:{port}/" in text, text
         self.note_children(proc)
         return proc
 
