@@ -1,5 +1,5 @@
 """The overview page: queue depth now, the caller's jobs and failures per hour, drawn as SVG
-on the server (no script), from what Redis holds; no usage chart is drawn without usage data."""
+on the server (no script), from what Redis holds, and the tokens the owner's jobs used per day."""
 
 from __future__ import annotations
 
@@ -43,10 +43,26 @@ def test_the_overview_counts_jobs_and_failures_per_hour_and_the_queue_depth(clie
     assert bar_values(html, "queue-depth") == [depth.waiting, depth.retrying] == [3, 0]
     assert "<script" not in html.split("<main>")[1], "charts need no JavaScript"
     assert 'role="img" aria-label="Jobs submitted per hour, last 24 hours"' in html
-    assert "token" not in html.lower() and "cost" not in html.lower(), "no usage chart without usage data"
+    assert bar_values(html, "tokens-per-day") == [0] * 14, "no model calls: zero tokens, not a made-up figure"
 
 
 def test_the_overview_is_per_owner(client, conn):
     enqueue(conn, "classify", CLASSIFY, owner="someone-else")
     html = client.get("/overview", headers=HTML).data.decode()
     assert sum(bar_values(html, "jobs-per-hour")) == 0
+
+
+def test_the_overview_draws_the_owners_tokens_per_day_and_what_they_cost(client, conn, env):
+    from jobs.usage.meter import Pending
+
+    env.setenv("LEASH_MODEL_PRICES", '{"m": {"input": 1, "output": 2}}')
+    job_id, _ = enqueue(conn, "classify", CLASSIFY, owner="shared")
+    attempt = lease.claim(conn, job_id, "leash", "w")
+    attempt.heartbeat(item=(0, '"a"'), usage=Pending("m", "classify", calls=3, input=1000, output=234,
+                                                   nusd=1_468_000))
+    other, _ = enqueue(conn, "classify", CLASSIFY, owner="someone-else")
+    lease.claim(conn, other, "leash", "w").heartbeat(item=(0, '"a"'), usage=Pending("m", "classify", calls=1,
+                                                                                   input=99, output=1))
+    html = client.get("/overview", headers=HTML).data.decode()
+    assert bar_values(html, "tokens-per-day") == [0] * 13 + [1234]
+    assert "1,234 tokens in 3 model calls over the last 14 days, $0.0015" in html

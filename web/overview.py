@@ -1,9 +1,9 @@
 """GET /overview: how the queue is doing, as charts — queue depth now, the caller's jobs and
-failures per hour over the last day.
+failures per hour over the last day, and the tokens the caller's jobs used per UTC day (with
+what they cost) over the last two weeks.
 
-Charts are a list: each is drawn here from data Redis already holds. Tokens and cost per day
-belong here once usage is recorded per owner and day; until then no chart of them is drawn,
-because an empty or made-up usage chart would read as a fact.
+Charts are a list: each is drawn here from data Redis already holds (usage: the owner's daily
+totals that every item write adds to, jobs/usage/report.py).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from flask import Blueprint, make_response, render_template
 
 from jobs import overview
+from jobs.usage.report import cost_text, days_back, owner_usage
 
 from . import charts
 from .auth import Need, browser_owner
@@ -43,8 +44,29 @@ def overview_charts(connection, owner: str) -> list[charts.Chart]:
                      charts.bars("Jobs failed per hour, last 24 hours", hours, hourly.failed, "failures",
                                  tick_every=6),
                      f"{sum(hourly.failed)} failed in the last 24 hours; canceled jobs are not failures."),
-        # Tokens and cost per day: append its Chart here, drawn from the recorded usage.
+        _tokens_per_day(connection, owner),
     ]
+
+
+#: Days of usage the overview draws.
+USAGE_DAYS = 14
+
+
+def _tokens_per_day(connection, owner: str) -> charts.Chart:
+    report = owner_usage(connection, owner, days=USAGE_DAYS)
+    by_day = {day["day"]: day for day in report["days"]}
+    days = list(reversed(days_back(USAGE_DAYS)))
+    tokens = [by_day[d]["usage"]["input_tokens"] + by_day[d]["usage"]["output_tokens"] if d in by_day else 0
+              for d in days]
+    total = report["total"]
+    calls = total["usage"]["calls"]
+    return charts.Chart(
+        "tokens-per-day", "Your tokens per day",
+        charts.bars(f"Tokens used per UTC day, last {USAGE_DAYS} days", [d[5:] for d in days], tokens, "tokens",
+                    tick_every=2, unit="tokens"),
+        f"{sum(tokens):,} tokens in {calls:,} model calls over the last {USAGE_DAYS} days, "
+        f"{cost_text(total['cost_usd'], calls)}" + ("; ~ some figures are estimates" if total["usage"]["estimated"]
+                                                     else "") + " (per model and kind: GET /usage, leash usage).")
 
 
 @bp.get("/overview")
