@@ -9,12 +9,11 @@ that names the URL tried.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 import click
 import redis
 
 from jobs import config
+from jobs.config import redis_url_problem
 from jobs.connection import connect, masked
 
 from . import devrecord
@@ -37,15 +36,9 @@ def shown(url: str) -> str:
 
 def check_url(url: str, origin: str) -> None:
     """Raise ``BadRedisUrl`` (exit 2) unless ``url`` is a URL redis-py can use."""
-    example = EXAMPLE_URL
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - parsing the port is what raises for "host:abc"
-    except ValueError as exc:
-        raise BadRedisUrl(f"{origin} {shown(url)!r} is not a Redis URL ({exc}); write it like {example}") from None
-    if parts.scheme not in ("redis", "rediss", "unix"):
-        raise BadRedisUrl(f"{origin} {shown(url)!r} is not a Redis URL: it must start with redis://, rediss:// "
-                          f"or unix://, e.g. {example}")
+    problem = redis_url_problem(url)
+    if problem:
+        raise BadRedisUrl(f"{origin} {shown(url)!r} {problem}")
 
 
 def chosen_dev() -> dict | None:

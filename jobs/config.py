@@ -82,8 +82,9 @@ def get(name: str) -> Any:
     return value
 
 
-def _redis_url(name: str, text: str) -> str:
-    """A URL redis-py can use; the message never repeats the URL (it may carry a password)."""
+def redis_url_problem(text: str) -> str | None:
+    """Why ``text`` is not a URL redis-py can use (never repeating it: it may carry a
+    password), or None. The CLI says the same with the URL masked (cli/connection.py)."""
     from urllib.parse import urlsplit
 
     example = "redis://localhost:6379/0"
@@ -91,10 +92,16 @@ def _redis_url(name: str, text: str) -> str:
         parts = urlsplit(text)
         parts.port  # noqa: B018 - parsing the port is what raises for "host:abc"
     except ValueError as exc:
-        raise ValueError(f"{name} is not a Redis URL ({exc}); write it like {example}") from None
+        return f"is not a Redis URL ({exc}); write it like {example}"
     if parts.scheme not in ("redis", "rediss", "unix"):
-        raise ValueError(f"{name} is not a Redis URL: it must start with redis://, rediss:// or unix://, "
-                         f"e.g. {example}")
+        return f"is not a Redis URL: it must start with redis://, rediss:// or unix://, e.g. {example}"
+    return None
+
+
+def _redis_url(name: str, text: str) -> str:
+    problem = redis_url_problem(text)
+    if problem:
+        raise ValueError(f"{name} {problem}")
     return text
 
 
