@@ -1,7 +1,7 @@
 """The ``leash`` command. Options that are settings can also be set by the environment
 variable ``--help`` shows beside them (each declared in jobs/config.py). Redis is
 ``REDIS_URL``, else the one a running ``leash dev`` recorded, else one line saying there is
-none (see cli/connection.py); any Redis error is one line naming the URL tried."""
+none (see cli/redis_target.py); any Redis error is one line naming the URL tried."""
 
 from __future__ import annotations
 
@@ -10,12 +10,11 @@ import sys
 import click
 import redis
 
+from cli.redis_target import connect_checked, resolve, shown
+from jobs.core.connection import is_out_of_memory
 from jobs.observability import logs, reporting
 
 from . import job_commands
-from jobs.connection import is_out_of_memory
-
-from .connection import connect_checked, resolve, shown
 
 
 class LeashGroup(click.Group):

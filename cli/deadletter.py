@@ -12,10 +12,11 @@ import sys
 
 import click
 
+from cli.redis_target import connect_checked
+from jobs import deadletter
+from jobs.core import clock
 from jobs.deadletter import alerts, durations, failures
-from jobs import clock, deadletter
 from jobs.usage.budget import Budget
-from .connection import connect_checked
 
 #: Above this many jobs, replay asks before acting (unless --yes).
 CONFIRM_ABOVE = 10

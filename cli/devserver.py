@@ -26,7 +26,7 @@ from pathlib import Path
 import redis
 
 from jobs import config
-from jobs.connection import masked
+from jobs.core.connection import masked
 
 from . import devrecord
 

@@ -17,16 +17,19 @@ import sys
 
 import click
 
-from jobs import admission, config, control, humane, listing, results, states
-from jobs.context import CONCURRENCY_FIELD
+from cli.redis_target import connect_checked, web_url
+from jobs import config
+from jobs.core import control, states
+from jobs.core.context import CONCURRENCY_FIELD
+from jobs.core.text import printable
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob, NoSuchJob
-from jobs.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens
-from jobs.text import printable
+from jobs.intake import admission
+from jobs.read import humane, listing, results
+from jobs.read.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens
 from jobs.usage.budget import BUDGET_FIELD
 
 from . import status_text
-from .connection import connect_checked, web_url
 from .watch import follow
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from jobs import humane, listing
+from jobs.read import humane, listing
 from jobs.usage.report import spend_text
 
 LABEL = 12

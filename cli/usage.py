@@ -6,10 +6,10 @@ import json
 
 import click
 
+from cli.redis_target import connect_checked
 from jobs.usage.meter import DAYS_KEPT
 from jobs.usage.report import cost_text, owner_usage
 
-from .connection import connect_checked
 from .job_commands import acting_owner, owner_option
 
 

@@ -16,9 +16,9 @@ from typing import TextIO
 
 import click
 
+from jobs.read import humane
+from jobs.read.poll_schedule import TERMINAL, poll_delay
 from jobs.usage.report import spend_text
-from jobs import humane
-from jobs.watch import TERMINAL, poll_delay
 
 BAR_TEMPLATE = "[%(bar)s] %(info)s"
 

@@ -5,12 +5,12 @@ then ``lease`` (attempts and fencing), ``worker`` and ``runner`` (how an attempt
 ends), ``reaper`` (taking back expired leases). Key names: ``keys``; Lua: ``lua/``.
 """
 
-from .control import cancel
-from .effects import once
-from .enqueue import enqueue
-from .errors import InvalidJob, LeaseLost, NoSuchJob, PermanentError
-from .kinds import kind
-from .states import State, status
+from jobs.core.control import cancel
+from jobs.core.effects import once
+from jobs.core.states import State, status
+from jobs.enqueue import enqueue
+from jobs.errors import InvalidJob, LeaseLost, NoSuchJob, PermanentError
+from jobs.kinds import kind
 
 __all__ = ["InvalidJob", "LeaseLost", "NoSuchJob", "PermanentError", "State", "cancel", "enqueue",
            "kind", "once", "status"]

@@ -84,7 +84,7 @@ def get(name: str) -> Any:
 
 def redis_url_problem(text: str) -> str | None:
     """Why ``text`` is not a URL redis-py can use (never repeating it: it may carry a
-    password), or None. The CLI says the same with the URL masked (cli/connection.py)."""
+    password), or None. The CLI says the same with the URL masked (cli/redis_target.py)."""
     from urllib.parse import urlsplit
 
     example = "redis://localhost:6379/0"
@@ -203,7 +203,7 @@ declare("LEASH_SECURE_COOKIES", "bool", False, "`1`: cookies only over HTTPS")
 declare("LEASH_REDIS_TIMEOUT", "float", 5.0,
         "seconds before an unanswered Redis call is given up: a 503 in the web app, exit 1 from a command", 0.01)
 declare("LEASH_METRICS_TOKEN", "str", None, "bearer token /metrics requires")
-# Sign-in and quotas (jobs/admission.py, web/auth.py); they matter once LEASH_API_TOKENS is set.
+# Sign-in and quotas (jobs/intake/admission.py, web/auth.py); they matter once LEASH_API_TOKENS is set.
 declare("LEASH_TRUSTED_USER_HEADER", "str", None,
         "a header naming the signed-in owner, set by an auth proxy that strips it from clients (default: off)")
 declare("LEASH_PUBLIC_SUBMIT", "bool", False, "`1`: visitors who are not signed in may use the form, as owner `public`")

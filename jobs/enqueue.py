@@ -19,11 +19,12 @@ from rq.job import JobStatus
 from rq.rate_limit import RateLimit, RateLimitRegistry
 from rq.serializers import JSONSerializer
 
-from . import clock, keys, kinds
-from .config import Settings, settings
-from .errors import InvalidJob
-from .limits import check_payload
-from .usage import budget
+from jobs import keys, kinds
+from jobs.config import Settings, settings
+from jobs.core import clock
+from jobs.errors import InvalidJob
+from jobs.intake.limits import check_payload
+from jobs.usage import budget
 
 EXECUTE = "jobs.runner.execute"
 _SAFE = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
@@ -140,7 +141,7 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
             queue: str | None = None, now: float | None = None, name: str | None = None) -> tuple[str, bool]:
     """Enqueue a job; returns ``(job_id, created)``. With an idempotency key already used by
     this owner, returns the first job's id and ``created=False`` and writes nothing. Quotas are
-    not checked here: the doors (API, form, ``leash submit``) ask ``jobs.admission.check`` first.
+    not checked here: the doors (API, form, ``leash submit``) ask ``jobs.intake.admission.check`` first.
 
     The idempotency key is written in the same transaction as the job, so it never points at
     a job that does not exist: concurrent submissions with one key race on WATCH, the losers
@@ -178,7 +179,7 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
 
 def job_for_key(connection: Redis, owner: str, idempotency_key: str) -> str | None:
     """The job this owner's idempotency key already points at, in this release's form or an
-    earlier one's (jobs.admission lets such a repeat in: it writes nothing)."""
+    earlier one's (jobs.intake.admission lets such a repeat in: it writes nothing)."""
     job_id = connection.get(keys.idempotency(owner, idempotency_key))
     return job_id.decode() if job_id is not None else _job_of_legacy_key(connection, owner, idempotency_key)
 

@@ -95,7 +95,7 @@ def payload(job_id: str) -> str:
 
 
 def effect(job_id: str, name: str) -> str:
-    """Marker that a side effect ran for this job (see jobs.effects.once)."""
+    """Marker that a side effect ran for this job (see jobs.core.effects.once)."""
     return f"{PREFIX}effect:{job_id}:{name}"
 
 
@@ -136,7 +136,7 @@ def owner_state(owner: str, state: str) -> str:
 
 def owner_expiries(owner: str) -> str:
     """Sorted set of an owner's ended job ids scored by when their records expire: the ended
-    entries of the state indexes leave with their jobs (jobs/listing.py trims the due ones)."""
+    entries of the state indexes leave with their jobs (jobs/read/listing.py trims the due ones)."""
     return f"{PREFIX}owner:{owner}:expiries"
 
 
@@ -147,13 +147,13 @@ def owner_state_indexes(owner: str) -> list[str]:
 
 
 #: Set once every job written before the state indexes existed has been indexed
-#: (jobs/state_index.py); until then a state filter reads the jobs themselves.
+#: (jobs/core/state_index.py); until then a state filter reads the jobs themselves.
 STATE_INDEX_READY = PREFIX + "schema:state_index"
 #: Where the one-time indexing resumes (a SCAN cursor), between reaper ticks.
 STATE_INDEX_CURSOR = PREFIX + "schema:state_index:cursor"
 #: Every job hash matches this pattern (the one-time indexing SCANs it).
 JOB_PATTERN = PREFIX + "job:*"
-#: Prefix of the submission-rate counters (kept by the ``limits`` package, jobs/admission.py).
+#: Prefix of the submission-rate counters (kept by the ``limits`` package, jobs/intake/admission.py).
 SUBMIT_RATE_PREFIX = PREFIX + "submit_rate"
 
 

@@ -18,11 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import config
-from .context import JobContext, validate_concurrency
-from .errors import InvalidJob, ItemError
-from .models.backends import get_backend
-from .limits import check_fields, check_items, check_labels, check_template
+from jobs import config
+from jobs.core.context import JobContext, validate_concurrency
+from jobs.errors import InvalidJob, ItemError
+from jobs.intake.limits import check_fields, check_items, check_labels, check_template
+from jobs.models.backends import get_backend
 
 # The defaults of LEASH_MAX_ITEMS, LEASH_MAX_ITEM_CHARS and LEASH_MAX_TEMPLATE_CHARS;
 # config.limits() has the values in force.

@@ -24,13 +24,14 @@ from typing import Any
 import redis
 from rq import Retry, get_current_job
 
-from . import consistency, keys, kinds
-from .config import settings
-from .context import JobContext
-from .errors import Canceled, HandOff, InvalidJob, LeaseLost, PermanentError, PlainWorker, RetryLater
-from .lease import Attempt, describe
-from .limits import check_summary
-from .usage.budget import BudgetReached
+from jobs import keys, kinds
+from jobs.config import settings
+from jobs.core import consistency
+from jobs.core.context import JobContext
+from jobs.core.lease import Attempt, describe
+from jobs.errors import Canceled, HandOff, InvalidJob, LeaseLost, PermanentError, PlainWorker, RetryLater
+from jobs.intake.limits import check_summary
+from jobs.usage.budget import BudgetReached
 
 _current: Attempt | None = None
 

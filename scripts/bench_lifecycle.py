@@ -11,9 +11,9 @@ Measures:
               --burst`` on a no-op function, the same number of jobs, median of the rounds.
               Measured from the first job's start to the last job's end (RQ's own timestamps
               on both sides), so process start-up is not counted.
-  commands    per status read (``jobs.states.status``) and per heartbeat (``Attempt.heartbeat``),
+  commands    per status read (``jobs.core.states.status``) and per heartbeat (``Attempt.heartbeat``),
               counted exactly with MONITOR: commands sent, commands run inside Lua, round trips.
-  sweep       one consistency round (``jobs.consistency.sweep``, run by a worker every reaper
+  sweep       one consistency round (``jobs.core.consistency.sweep``, run by a worker every reaper
               tick): seconds and round trips with ``--sweep-jobs`` queued jobs over 100 owners.
   reclaim     seconds from SIGKILL of a worker (main process and work-horse) until the job runs
               again (leash, lease 5 s) or leaves ``started`` (RQ defaults, capped).
@@ -32,16 +32,17 @@ import signal
 import statistics
 import sys
 import time
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 from benchlib import Children, OwnRedis, count_commands, wait_until, worker_env
-
-from jobs import keys, lease, states
-from jobs.enqueue import enqueue
 from rq import Queue, Retry
 from rq.job import Job
 from rq.rate_limit import RateLimit
 from rq.serializers import JSONSerializer
+
+from jobs import keys
+from jobs.core import lease, states
+from jobs.enqueue import enqueue
 
 PLAIN_NOOP = "scripts.plain_rq_jobs.noop"
 PLAIN_SLEEP = "scripts.plain_rq_jobs.sleep"
@@ -162,7 +163,7 @@ def throughput_round(children: Children, own: OwnRedis, conn, n: int, leash_firs
 def sweep_cost(url: str, conn, n: int) -> dict:
     """One consistency sweep over ``n`` queued jobs (the reaper's per-tick check against RQ's
     tools), after the lazy clean-up of jobs that ended (a first round)."""
-    from jobs import consistency
+    from jobs.core import consistency
 
     conn.flushdb()
     for i in range(n):

@@ -44,7 +44,7 @@ REDIS_TIMEOUT = "5"
 
 def unguarded_app():
     """The app with the Redis client it had before the breaker (the stall baseline)."""
-    from jobs.connection import connect
+    from jobs.core.connection import connect
     from web.app import create_app
 
     app = create_app()

@@ -8,7 +8,7 @@ the scan that came before the state indexes found none), the first page of 20.
 
 "before" is the read that served filters before the indexes (and still serves them on a store
 whose older jobs are not indexed yet): the owner's newest 10,000 jobs read and their state
-decided one by one. "after" is ``jobs.listing.list_jobs``: the owner's index of that state.
+decided one by one. "after" is ``jobs.read.listing.list_jobs``: the owner's index of that state.
 Each figure is the median of ``--repeat`` reads; the jobs are written as ``enqueue`` writes
 them (queued, RQ's side included), pipelined.
 """
@@ -27,11 +27,13 @@ sys.path.insert(0, ROOT)
 
 from benchlib import OwnRedis  # noqa: E402
 
-from jobs import keys, listing, state_index  # noqa: E402
+from jobs import keys  # noqa: E402
 from jobs.config import settings  # noqa: E402
-from jobs.connection import connect  # noqa: E402
+from jobs.core import state_index  # noqa: E402
+from jobs.core.connection import connect  # noqa: E402
 from jobs.deadletter.synthetic import FailedJob, write_failed_jobs  # noqa: E402
 from jobs.enqueue import _write_job, rq_queue  # noqa: E402
+from jobs.read import listing  # noqa: E402
 
 OWNER = "bench"
 ITEMS = {"items": ["a", "b"], "labels": ["x", "y"]}
@@ -49,7 +51,7 @@ def write_jobs(conn, queued: int, failed: int, now: float) -> None:
 
 
 def before(conn, state: str, now: float) -> tuple[int, int]:
-    """The scan-and-decide read (the fallback in jobs/listing.py), then the page's fields."""
+    """The scan-and-decide read (the fallback in jobs/read/listing.py), then the page's fields."""
     matching = listing._scanned_ids_in_state(conn, OWNER, state, now)
     page = matching[:20]
     with conn.pipeline(transaction=False) as pipe:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What polling costs: 100 browser tabs watching jobs, on the job page's backoff schedule
-(``jobs.watch.poll_delay``: every 1 s for the first 10 s, then every 5 s) against a fixed
+(``jobs.read.poll_schedule.poll_delay``: every 1 s for the first 10 s, then every 5 s) against a fixed
 1 s schedule.
 
     python scripts/bench_polling.py                 # computed + a 20 s real run per schedule
@@ -33,7 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from cli.devserver import free_port, start_redis, stop  # noqa: E402
-from jobs.watch import FAST_PERIOD, poll_delay  # noqa: E402
+from jobs.read.poll_schedule import FAST_PERIOD, poll_delay  # noqa: E402
 
 
 def fixed_delay(elapsed: float) -> float:
@@ -154,7 +154,7 @@ def main() -> int:
                         help="seconds per schedule of the real run (0: skip it)")
     args = parser.parse_args()
 
-    print(f"Polling cost of {args.tabs} tabs watching a job (schedule: jobs.watch.poll_delay)\n")
+    print(f"Polling cost of {args.tabs} tabs watching a job (schedule: jobs.read.poll_schedule.poll_delay)\n")
     print(f"Computed over {args.seconds:g} s of simulated time, requests/s:")
     print(f"  {'schedule':<10} {'0-10 s':>8} {f'10-{args.seconds:g} s':>9} {f'whole {args.seconds:g} s':>9}")
     rates = computed(args.tabs, args.seconds)

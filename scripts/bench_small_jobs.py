@@ -23,7 +23,7 @@ import os
 import platform
 import statistics
 import sys
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 from bench_lifecycle import job_span, run_burst
 from benchlib import Children, OwnRedis, worker_env

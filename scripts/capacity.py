@@ -9,7 +9,7 @@ with INFO commandstats and INFO cpu (Redis main-thread CPU) deltas:
   run         claim, one checkpoint per item, finish, RQ's bookkeeping — everything workers
               do between dequeue and the next job (worker start-up amortised over the jobs)
   idle        what a waiting worker costs per second (blocking dequeue, heartbeats, reaper)
-  poll        one status read (``jobs.states.status``)
+  poll        one status read (``jobs.core.states.status``)
 
 then runs ``redis-benchmark`` for the raw ceiling of this Redis (GET, and the heartbeat Lua
 script itself) and turns it all into a capacity table. Prints the table and one JSON line.
@@ -27,12 +27,13 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 from benchlib import Children, OwnRedis, commandstats, wait_until, worker_env
 
-from jobs import keys, lease, states
-from jobs import scripts as lua_scripts
+from jobs import keys
+from jobs.core import lease, states
+from jobs.core import lua as lua_scripts
 from jobs.enqueue import enqueue
 
 TARGET_CPU = 0.7  # plan for 70 % of Redis' one main thread

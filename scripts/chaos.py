@@ -32,7 +32,7 @@ import signal
 import statistics
 import sys
 import time
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 from benchlib import Children, OwnRedis, worker_env
 

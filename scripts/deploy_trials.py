@@ -38,7 +38,8 @@ import psutil
 import redis
 from benchlib import Children, OwnRedis, wait_until, worker_env
 
-from jobs import keys, states
+from jobs import keys
+from jobs.core import states
 from jobs.enqueue import enqueue
 
 LOCK = keys.rq_scheduler_lock("leash")

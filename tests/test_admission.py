@@ -10,8 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from cli import main
-from jobs import admission, config, keys, state_index, states
+from jobs import config, keys
+from jobs.core import state_index, states
 from jobs.enqueue import enqueue
+from jobs.intake import admission
 from tests.conftest import wait_for
 from tests.web_support import CLASSIFY, HTML, bearer, csrf_from, sign_in
 

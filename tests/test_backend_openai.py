@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from jobs import keys, states
+from jobs import keys
+from jobs.core import states
 from jobs.enqueue import enqueue
 from tests.conftest import wait_for
 from tests.fake_openai import API_KEY, MODEL, Error, Slow, Trickle

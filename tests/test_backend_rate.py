@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobs import keys, states
+from jobs import keys
+from jobs.core import states
 from jobs.enqueue import enqueue
 from tests.conftest import wait_for
 

@@ -12,12 +12,13 @@ from email.utils import formatdate
 
 import pytest
 
-from jobs.models import backends
-from jobs import control, keys, lease
-from jobs.models.openai_backend import ModelUnavailable, OpenAIBackend, match_label, retry_after_seconds
-from jobs.context import JobContext
+from jobs import keys
+from jobs.core import control, lease
+from jobs.core.context import JobContext
 from jobs.enqueue import enqueue
 from jobs.errors import Canceled, InvalidJob, LeaseLost, PermanentError
+from jobs.models import backends
+from jobs.models.openai_backend import ModelUnavailable, OpenAIBackend, match_label, retry_after_seconds
 from jobs.models.rate import ACQUIRED, PAUSED, TOKENS_SPENT, ModelRateLimit
 from tests.conftest import REDIS_URL, ROOT, wait_for
 from tests.fake_openai import Error

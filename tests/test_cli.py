@@ -15,9 +15,9 @@ from rq.serializers import JSONSerializer
 
 from cli import job_commands, main, status_text
 from cli.watch import JobLine, follow
+from jobs.core import lease, states
+from jobs.read.poll_schedule import poll_delay
 from jobs.usage.meter import Pending
-from jobs import lease, states
-from jobs.watch import poll_delay
 
 
 def run(*args, input=None):

@@ -9,11 +9,11 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 from click.testing import CliRunner
 
-from jobs.deadletter import alerts
-from jobs import keys
 from cli import main
-from jobs.enqueue import enqueue
+from jobs import keys
+from jobs.deadletter import alerts
 from jobs.deadletter.stats import window_counts
+from jobs.enqueue import enqueue
 from tests.conftest import wait_for
 
 NOW = 1_800_000_000.0  # a minute boundary

@@ -8,8 +8,8 @@ import uuid
 import pytest
 from click.testing import CliRunner
 
-from jobs import keys
 from cli import main
+from jobs import keys
 from jobs.deadletter.failures import normalise, report
 from jobs.deadletter.synthetic import FailedJob, traceback_text, write_failed_jobs
 

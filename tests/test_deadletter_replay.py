@@ -9,10 +9,11 @@ from click.testing import CliRunner
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
-from jobs import clock, deadletter, keys, lease, states
 from cli import main
-from jobs.enqueue import enqueue
+from jobs import deadletter, keys
+from jobs.core import clock, lease, states
 from jobs.deadletter.synthetic import FailedJob, traceback_text, write_failed_jobs
+from jobs.enqueue import enqueue
 from tests.conftest import wait_for
 from tests.kinds_for_tests import item_calls
 

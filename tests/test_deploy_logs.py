@@ -19,11 +19,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from jobs import enqueue, keys, runner, states
-from jobs.observability import logs
 from cli import main
 from cli.devserver import free_port
-from jobs.lease import Attempt
+from jobs import enqueue, keys, runner
+from jobs.core import states
+from jobs.core.lease import Attempt
+from jobs.observability import logs
 from tests.conftest import ROOT, wait_for
 
 JSON_ENV = {"LEASH_LOG_FORMAT": "json"}

@@ -17,8 +17,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from jobs import keys, states
 from cli.devserver import free_port
+from jobs import keys
+from jobs.core import states
 from tests.conftest import REDIS_URL, ROOT, wait_for
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from jobs import cancel, enqueue, states
+from jobs import cancel, enqueue
+from jobs.core import states
 from tests.conftest import REDIS_URL, ROOT, wait_for
 
 pytestmark = pytest.mark.slow

@@ -13,9 +13,10 @@ import time
 import pytest
 import redis
 
-from jobs import enqueue, states
-from jobs.connection import connect
 from cli.devserver import free_port
+from jobs import enqueue
+from jobs.core import states
+from jobs.core.connection import connect
 from tests.conftest import wait_for
 from tests.web_support import basic, make_app
 

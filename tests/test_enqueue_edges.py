@@ -15,9 +15,10 @@ from click.testing import CliRunner
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from jobs import keys, states
 from cli import main
 from cli.devserver import start_redis, stop
+from jobs import keys
+from jobs.core import states
 from jobs.enqueue import enqueue, retry_intervals
 from jobs.errors import InvalidJob
 from tests.conftest import wait_for
@@ -175,7 +176,7 @@ def test_an_idempotency_key_written_by_the_previous_release_still_finds_its_job(
 def test_a_payload_left_without_expiry_by_a_previous_release_worker_gets_its_jobs_expiry(conn, env):
     """Workers of the release before the payload copy end jobs with scripts that do not know
     it: the sweep gives the copy the record's remaining time when it sees the job ended."""
-    from jobs import consistency
+    from jobs.core import consistency
 
     job_id, _ = enqueue(conn, "classify", ITEMS)
     conn.hset(keys.job(job_id), mapping={"state": "succeeded", "ended_at": 1.0})

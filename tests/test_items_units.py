@@ -8,14 +8,15 @@ import time
 
 import pytest
 
-from jobs import control, keys, lease
-from jobs.models.openai_backend import ModelUnavailable, OpenAIBackend
-from jobs.batch import NotStarted
-from jobs.context import JobContext
+from jobs import keys
+from jobs.core import control, lease
+from jobs.core.batch import NotStarted
+from jobs.core.context import JobContext
 from jobs.enqueue import enqueue
 from jobs.errors import Canceled, HandOff, InvalidJob, ItemError, LeaseLost
 from jobs.models.backends import get_backend
 from jobs.models.concurrency import PROBE_ROUNDS, ConcurrencyGate, SharedLimit, snapshot
+from jobs.models.openai_backend import ModelUnavailable, OpenAIBackend
 from tests.conftest import wait_for
 from tests.fake_openai import MODEL, Error, Reply, Slow
 
@@ -200,7 +201,7 @@ def test_one_keepalive_thread_serves_the_whole_batch(conn, env):
 
 def test_a_wait_inside_a_stopping_batch_gives_up_before_its_call(conn, env):
     _, ctx = _running(conn, ["a"])
-    from jobs.batch import Renewer, StopSignal
+    from jobs.core.batch import Renewer, StopSignal
 
     stop = StopSignal()
     with Renewer(ctx, stop.record) as renewer:

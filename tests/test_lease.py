@@ -9,10 +9,11 @@ import time
 import pytest
 from rq.intermediate_queue import IntermediateQueue
 
-from jobs import keys, lease, states
+from jobs import keys
+from jobs.core import lease, states
+from jobs.core.reaper import Reaper
 from jobs.enqueue import enqueue
 from jobs.errors import LeaseLost
-from jobs.reaper import Reaper
 
 ITEMS = {"items": ["a", "b", "c"], "labels": ["x", "y"]}
 
@@ -181,10 +182,10 @@ def test_stale_is_running_with_an_expired_lease():
 def test_a_write_whose_reply_was_lost_in_a_redis_blip_is_not_mistaken_for_a_zombie(conn, monkeypatch):
     import redis
 
-    from jobs import scripts
+    from jobs.core import lua
 
     job_id, attempt = claimed(conn)
-    real_run, calls = scripts.run, []
+    real_run, calls = lua.run, []
 
     def lossy_run(connection, name, keys, args, pipeline=None):
         reply = real_run(connection, name, keys, args, pipeline)
@@ -193,7 +194,7 @@ def test_a_write_whose_reply_was_lost_in_a_redis_blip_is_not_mistaken_for_a_zomb
             raise redis.exceptions.ConnectionError("connection reset after the script ran")
         return reply
 
-    monkeypatch.setattr(scripts, "run", lossy_run)
+    monkeypatch.setattr(lua, "run", lossy_run)
     attempt.finish({"items": 3}, now=1001.0)  # must not raise LeaseLost
     assert calls == ["finish_v3", "finish_v3"]
     assert attempt.outcome == "succeeded"

@@ -13,7 +13,7 @@ import pytest
 from jobs import keys
 from jobs.config import limits
 from jobs.enqueue import enqueue
-from jobs.limits import json_size
+from jobs.intake.limits import json_size
 from tests.conftest import wait_for
 from tests.web_support import make_app
 

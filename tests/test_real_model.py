@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from jobs import keys, states
 from cli.devserver import free_port
+from jobs import keys
+from jobs.core import states
 from jobs.enqueue import enqueue
 from tests.conftest import ROOT, wait_for
 

@@ -13,8 +13,9 @@ import psutil
 import pytest
 import redis
 
-from jobs import keys, states
 from cli.devserver import free_port, start_redis
+from jobs import keys
+from jobs.core import states
 from jobs.enqueue import enqueue
 from tests.conftest import ROOT, wait_for
 from tests.kinds_for_tests import item_calls

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from jobs import consistency, deadletter, keys, states
-from jobs.deadletter import failures
 from cli import main
+from jobs import deadletter, keys
+from jobs.core import consistency, states
+from jobs.deadletter import failures
 from jobs.enqueue import enqueue
 from tests.conftest import REDIS_URL, ROOT, wait_for
 from tests.kinds_for_tests import item_calls
@@ -78,8 +79,9 @@ def test_rq_requeue_all_is_a_replay_and_the_job_succeeds_from_its_checkpoint(con
 
 
 def test_requeue_with_no_worker_running_is_seen_by_the_sweep_and_keeps_the_owner_limit(conn):
-    from jobs.deadletter.synthetic import FailedJob, write_failed_jobs
     from rq.registry import FailedJobRegistry
+
+    from jobs.deadletter.synthetic import FailedJob, write_failed_jobs
 
     ids = write_failed_jobs(conn, [FailedJob(kind="count", error="ValueError: x", payload={"items": ["a"]},
                                              failed_at=1000.0) for _ in range(3)])
@@ -245,7 +247,7 @@ def test_rq_info_and_suspend_resume_leave_leash_state_alone(conn, workers):
 
 
 def test_a_canceled_queued_job_is_never_mistaken_for_a_requeue(conn):
-    from jobs import control
+    from jobs.core import control
 
     job_id, _ = enqueue(conn, "count", {"items": ["a"]})
     assert control.cancel(conn, job_id) == "queued"

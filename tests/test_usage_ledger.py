@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from jobs import keys, lease, scripts, states
+from jobs import keys
+from jobs.core import lease, lua, states
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob
 from jobs.usage import budget as budgets
@@ -185,7 +186,7 @@ def test_prices_come_from_the_operator_then_the_maintained_table_and_never_from_
 
 
 def test_the_new_scripts_keep_the_old_ones_for_workers_of_the_previous_release():
-    names = scripts.names()
+    names = lua.names()
     assert {"heartbeat_v1", "heartbeat_v2", "usage_record_v1", "model_admit_v1", "model_rate_v1"} <= set(names)
 
 

@@ -9,7 +9,8 @@ import threading
 
 import pytest
 
-from jobs import keys, states
+from jobs import keys
+from jobs.core import states
 from tests.web_support import CLASSIFY, RoundTrips, finish_job, make_app
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from jobs import keys
+from jobs.read.owners import SHARED_OWNER, parse_tokens
 from tests.web_support import CLASSIFY, HTML, TOKENS, bearer, csrf_from, finish_job, sign_in
-from jobs.owners import SHARED_OWNER, parse_tokens
 
 
 def test_owner_b_gets_404_on_owner_a_job_its_result_and_its_cancel(token_app, conn):

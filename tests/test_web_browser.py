@@ -20,7 +20,8 @@ import urllib.request
 
 import pytest
 
-from jobs import keys, states
+from jobs import keys
+from jobs.core import states
 from tests.conftest import ROOT, wait_for
 
 pytestmark = pytest.mark.slow

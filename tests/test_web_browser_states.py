@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from jobs import control, lease
+from jobs.core import control, lease
 from jobs.enqueue import enqueue
 from tests.test_web_browser import chromium  # noqa: F401  (the fixture)
 

@@ -10,7 +10,8 @@ import re
 
 import pytest
 
-from jobs import control, deadletter, lease, states
+from jobs import deadletter
+from jobs.core import control, lease, states
 from jobs.enqueue import enqueue
 from tests.conftest import wait_for
 from tests.test_web_browser import chromium  # noqa: F401  (the fixture)

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobs.config import limits
-from jobs.limits import json_size
+from jobs.intake.limits import json_size
 from tests.web_support import CLASSIFY, HTML, csrf_from, make_app
 
 JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30)

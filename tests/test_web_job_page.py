@@ -17,7 +17,8 @@ from rq.job import Job
 from rq.registry import ScheduledJobRegistry
 from rq.serializers import JSONSerializer
 
-from jobs import control, keys, lease
+from jobs import keys
+from jobs.core import control, lease
 from tests.conftest import ROOT
 from tests.web_support import HTML, TOKENS, bearer, csrf_from
 
@@ -221,8 +222,8 @@ def test_the_api_and_the_pages_do_not_import_each_other():
 
 
 def test_a_cancel_in_rqs_own_tools_is_shown_and_counted_as_a_cancel(client, conn, env):
+    from jobs.core import consistency
     from jobs.deadletter import alerts, failures
-    from jobs import consistency
 
     job_id = submit(client)
     assert consistency.end_outside(conn, job_id, consistency.ENDED_BY_RQ["canceled"])

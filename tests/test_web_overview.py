@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 
-from jobs import clock, control, lease, overview
+from jobs.core import clock, control, lease
 from jobs.enqueue import enqueue
+from jobs.read import overview
 from tests.web_support import HTML
 
 CLASSIFY = {"items": ["x"], "labels": ["a", "b"]}

@@ -217,7 +217,7 @@ def test_the_form_takes_a_name_and_says_when_it_is_too_long(browser, conn):
 
 
 def test_canceling_a_running_job_says_at_once_that_the_cancel_is_on_its_way(browser, conn):
-    from jobs import lease
+    from jobs.core import lease
 
     job_id = _job(browser, conn)
     lease.claim(conn, job_id, "leash", "w")

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobs import deadletter, keys, lease, states
+from jobs import deadletter, keys
+from jobs.core import lease, states
 from tests.web_support import CLASSIFY, HTML, bearer, csrf_from
 
 

@@ -23,7 +23,6 @@ from tests.web_support import make_app
 from web import serve
 from web.app import SecretKeyMissing
 
-
 pytestmark = pytest.mark.slow
 
 

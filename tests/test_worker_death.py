@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from jobs import keys, states
+from jobs import keys
+from jobs.core import states
 from jobs.enqueue import enqueue
 from tests.conftest import wait_for
 from tests.kinds_for_tests import item_calls

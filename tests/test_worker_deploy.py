@@ -13,7 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from jobs import keys, states
+from jobs import keys
+from jobs.core import states
 from jobs.enqueue import enqueue
 from jobs.worker.scheduler import LeashScheduler
 from tests.conftest import REDIS_URL, ROOT, wait_for
@@ -258,7 +259,7 @@ def test_a_stop_that_cut_a_command_off_from_its_reply_still_ends_in_a_clean_exit
     # BLPOP the server answers in 1 s). The way out must not read that reply as its own.
     from rq.worker import Worker
 
-    from jobs.connection import connect
+    from jobs.core.connection import connect
     from jobs.worker import LeashWorker
 
     worker = LeashWorker(["leash"], connection=connect(REDIS_URL))

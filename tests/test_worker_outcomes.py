@@ -10,7 +10,8 @@ import pytest
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from jobs import cancel, keys, states
+from jobs import cancel, keys
+from jobs.core import states
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob
 from jobs.worker.leash_worker import CANCELED_IN_RQ_VIEW

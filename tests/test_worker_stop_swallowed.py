@@ -18,8 +18,9 @@ import time
 import pytest
 from rq.exceptions import StopRequested
 
-from jobs import keys, states
-from jobs.connection import connect
+from jobs import keys
+from jobs.core import states
+from jobs.core.connection import connect
 from jobs.enqueue import enqueue
 from jobs.worker import LeashWorker
 from jobs.worker.dequeue import LeashQueue

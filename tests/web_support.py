@@ -16,8 +16,9 @@ import urllib.request
 import pytest
 import redis
 
-from jobs import keys, state_index
 from cli.devserver import free_port
+from jobs import keys
+from jobs.core import state_index
 from tests.conftest import REDIS_URL, ROOT, wait_for
 from web.app import create_app
 

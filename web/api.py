@@ -1,7 +1,7 @@
 """The JSON API: submit a job, poll it, page through its results, cancel it, list yours.
 
     POST /jobs                 202 {job_id, state, url}; Idempotency-Key repeat -> 200, same job
-    GET  /jobs/<id>            the status fields (jobs.states.FIELDS); ETag, 304 when unchanged
+    GET  /jobs/<id>            the status fields (jobs.core.states.FIELDS); ETag, 304 when unchanged
     GET  /jobs/<id>/result     per-item results, ?offset=&limit=
     GET  /jobs/<id>/result.csv every item beside its result, streamed (also .jsonl)
     POST /jobs/<id>/cancel     202; 409 when the job has already ended
@@ -24,14 +24,17 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, redirect, request, stream_with_context, url_for
 
-from jobs import admission, control, kinds, listing, results, states
+from jobs import kinds
+from jobs.core import control, states
 from jobs.enqueue import check_name, enqueue
 from jobs.errors import InvalidJob, NoSuchJob
+from jobs.intake import admission
+from jobs.read import listing, results
 from jobs.usage.meter import DAYS_KEPT
 from jobs.usage.report import owner_usage
+from web.error_pages import api_error, wants_html
 
 from .auth import Need, request_owner
-from .errors import api_error, wants_html
 from .reads import FILTER_ARGS, NoSuchJobHere, filters_arg, int_arg, read_status, redis_conn
 
 bp = Blueprint("api", __name__)

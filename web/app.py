@@ -33,8 +33,8 @@ from flask_wtf.csrf import CSRFProtect
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from jobs import config, kinds
+from web import api, auth, dashboard, error_pages, metrics, overview, pages, request_logs, signin
 
-from . import api, auth, dashboard, errors, metrics, observability, overview, pages, signin
 from .redis_guard import guarded_connection
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     # Werkzeug answers '/static//x' with a redirect to an absolute URL built from the Host
     # header (any host a client names): no merging, so such a path is a plain 404.
     app.url_map.merge_slashes = False
-    observability.init_app(app)  # LEASH_LOG_FORMAT, SENTRY_DSN: before anything logs
+    request_logs.init_app(app)  # LEASH_LOG_FORMAT, SENTRY_DSN: before anything logs
     if not app.config["SECRET_KEY"]:
         if not app.config["LEASH_DEV"]:
             # A random key per process would forget browsers' sessions (their jobs) on every
@@ -109,7 +109,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     metrics.init_app(app)  # first, so its timer starts before any hook can answer early
     app.before_request(_body_limit)
     CSRFProtect(app)
-    errors.init_app(app)
+    error_pages.init_app(app)
     dashboard.init_app(app)
     app.before_request(_dashboard_fails_fast)
     app.before_request(_csrf_policy)

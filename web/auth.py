@@ -30,9 +30,8 @@ from enum import Enum
 from flask import current_app, g, request, session
 from werkzeug.exceptions import BadRequest, Unauthorized
 
-from jobs.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens  # noqa: F401  (parse_tokens: web.app)
-
-from .errors import wants_html
+from jobs.read.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens  # noqa: F401  (parse_tokens: web.app)
+from web.error_pages import wants_html
 
 _OWNER = OWNER_PATTERN
 #: The owner of form submissions by visitors who are not signed in (LEASH_PUBLIC_SUBMIT=1).
@@ -178,7 +177,7 @@ def request_owner(need: Need = Need.READ) -> str:
 
 
 def _known(owner: str) -> str:
-    g.leash_owner = owner  # for log lines and error reports about this request (web/observability.py)
+    g.leash_owner = owner  # for log lines and error reports about this request (web/request_logs.py)
     return owner
 
 

@@ -37,9 +37,8 @@ from rq.job import JOB_ID_PATTERN
 from rq.serializers import JSONSerializer
 
 from jobs import keys
-from jobs.connection import redis_url
-
-from .errors import api_error
+from jobs.core.connection import redis_url
+from web.error_pages import api_error
 
 log = logging.getLogger(__name__)
 

@@ -21,15 +21,22 @@ import time
 
 import redis
 from flask import Blueprint, Flask, Response, current_app, g, request
-from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, disable_created_metrics,
-                               generate_latest)
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from werkzeug.exceptions import Unauthorized
 
-from jobs import clock, config, keys
-from jobs.models import concurrency as model_concurrency
+from jobs import config, keys
 from jobs.config import settings
+from jobs.core import clock
+from jobs.models import concurrency as model_concurrency
 from jobs.usage.prices import usd
 from jobs.usage.report import model_totals
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from flask import Blueprint, make_response, render_template
 
-from jobs import overview
+from jobs.read import overview
 from jobs.usage.report import cost_text, days_back, owner_usage
 
 from . import charts

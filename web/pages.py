@@ -13,7 +13,7 @@ The API answers browsers at its addresses by calling ``job_page`` / ``jobs_page`
 the app factory), so this module and web.api never import each other.
 
 Every page works without JavaScript (a meta refresh while something runs); with it,
-static/job.js and static/jobs.js poll on the backoff schedule of ``jobs.watch.poll_delay``
+static/job.js and static/jobs.js poll on the backoff schedule of ``jobs.read.poll_schedule.poll_delay``
 and swap in the fresh page's content when it changed.
 """
 
@@ -25,15 +25,18 @@ from datetime import datetime
 
 from flask import Blueprint, jsonify, make_response, redirect, render_template, request, url_for
 
-from jobs import admission, clock, deadletter, humane, kinds, limits, listing, results, states, watch
+from jobs import deadletter, kinds
+from jobs.core import clock, states
+from jobs.core.text import printable
 from jobs.enqueue import check_name, enqueue
 from jobs.errors import InvalidJob
-from jobs.text import printable
+from jobs.intake import admission, limits
+from jobs.read import humane, listing, poll_schedule, results
 from jobs.usage.budget import BUDGET_FIELD
 from jobs.usage.report import spend_text
+from web.error_pages import api_error, wants_html
 
 from .auth import Need, browser_owner, request_owner
-from .errors import api_error, wants_html
 from .forms import SubmitForm
 from .reads import FILTER_ARGS, filters_arg, int_arg, read_status, redis_conn
 
@@ -148,6 +151,11 @@ def index():
     return response
 
 
+def _schedule() -> dict:
+    """The poll backoff the pages' scripts follow (static/job.js, static/jobs.js)."""
+    return {"fast": poll_schedule.FAST_POLL, "period": poll_schedule.FAST_PERIOD, "slow": poll_schedule.SLOW_POLL}
+
+
 def _age(fields: dict) -> float:
     created = fields.get("created_at")
     if not created:
@@ -189,8 +197,8 @@ def job_page(job_id: str):
     connection = redis_conn()
     fields = read_status(connection, job_id, owner)
     terminal = fields["state"] in states.TERMINAL
-    schedule = {"fast": watch.FAST_POLL, "period": watch.FAST_PERIOD, "slow": watch.SLOW_POLL}
-    refresh = None if terminal else int(watch.poll_delay(_age(fields)))
+    schedule = _schedule()
+    refresh = None if terminal else int(poll_schedule.poll_delay(_age(fields)))
     return _page(render_template(
         "job.html", job=fields, terminal=terminal, table=_results_table(connection, job_id, fields),
         refresh=refresh, schedule=schedule, stale_text=STALE_TEXT, percent=_percent(fields),
@@ -258,8 +266,8 @@ def jobs_page():
         "jobs.html", jobs=[_row(job) for job in found.jobs], total=total, offset=offset, state=filters.view,
         views=listing.VIEWS, counts=found.counts, active=active, args=args, others=others,
         kind_names=sorted(kinds.KINDS), filtered=filters.beyond_view(),
-        schedule={"fast": watch.FAST_POLL, "period": watch.FAST_PERIOD, "slow": watch.SLOW_POLL},
-        refresh=int(watch.SLOW_POLL) if active else None, this_url=request.full_path.rstrip("?"),
+        schedule=_schedule(),
+        refresh=int(poll_schedule.SLOW_POLL) if active else None, this_url=request.full_path.rstrip("?"),
         next=url_for("api.job_list", **(args | {"offset": following})) if following is not None else None,
         previous=url_for("api.job_list", **(args | {"offset": previous})) if previous is not None else None,
     ))

@@ -11,7 +11,9 @@ from flask import current_app, request
 from redis import Redis
 from werkzeug.exceptions import BadRequest, NotFound
 
-from jobs import kinds, listing, states
+from jobs import kinds
+from jobs.core import states
+from jobs.read import listing
 
 MAX_JOB_ID = 200
 _ASCII_DIGITS = re.compile(r"[0-9]{1,12}")

@@ -27,7 +27,7 @@ from redis.backoff import NoBackoff
 from redis.client import Pipeline
 from redis.retry import Retry
 
-from jobs.connection import connect
+from jobs.core.connection import connect
 
 log = logging.getLogger(__name__)
 

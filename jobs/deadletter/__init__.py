@@ -5,8 +5,17 @@ by rate (``alerts``, from the per-minute counters in ``stats``) and replayed wit
 The replay API is importable from here: ``from jobs import deadletter; deadletter.replay(...)``.
 """
 
-from .replayer import (Candidate, ReplayOutcome, Selection, UnknownJobs, audit_log, default_actor,
-                       rebuild_rq_jobs, replay, select)
+from jobs.deadletter.replayer import (
+    Candidate,
+    ReplayOutcome,
+    Selection,
+    UnknownJobs,
+    audit_log,
+    default_actor,
+    rebuild_rq_jobs,
+    replay,
+    select,
+)
 
 __all__ = ["Candidate", "ReplayOutcome", "Selection", "UnknownJobs", "audit_log", "default_actor",
            "rebuild_rq_jobs", "replay", "select"]

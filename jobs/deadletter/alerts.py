@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 from redis import Redis
 
-from .. import clock, keys
-from .durations import render
-from .stats import window_counts
+from jobs import keys
+from jobs.core import clock
+from jobs.deadletter.durations import render
+from jobs.deadletter.stats import window_counts
 
 #: The counters live this long, so no window can be longer.
 MAX_WINDOW = keys.STATS_MINUTE_TTL

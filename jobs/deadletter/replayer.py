@@ -20,12 +20,13 @@ from redis import Redis
 from rq.utils import now as rq_now
 from rq.utils import utcformat
 
-from .. import clock, config, keys, scripts
-from ..config import settings
-from ..enqueue import rq_job_for, rq_queue
-from ..errors import NoSuchJob
-from ..usage.budget import Budget
-from .failures import failed_ids, heads
+from jobs import config, keys
+from jobs.config import settings
+from jobs.core import clock, lua
+from jobs.deadletter.failures import failed_ids, heads
+from jobs.enqueue import rq_job_for, rq_queue
+from jobs.errors import NoSuchJob
+from jobs.usage.budget import Budget
 
 BATCH = 500
 
@@ -207,7 +208,7 @@ def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: i
         else:
             script_keys += [keys.rq_queue(origin), *keys.owner_state_indexes(owner or "")]
             args += [job_id, "list"]
-    results = [_text(r) for r in scripts.run(connection, "replay_v2", keys=script_keys, args=args)]
+    results = [_text(r) for r in lua.run(connection, "replay_v2", keys=script_keys, args=args)]
     # What RQ's enqueue does for a rate-limited job after saving it as waiting: register the
     # limit, then fill free slots (oldest waiting first) onto the queue.
     with connection.pipeline(transaction=False) as pipe:

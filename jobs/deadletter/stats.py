@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from redis import Redis
 
-from .. import clock, keys
+from jobs import keys
+from jobs.core import clock
 
 
 def window_counts(connection: Redis, seconds: int, kind: str | None = None,

@@ -10,19 +10,20 @@ FailedJobRegistry. Writes are pipelined in batches.
 from __future__ import annotations
 
 import json
-from datetime import datetime, UTC
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from redis import Redis
+from rq import Retry
 from rq.job import JobStatus
 from rq.rate_limit import RateLimit
-from rq import Retry
 
-from .. import clock, keys
-from ..config import settings
-from ..enqueue import EXECUTE, new_job_id, retry_intervals, rq_queue
-from ..lease import error_entry
+from jobs import keys
+from jobs.config import settings
+from jobs.core import clock
+from jobs.core.lease import error_entry
+from jobs.enqueue import EXECUTE, new_job_id, retry_intervals, rq_queue
 
 
 @dataclass

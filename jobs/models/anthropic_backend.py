@@ -20,10 +20,22 @@ from __future__ import annotations
 
 import anthropic
 
-from . import backends
-from .calls import ModelBackend, ModelSettings
-from .provider import (COMPLETE, CUT_OFF, RATE_LIMITED, TIMED_OUT, Answer, CallRequest, Failure,
-                       Usage, estimated_usage, retry_after_seconds, status_failure, unreachable)
+from jobs.models import backends
+from jobs.models.calls import ModelBackend, ModelSettings
+from jobs.models.provider import (
+    COMPLETE,
+    CUT_OFF,
+    RATE_LIMITED,
+    TIMED_OUT,
+    Answer,
+    CallRequest,
+    Failure,
+    Usage,
+    estimated_usage,
+    retry_after_seconds,
+    status_failure,
+    unreachable,
+)
 
 __all__ = ["AnthropicBackend"]
 

@@ -22,13 +22,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from .. import config
-from ..config import settings
-from ..errors import PermanentError
-from ..usage.prices import parse_overrides
+from jobs import config
+from jobs.config import settings
+from jobs.errors import PermanentError
+from jobs.usage.prices import parse_overrides
 
 if TYPE_CHECKING:
-    from ..context import JobContext
+    from jobs.core.context import JobContext
 
 
 class Backend(Protocol):

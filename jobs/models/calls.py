@@ -50,17 +50,28 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..config import get, settings
-from ..connection import connect
-from ..errors import ItemError, LeaseLost, PermanentError, RetryLater
-from ..usage import budget, prices
-from .concurrency import OK, RATE_LIMITED as GATE_RATE_LIMITED, TIMED_OUT as GATE_TIMED_OUT
-from .concurrency import ConcurrencyGate, SharedLimit
-from .provider import CUT_OFF, RATE_LIMITED, RESEND, TIMED_OUT, UNAVAILABLE, Answer, CallRequest, Failure, Usage
-from .rate import PAUSED, TOKENS_SPENT, ModelRateLimit
+from jobs.config import get, settings
+from jobs.core.connection import connect
+from jobs.errors import ItemError, LeaseLost, PermanentError, RetryLater
+from jobs.models.concurrency import OK, ConcurrencyGate, SharedLimit
+from jobs.models.concurrency import RATE_LIMITED as GATE_RATE_LIMITED
+from jobs.models.concurrency import TIMED_OUT as GATE_TIMED_OUT
+from jobs.models.provider import (
+    CUT_OFF,
+    RATE_LIMITED,
+    RESEND,
+    TIMED_OUT,
+    UNAVAILABLE,
+    Answer,
+    CallRequest,
+    Failure,
+    Usage,
+)
+from jobs.models.rate import PAUSED, TOKENS_SPENT, ModelRateLimit
+from jobs.usage import budget, prices
 
 if TYPE_CHECKING:
-    from ..context import JobContext
+    from jobs.core.context import JobContext
 
 #: 429s answered in place, per call, before the job is rescheduled instead.
 MAX_INLINE_429 = 5

@@ -19,8 +19,9 @@ from typing import NamedTuple
 
 from redis import Redis
 
-from .. import keys, scripts
-from ..batch import NotStarted
+from jobs import keys
+from jobs.core import lua
+from jobs.core.batch import NotStarted
 
 log = logging.getLogger("leash.items")
 
@@ -50,7 +51,7 @@ class SharedLimit:
         self.keys = [keys.model_concurrency(model), keys.MODELS]
 
     def _run(self, op: str, epoch: int = 0, reason: str = "") -> Reading:
-        limit, epoch, version = scripts.run(
+        limit, epoch, version = lua.run(
             self.connection, "model_concurrency_v1", keys=self.keys,
             args=[op, self.ceiling, self.model, epoch, reason, PROBE_ROUNDS, KEEP_SECONDS])
         return Reading(int(limit), int(epoch), int(version))

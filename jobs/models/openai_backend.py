@@ -19,10 +19,24 @@ from __future__ import annotations
 
 import openai
 
-from . import backends
-from .calls import ModelBackend, ModelSettings, ModelUnavailable, match_label
-from .provider import (COMPLETE, CUT_OFF, PERMANENT, RATE_LIMITED, RESEND, TIMED_OUT, Answer,
-                       CallRequest, Failure, Usage, estimated_usage, retry_after_seconds, status_failure, unreachable)
+from jobs.models import backends
+from jobs.models.calls import ModelBackend, ModelSettings, ModelUnavailable, match_label
+from jobs.models.provider import (
+    COMPLETE,
+    CUT_OFF,
+    PERMANENT,
+    RATE_LIMITED,
+    RESEND,
+    TIMED_OUT,
+    Answer,
+    CallRequest,
+    Failure,
+    Usage,
+    estimated_usage,
+    retry_after_seconds,
+    status_failure,
+    unreachable,
+)
 
 __all__ = ["ModelUnavailable", "OpenAIBackend", "match_label", "retry_after_seconds"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 
-from .. import clock
+from jobs.core import clock
 
 #: Characters per token, for estimates where the server reports no usage.
 CHARS_PER_TOKEN = 4

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from redis import Redis
 
-from .. import keys, scripts
+from jobs import keys
+from jobs.core import lua
 
 ACQUIRED, TOKENS_SPENT, PAUSED = 0, 1, 2
 
@@ -37,7 +38,7 @@ class ModelRateLimit:
         self.ms_per_token = 60_000 / tpm if tpm else 0
 
     def _run(self, op: str, amount: float = 0, max_wait: float = 0, now_ms: int | None = None) -> Turn:
-        code, wait_ms = scripts.run(
+        code, wait_ms = lua.run(
             self.connection, "model_rate_v1", keys=self.keys,
             args=[op, "" if now_ms is None else now_ms, self.ms_per_request, self.ms_per_token,
                   amount, int(max_wait * 1000)],

@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import logging
 import sys
-
-from .. import config
 from collections.abc import Callable
+
+from jobs import config
 
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 CONTEXT_FIELDS = ("job_id", "attempt", "kind", "owner")
 
 #: Functions returning what the current line is about (a dict with some CONTEXT_FIELDS).
-#: The worker's attempt is always asked; the web app adds its request (web/observability.py).
+#: The worker's attempt is always asked; the web app adds its request (web/request_logs.py).
 _providers: list[Callable[[], dict]] = []
 
 
@@ -56,7 +56,7 @@ def job_context() -> dict:
 
 
 def _attempt_context() -> dict:
-    from .. import runner
+    from jobs import runner
 
     attempt = runner.current()  # set in the worker while it runs an attempt, and in its work-horse
     if attempt is None:
@@ -70,7 +70,7 @@ def _owner(attempt) -> str | None:
         attempt.extra["owner"] = None  # set first: the read below may log, and must not recurse
         import redis
 
-        from .. import keys
+        from jobs import keys
 
         try:
             raw = attempt.connection.hget(keys.job(attempt.job_id), "owner")

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import logging
 
-from .. import config
-from ..errors import Canceled, HandOff, LeaseLost
-from .logs import CONTEXT_FIELDS, job_context
+from jobs import config
+from jobs.errors import Canceled, HandOff, LeaseLost
+from jobs.observability.logs import CONTEXT_FIELDS, job_context
 
 log = logging.getLogger("leash.reporting")
 
@@ -81,7 +81,7 @@ def report_failed_attempt(job, exc_type, exc_value, traceback) -> bool:
     last attempt (it reads RQ's retry counter before leash has set it), so leash reports
     every failed attempt; when both report one, sentry-sdk's default deduplication (the same
     exception object) keeps one event."""
-    from .. import runner
+    from jobs import runner
 
     attempt = runner.current()
     if attempt is not None and attempt.outcome in ("retry", "failed") and not isinstance(exc_value, NOT_FAILURES):

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 
 from redis import Redis
 
-from .. import keys, scripts
-from ..config import get
-from ..errors import InvalidJob, PermanentError
-from . import prices
-from .meter import DAY_TTL, utc_day
+from jobs import keys
+from jobs.config import get
+from jobs.core import lua
+from jobs.errors import InvalidJob, PermanentError
+from jobs.usage import prices
+from jobs.usage.meter import DAY_TTL, utc_day
 
 BUDGET_FIELD = "budget"
 #: Far beyond any real job, small enough to stay an exact integer everywhere.
@@ -115,7 +116,7 @@ def admit(connection: Redis, rate_keys: list[str], ms_per_request: float, ms_per
     caller making many calls reads once)."""
     limit_tokens, limit_nusd = owner_daily_limits() if daily_limits is None else daily_limits
     day = utc_day(now)
-    reply = scripts.run(
+    reply = lua.run(
         connection, "model_admit_v1",
         keys=rate_keys + [keys.job(attempt.job_id), keys.usage_owner_day(attempt.owner_name(), day)],
         args=["" if now_ms is None else now_ms, ms_per_request, ms_per_token, int(max_pause * 1000), attempt.token,

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 from redis import Redis
 
-from .. import keys, scripts
-from .prices import Price
+from jobs import keys
+from jobs.core import lua
+from jobs.usage.prices import Price
 
 log = logging.getLogger("leash.usage")
 
@@ -125,7 +126,7 @@ def flush(connection: Redis, attempt, pending: list[Pending], now: float | None 
             continue
         usage_keys, args = write_args(attempt, entry, now)
         try:
-            scripts.run(connection, "usage_record_v1", keys=[keys.job(attempt.job_id)] + usage_keys,
+            lua.run(connection, "usage_record_v1", keys=[keys.job(attempt.job_id)] + usage_keys,
                         args=[attempt.token] + args)
         except Exception as exc:
             log.warning("job %s: could not record the usage of %d call(s): %s", attempt.job_id, entry.calls, exc)

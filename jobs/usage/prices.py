@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
 
-from .. import config
+from jobs import config
 
 log = logging.getLogger("leash.usage")
 

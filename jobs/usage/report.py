@@ -9,8 +9,8 @@ from typing import Any
 
 from redis import Redis
 
-from .. import keys
-from .prices import usd
+from jobs import keys
+from jobs.usage.prices import usd
 
 TOTALS = ("calls", "input_tokens", "output_tokens", "cached_input_tokens", "cost_nusd", "unpriced_calls",
           "estimated_calls")

@@ -5,6 +5,6 @@ and ``scheduler_locks`` (RQ's retry scheduler, made stoppable and freed when its
 and ``log`` (what a deploy or a lost lease writes to the log: one line, no traceback).
 """
 
-from .leash_worker import LeashWorker
+from jobs.worker.leash_worker import LeashWorker
 
 __all__ = ["LeashWorker"]

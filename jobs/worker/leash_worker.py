@@ -33,16 +33,17 @@ from rq.queue import Queue
 from rq.serializers import JSONSerializer
 from rq.worker import Worker
 
-from .. import clock, consistency, keys, lease, runner
-from ..config import settings
-from ..enqueue import EXECUTE
-from ..errors import CANCELED
-from ..models import backends
-from ..reaper import Reaper, release_rate_limit_slot
-from . import scheduler_locks
-from .dequeue import LeashQueue
-from .log import log_not_a_failure
-from .shutdown import Shutdown
+from jobs import keys, runner
+from jobs.config import settings
+from jobs.core import clock, consistency, lease
+from jobs.core.reaper import Reaper, release_rate_limit_slot
+from jobs.enqueue import EXECUTE
+from jobs.errors import CANCELED
+from jobs.models import backends
+from jobs.worker import scheduler_locks
+from jobs.worker.dequeue import LeashQueue
+from jobs.worker.log import log_not_a_failure
+from jobs.worker.shutdown import Shutdown
 
 #: What RQ (and so rq-dashboard) records as the "error" of a job canceled through leash.
 CANCELED_IN_RQ_VIEW = ("canceled through leash (`leash cancel` or the job page), not an error; "

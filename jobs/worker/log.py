@@ -14,9 +14,9 @@ import logging
 
 import redis
 
-from .. import keys
-from ..errors import Canceled, HandOff, LeaseLost
-from ..lease import Attempt
+from jobs import keys
+from jobs.core.lease import Attempt
+from jobs.errors import Canceled, HandOff, LeaseLost
 
 log = logging.getLogger("leash.worker")
 

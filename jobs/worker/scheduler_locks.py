@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from redis import Redis
 
-from .. import keys, scripts
+from jobs import keys
+from jobs.core import lua
 
 STALE_AFTER = 10
 
@@ -31,6 +32,6 @@ def release_if_holder_dead(connection: Redis, queue_names: list[str], full_ttl: 
             holder, ttl = pipe.execute()
         if holder is None or ttl < 0 or full_ttl - ttl < STALE_AFTER:
             continue
-        if scripts.run(connection, "release_stale_lock_v1", keys=[lock], args=[holder]):
+        if lua.run(connection, "release_stale_lock_v1", keys=[lock], args=[holder]):
             released.append(queue_name)
     return released

@@ -24,10 +24,11 @@ from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
 from rq.exceptions import StopRequested
 from rq.utils import now
 
-from .. import clock, runner
-from ..config import settings
-from .log import log_not_a_failure
-from .scheduler import LeashScheduler
+from jobs import runner
+from jobs.config import settings
+from jobs.core import clock
+from jobs.worker.log import log_not_a_failure
+from jobs.worker.scheduler import LeashScheduler
 
 
 class Shutdown:

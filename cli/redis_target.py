@@ -14,7 +14,7 @@ import redis
 
 from jobs import config
 from jobs.config import redis_url_problem
-from jobs.connection import connect, masked
+from jobs.core.connection import connect, masked
 
 from . import devrecord
 
@@ -30,7 +30,7 @@ class NoRedis(click.ClickException):
 
 
 def shown(url: str) -> str:
-    """The URL with its password masked, for messages (jobs.connection.masked)."""
+    """The URL with its password masked, for messages (jobs.core.connection.masked)."""
     return masked(url)
 
 

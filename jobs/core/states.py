@@ -22,11 +22,12 @@ from typing import Any
 
 from redis import Redis
 
-from . import clock, keys
-from .details import details
-from .consistency import ENDED_BY_RQ, REMOVED, requeued_by_rq
-from .errors import NoSuchJob
-from .usage.report import job_usage
+from jobs import keys
+from jobs.core import clock
+from jobs.core.consistency import ENDED_BY_RQ, REMOVED, requeued_by_rq
+from jobs.errors import NoSuchJob
+from jobs.read.details import details
+from jobs.usage.report import job_usage
 
 
 class State(StrEnum):
@@ -39,7 +40,7 @@ class State(StrEnum):
 TERMINAL = frozenset({State.SUCCEEDED, State.FAILED})
 
 # RQ statuses of a job that leash has not ended, when RQ's own tools ended it: the same texts
-# the sweep (jobs/consistency.py) records in leash within one reaper tick.
+# the sweep (jobs/core/consistency.py) records in leash within one reaper tick.
 _RQ_ENDED = {**ENDED_BY_RQ, None: REMOVED}
 
 FIELDS = ("job_id", "kind", "state", "done", "total", "result", "error", "stale", "attempts",

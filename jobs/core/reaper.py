@@ -1,5 +1,5 @@
 """Taking back jobs whose lease ran out, hard-stopping cancels that were not heeded, and
-keeping leash's state true after RQ's own tools acted on its jobs (jobs/consistency.py).
+keeping leash's state true after RQ's own tools acted on its jobs (jobs/core/consistency.py).
 
 Every worker calls ``tick()`` — while busy (from its horse-monitoring loop) and while idle
 (its dequeue wakes every few seconds) — so no separate process is needed. A shared throttle
@@ -20,7 +20,8 @@ from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job
 from rq.rate_limit import RateLimitRegistry
 
-from . import clock, consistency, keys, lease, scripts, state_index
+from jobs import keys
+from jobs.core import clock, consistency, lease, lua, state_index
 
 log = logging.getLogger("leash.reaper")
 
@@ -141,7 +142,7 @@ class Reaper:
                              why: str = "taken off by a worker that died before claiming it") -> int:
         """Put a still-unclaimed job from the intermediate list back on its queue (1 if done)."""
         intermediate = IntermediateQueue(keys.rq_queue(queue_name), self.connection)
-        if not scripts.run(self.connection, "requeue_swallowed_v1",
+        if not lua.run(self.connection, "requeue_swallowed_v1",
                            keys=[keys.job(job_id), intermediate.key, keys.rq_queue(queue_name)], args=[job_id]):
             return 0
         self.connection.delete(intermediate.get_first_seen_key(job_id))

@@ -16,9 +16,9 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from . import text
-from .config import limits
-from .errors import InvalidJob
+from jobs.config import limits
+from jobs.core import text
+from jobs.errors import InvalidJob
 
 
 def json_size(value: Any) -> int:
@@ -65,7 +65,7 @@ def check_payload(payload: Any) -> None:
                          "LEASH_MAX_PAYLOAD_BYTES): send fewer or shorter items, or split the batch")
 
 
-#: Payload fields every kind with items accepts: how many items may run at once (jobs/batch.py)
+#: Payload fields every kind with items accepts: how many items may run at once (jobs/core/batch.py)
 #: and what the job may spend (jobs/usage/budget.py).
 ITEM_OPTIONS = ("item_concurrency", "budget")
 

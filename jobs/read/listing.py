@@ -1,6 +1,6 @@
 """An owner's jobs, newest first, filtered (the jobs page, ``GET /jobs``, ``leash jobs``).
 Reads the owner's indexes, never scans Redis: a state filter reads the owner's index of that
-state (jobs/state_index.py), exact and as fast at any number of jobs.
+state (jobs/core/state_index.py), exact and as fast at any number of jobs.
 
 A listing filters by *view*, not by state: the four states, except that a canceled job (state
 ``failed``, ``canceled: true``) is in the view ``canceled`` and not in ``failed`` — people
@@ -22,10 +22,11 @@ from typing import Any, NamedTuple
 
 from redis import Redis
 
-from . import clock, keys, state_index, states
-from .consistency import ENDED_BY_RQ
-from .details import is_canceled
-from .errors import CANCELED as CANCELED_ERROR
+from jobs import keys
+from jobs.core import clock, state_index, states
+from jobs.core.consistency import ENDED_BY_RQ
+from jobs.errors import CANCELED as CANCELED_ERROR
+from jobs.read.details import is_canceled
 
 #: Filters other than the state, and the index before older jobs are indexed, read at most
 #: this many of the owner's newest jobs.

@@ -4,7 +4,7 @@ Every call here is a heartbeat: it renews the lease and records progress in one 
 write. It is also where an attempt learns it must stop — a cancel (``Canceled``), a deploy
 (``HandOff``, after the checkpoint is safe) or a lost lease (``LeaseLost``).
 
-``for_each`` runs items several at once (``LEASH_ITEM_CONCURRENCY``; jobs.batch explains what
+``for_each`` runs items several at once (``LEASH_ITEM_CONCURRENCY``; jobs.core.batch explains what
 stays true when they finish out of order).
 
 Waiting is not dying: ``sleep`` (a rate limit, a Retry-After) renews the lease as it waits,
@@ -21,13 +21,14 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import clock, effects, keys
-from .batch import Batch, NotStarted, Renewer, StopSignal
-from .config import settings
-from .errors import Canceled, HandOff, InvalidJob
-from .lease import Attempt
-from .usage.meter import Meter
-from .usage.meter import flush as flush_usage
+from jobs import keys
+from jobs.config import settings
+from jobs.core import clock, effects
+from jobs.core.batch import Batch, NotStarted, Renewer, StopSignal
+from jobs.core.lease import Attempt
+from jobs.errors import Canceled, HandOff, InvalidJob
+from jobs.usage.meter import Meter
+from jobs.usage.meter import flush as flush_usage
 
 log = logging.getLogger("leash.context")
 
@@ -102,7 +103,7 @@ class JobContext:
                 width = min(width, wish)
         return width
 
-    # --- for jobs.batch: which heartbeat counts, and when to stop --------------------------
+    # --- for jobs.core.batch: which heartbeat counts, and when to stop --------------------------
 
     def enter_batch(self, stop: StopSignal, renewer: Renewer) -> None:
         self._stop, self._renewer = stop, renewer

@@ -7,10 +7,11 @@ from rq.exceptions import InvalidJobOperation, NoSuchJobError
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from . import clock, keys, scripts
-from .config import settings
-from .errors import CANCELED, NoSuchJob
-from .lease import error_entry
+from jobs import keys
+from jobs.config import settings
+from jobs.core import clock, lua
+from jobs.core.lease import error_entry
+from jobs.errors import CANCELED, NoSuchJob
 
 
 def cancel(connection: Redis, job_id: str, now: float | None = None) -> str:
@@ -27,7 +28,7 @@ def cancel(connection: Redis, job_id: str, now: float | None = None) -> str:
         # in RQ and still queued in leash, which the consistency sweep records as canceled; the
         # other order would leave a job failed in leash but queued in RQ, which reads as a requeue.
         _cancel_in_rq(connection, job_id)
-    state = scripts.run(
+    state = lua.run(
         connection, "cancel_v2",
         keys=[keys.job(job_id), keys.CANCELS, keys.items(job_id), keys.errors(job_id)]
         + keys.outcome_keys("canceled", kind, now) + [keys.FAILED_INDEX, keys.payload(job_id)]

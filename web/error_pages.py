@@ -11,9 +11,9 @@ from flask import Flask, Response, current_app, jsonify, render_template, reques
 from flask_wtf.csrf import CSRFError
 from werkzeug.exceptions import HTTPException, InternalServerError, default_exceptions
 
-from jobs.connection import is_out_of_memory
+from jobs.core.connection import is_out_of_memory
+from jobs.core.text import printable
 from jobs.errors import NoSuchJob
-from jobs.text import printable
 
 from .redis_guard import RedisUnavailable
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import clock
-from .config import settings
-from .errors import CANCELED
+from jobs.config import settings
+from jobs.core import clock
+from jobs.errors import CANCELED
 
-#: How RQ's own cancel reads in leash (jobs/consistency.py).
+#: How RQ's own cancel reads in leash (jobs/core/consistency.py).
 CANCELED_IN_RQ = "canceled in RQ"
 
 

@@ -23,10 +23,11 @@ from rq.rate_limit import RateLimitRegistry
 from rq.results import Result
 from rq.serializers import JSONSerializer
 
-from . import clock, keys, scripts, state_index
-from .config import settings
-from .deadletter.replayer import replay, select
-from .lease import error_entry, truncate
+from jobs import keys
+from jobs.config import settings
+from jobs.core import clock, lua, state_index
+from jobs.core.lease import error_entry, truncate
+from jobs.deadletter.replayer import replay, select
 
 log = logging.getLogger("leash.consistency")
 
@@ -69,7 +70,7 @@ def end_outside(connection: Redis, job_id: str, message: str, now: float | None 
     kind = kind or ""
     # RQ's own cancel is a cancel: counted apart from failures, like leash's.
     outcome = "canceled" if message == ENDED_BY_RQ["canceled"] else "failed"
-    ended = scripts.run(
+    ended = lua.run(
         connection, "end_outside_v2",
         keys=[keys.job(job_id), keys.errors(job_id), keys.items(job_id), keys.payload(job_id),
               keys.FAILED_INDEX, keys.ACTIVE] + keys.outcome_keys(outcome, kind, now)

@@ -14,7 +14,7 @@ from typing import Any
 from redis import Redis
 from redis.commands.core import Script
 
-LUA_DIR = Path(__file__).with_name("lua")
+LUA_DIR = Path(__file__).parents[1] / "lua"
 
 
 @cache

@@ -17,9 +17,9 @@ from rq.exceptions import DeserializationError, NoSuchJobError
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from . import keys
-from .errors import NoSuchJob
-from .text import printable
+from jobs import keys
+from jobs.core.text import printable
+from jobs.errors import NoSuchJob
 
 #: The largest page a caller may ask for.
 MAX_PAGE = 500
@@ -117,7 +117,7 @@ def iter_results(connection: Redis, job_id: str, page_size: int = MAX_PAGE):
             page = read_page(connection, job_id, offset, page_size)
         found = dict(page.items)
         for index in range(offset, min(offset + page_size, total)):
-            # Stored text may hold what no UTF-8 output can write (jobs/text.py).
+            # Stored text may hold what no UTF-8 output can write (jobs/core/text.py).
             item = printable(inputs[index]) if index < len(inputs) else None
             yield index, item, printable(found.get(index)), page.usage.get(index)
         offset += page_size

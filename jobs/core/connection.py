@@ -13,7 +13,7 @@ import re
 import redis
 from redis import Redis
 
-from . import config
+from jobs import config
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from redis import Redis
 
-from . import clock, keys, scripts
-from .config import settings
+from jobs import keys
+from jobs.config import settings
+from jobs.core import clock, lua
 
 #: Jobs indexed per backfill step (a reaper tick or a listing that finds the marker missing).
 BACKFILL_STEP = 5000
@@ -72,7 +73,7 @@ def repair(connection: Redis, job_ids: list[str], owners: list[str | None], now:
     ttl = settings().result_ttl
     with connection.pipeline(transaction=False) as pipe:
         for job_id, owner in zip(job_ids, owners, strict=True):
-            scripts.run(connection, "index_job_v1", keys=[keys.job(job_id), *keys.owner_state_indexes(owner or "")],
+            lua.run(connection, "index_job_v1", keys=[keys.job(job_id), *keys.owner_state_indexes(owner or "")],
                         args=[job_id, now, ttl], pipeline=pipe)
         pipe.execute()
 

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 
 from redis import Redis
 
-from . import clock, keys, listing
-from .config import settings
+from jobs import keys
+from jobs.config import settings
+from jobs.core import clock
+from jobs.read import listing
 
 HOURS = 24
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import InvalidJob
+from jobs.errors import InvalidJob
 
 REPLACEMENT = "\ufffd"
 

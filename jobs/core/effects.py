@@ -11,8 +11,8 @@ from typing import Any
 
 from redis import Redis
 
-from . import keys
-from .config import settings
+from jobs import keys
+from jobs.config import settings
 
 
 def once(connection: Redis, job_id: str, name: str, effect: Callable[[], Any]) -> bool:

@@ -10,7 +10,7 @@ status and a ``Retry-After`` header, ``leash submit`` prints the message and exi
 
 Limits apply at the door only: nothing here is consulted once a job is accepted, so a job
 accepted under yesterday's limits is never failed by today's. The queued count is read from
-the owner's queued index (jobs/state_index.py) and is not reserved: submissions racing each
+the owner's queued index (jobs/core/state_index.py) and is not reserved: submissions racing each
 other can pass the cap by at most the number in flight at that moment.
 
 The rate is kept by the ``limits`` package (the engine and Redis storage flask-limiter is
@@ -31,9 +31,10 @@ from limits.storage import RedisStorage
 from limits.strategies import MovingWindowRateLimiter
 from redis import Redis
 
-from . import config, keys, state_index
-from .enqueue import job_for_key
-from .usage.budget import owner_over_daily, seconds_to_next_utc_day
+from jobs import config, keys
+from jobs.core import state_index
+from jobs.enqueue import job_for_key
+from jobs.usage.budget import owner_over_daily, seconds_to_next_utc_day
 
 #: Seconds a client refused for too many queued jobs is told to wait: jobs take minutes, so
 #: asking again sooner than this rarely finds a free place.

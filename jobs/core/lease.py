@@ -20,10 +20,11 @@ from redis import Redis
 from rq.utils import now as rq_now
 from rq.utils import utcformat
 
-from . import clock, keys, scripts
-from .config import settings
-from .errors import CANCELED, LeaseLost
-from .usage.meter import Pending, write_args
+from jobs import keys
+from jobs.config import settings
+from jobs.core import clock, lua
+from jobs.errors import CANCELED, LeaseLost
+from jobs.usage.meter import Pending, write_args
 
 
 def error_entry(attempt: int, message: str, now: float) -> str:
@@ -122,7 +123,7 @@ class Attempt:
         delay, retried = 0.1, False
         while True:
             try:
-                return scripts.run(self.connection, name, keys=keys_, args=args), retried
+                return lua.run(self.connection, name, keys=keys_, args=args), retried
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
                 if clock.monotonic() + delay > deadline:
                     raise
@@ -257,7 +258,7 @@ def claim(connection: Redis, job_id: str, queue: str, worker: str,
     now = clock.wall() if now is None else now
     lease_seconds = settings().lease_seconds
     owner = owner_of(connection, job_id)  # never changes: safe to read before the claim
-    reply = scripts.run(
+    reply = lua.run(
         connection, "claim_v2",
         keys=[keys.job(job_id), keys.LEASES, keys.history(job_id)] + keys.owner_state_indexes(owner),
         # The history outlives the job's record by a margin: the record's TTL starts when the
@@ -278,7 +279,7 @@ def reclaim(connection: Redis, job_id: str, queue: str, message: str,
     now = clock.wall() if now is None else now
     number, kind, owner = connection.hmget(keys.job(job_id), "attempts", "kind", "owner")
     kind = (kind or b"").decode()
-    reply = scripts.run(
+    reply = lua.run(
         connection,
         "reclaim_v2",
         keys=[

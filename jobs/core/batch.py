@@ -25,11 +25,11 @@ from contextlib import contextmanager
 from itertools import count
 from typing import TYPE_CHECKING, Any
 
-from . import clock
-from .errors import Canceled, HandOff, LeaseLost
+from jobs.core import clock
+from jobs.errors import Canceled, HandOff, LeaseLost
 
 if TYPE_CHECKING:
-    from .context import JobContext
+    from jobs.core.context import JobContext
 
 log = logging.getLogger("leash.items")
 
