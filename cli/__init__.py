@@ -123,11 +123,11 @@ for _command in job_commands.COMMANDS:
     main.add_command(_command)
 
 # Dead-letter commands (failures, alert, replay) live in their own module.
-from .deadletter import register as _register_deadletter  # noqa: E402
+from cli.failure_commands import register as _register_deadletter  # noqa: E402
 
 _register_deadletter(main)
 
-from .usage import usage_command  # noqa: E402
+from cli.usage_commands import usage_command  # noqa: E402
 
 main.add_command(usage_command)
 

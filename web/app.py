@@ -33,7 +33,7 @@ from flask_wtf.csrf import CSRFProtect
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from jobs import config, kinds
-from web import api, auth, dashboard, error_pages, metrics, overview, pages, request_logs, signin
+from web import api, auth, dashboard, error_pages, metrics, overview_page, pages, request_logs, signin
 
 from .redis_guard import guarded_connection
 
@@ -116,7 +116,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.register_blueprint(api.bp)
     app.register_blueprint(pages.bp)
     signin.init_app(app)
-    app.register_blueprint(overview.bp)
+    app.register_blueprint(overview_page.bp)
     # A browser asking for an API address gets the page (the API does not import the pages).
     app.extensions["leash_html_views"] = {"api.job": pages.job_page, "api.job_list": pages.jobs_page}
     app.after_request(_security_headers)
