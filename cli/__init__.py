@@ -59,7 +59,7 @@ def worker(queues, burst, name, scheduler, log_level, imports):
     """Run a worker (RQ Worker with leases, reaping and deploy hand-off)."""
     from jobs.config import settings
     from jobs.kinds import import_kinds
-    from jobs.worker import LeashWorker
+    from jobs.worker.leash_worker import LeashWorker
 
     try:
         import_kinds(imports)

@@ -20,7 +20,7 @@ import click
 from cli.redis_target import connect_checked, web_url
 from jobs import config
 from jobs.core import control, states
-from jobs.core.context import CONCURRENCY_FIELD
+from jobs.core.batch import CONCURRENCY_FIELD
 from jobs.core.text import printable
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob, NoSuchJob

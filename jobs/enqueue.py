@@ -10,53 +10,22 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 
 from redis import Redis
 from redis.exceptions import WatchError
-from rq import Queue, Retry
+from rq import Queue
 from rq.job import JobStatus
-from rq.rate_limit import RateLimit, RateLimitRegistry
-from rq.serializers import JSONSerializer
+from rq.rate_limit import RateLimitRegistry
 
 from jobs import keys, kinds
 from jobs.config import Settings, settings
 from jobs.core import clock
+from jobs.core.rq_side import new_job_id, rq_job_for, rq_queue
 from jobs.errors import InvalidJob
 from jobs.intake.limits import check_payload
 from jobs.usage import budget
 
-EXECUTE = "jobs.runner.execute"
 _SAFE = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
-
-
-def new_job_id() -> str:
-    """144 random bits in RQ's id alphabet [A-Za-z0-9_-], never starting with "-" or "_"
-    (a leading "-" would read as an option on the command line)."""
-    while True:
-        job_id = secrets.token_urlsafe(18)
-        if job_id[0].isalnum():
-            return job_id
-
-
-_queues: dict[tuple[int, str], Queue] = {}
-
-
-def rq_queue(connection: Redis, name: str | None = None) -> Queue:
-    """RQ's Queue object, kept per connection: building one costs a Redis INFO round trip."""
-    name = name or settings().queue
-    queue = _queues.get((id(connection), name))
-    if queue is None or queue.connection is not connection:
-        queue = _queues[(id(connection), name)] = Queue(name, connection=connection, serializer=JSONSerializer)
-    return queue
-
-
-def retry_intervals(max_attempts: int, backoff: list[int]) -> list[int]:
-    """RQ's ``Retry`` intervals meaning "backoff[0] before the second attempt, backoff[1] before
-    the third, the last value after that". RQ 3.0 picks ``intervals[len - retries_left]``,
-    counting from the end of the list, so the list must have exactly one value per retry."""
-    backoff = backoff or [0]
-    return [backoff[min(n, len(backoff) - 1)] for n in range(max_attempts - 1)]
 
 
 def resolve_queue(queue: str | None, served: list[str] | None = None) -> str:
@@ -68,21 +37,6 @@ def resolve_queue(queue: str | None, served: list[str] | None = None) -> str:
         raise InvalidJob(f"queue must be one of the queues this deployment serves (LEASH_QUEUE): "
                          f"{', '.join(served)}; got {json.dumps(queue)[:80]}")
     return queue
-
-
-def rq_job_for(q: Queue, job_id: str, kind: str, payload: dict, owner: str, max_attempts: int, total: int,
-               s: Settings | None = None):
-    """RQ's side of a leash job (also rebuilt by a replay when RQ's record was deleted)."""
-    s = s or settings()
-    retry = Retry(max=max_attempts - 1, interval=retry_intervals(max_attempts, s.retry_backoff)) \
-        if max_attempts > 1 else None
-    return q.create_job(
-        EXECUTE, args=(kind, payload), job_id=job_id, timeout=s.job_timeout,
-        result_ttl=s.result_ttl, failure_ttl=s.result_ttl, retry=retry,
-        rate_limit=RateLimit(keys.owner_rate_limit_key(owner), s.owner_concurrency),
-        description=f"{kind} ({total} items) for {owner}",
-        meta={"leash_kind": kind, "leash_owner": owner},
-    )
 
 
 def wait_for_slot(q: Queue, job, pipe, score: float) -> None:

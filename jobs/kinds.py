@@ -16,13 +16,14 @@ import importlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobs import config
-from jobs.core.context import JobContext, validate_concurrency
 from jobs.errors import InvalidJob, ItemError
-from jobs.intake.limits import check_fields, check_items, check_labels, check_template
-from jobs.models.backends import get_backend
+from jobs.intake.limits import check_fields, check_items, check_labels, check_template, validate_concurrency
+
+if TYPE_CHECKING:
+    from jobs.core.context import JobContext
 
 # The defaults of LEASH_MAX_ITEMS, LEASH_MAX_ITEM_CHARS and LEASH_MAX_TEMPLATE_CHARS;
 # config.limits() has the values in force.
@@ -108,7 +109,7 @@ def _is_error(result: Any) -> bool:
 def classify(ctx: JobContext, payload: dict) -> dict[str, Any]:
     """One label per item, from the configured backend; an answer outside the labels (after
     one correction) becomes that item's error."""
-    backend = get_backend(ctx)
+    backend = ctx.model
     labels = payload["labels"]
     results = ctx.for_each(payload["items"], _item_or_error(lambda text: backend.classify(text, labels)))
     answered = [r for r in results if not _is_error(r)]
@@ -127,7 +128,7 @@ def _validate_classify(payload: dict) -> int:
 def prompt(ctx: JobContext, payload: dict) -> dict[str, Any]:
     """The template, with ``{item}`` replaced by each item, sent to the configured backend;
     each completion is stored as that item's result."""
-    backend = get_backend(ctx)
+    backend = ctx.model
     template = payload["template"]
     # str.replace, not str.format: braces elsewhere in a template (JSON examples) are text.
     complete = _item_or_error(lambda item: backend.complete(template.replace("{item}", item)))

@@ -28,29 +28,21 @@ from jobs import keys, kinds
 from jobs.config import settings
 from jobs.core import consistency
 from jobs.core.context import JobContext
-from jobs.core.lease import Attempt, describe
+from jobs.core.lease import Attempt, Outcome, describe
 from jobs.errors import Canceled, HandOff, InvalidJob, LeaseLost, PermanentError, PlainWorker, RetryLater
 from jobs.intake.limits import check_summary
+from jobs.models import backends
 from jobs.usage.budget import BudgetReached
 
-_current: Attempt | None = None
 
-
-def set_current(attempt: Attempt | None) -> None:
-    global _current
-    _current = attempt
-
-
-def current() -> Attempt | None:
-    return _current
-
-
-def execute(kind_name: str, payload: dict) -> dict[str, Any]:
-    attempt = current()
+def execute(kind_name: str, payload: dict, attempt: Attempt | None = None) -> dict[str, Any]:
+    """RQ's entry point for every leash job (its dotted path is stored in each queued job, so
+    it never moves). ``attempt`` is what the worker claimed (``LeashJob``); without one a
+    plain RQ worker took the job."""
     if attempt is None:
         _refuse_plain_worker()
     kind = kinds.get(kind_name)
-    ctx = JobContext(attempt, payload)
+    ctx = JobContext(attempt, payload, model_factory=backends.get_backend)
     try:
         try:
             summary = kind.func(ctx, payload) or {}
@@ -60,7 +52,7 @@ def execute(kind_name: str, payload: dict) -> dict[str, Any]:
         attempt.finish(summary)
         return summary
     except LeaseLost:
-        attempt.outcome = "superseded"
+        attempt.settle(Outcome.SUPERSEDED)
         raise
     except HandOff:
         attempt.release()
@@ -128,4 +120,4 @@ def _hand_back_after_redis_blip(attempt: Attempt, exc: Exception) -> None:
     if given_back >= settings().max_defers:
         attempt.fail(describe(exc), permanent=False)
     elif not attempt.release():
-        attempt.outcome = "superseded"
+        attempt.settle(Outcome.SUPERSEDED)

@@ -60,7 +60,7 @@ def test_the_backend_is_chosen_by_configuration(env):
 PRELOAD_PROBE = """
 import logging, sys
 import redis
-from jobs.worker import LeashWorker
+from jobs.worker.leash_worker import LeashWorker
 logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
 assert "openai" not in sys.modules and "anthropic" not in sys.modules
 LeashWorker(["leash"], connection=redis.Redis.from_url(sys.argv[1]))

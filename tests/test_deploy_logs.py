@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from cli import main
 from cli.devserver import free_port
-from jobs import enqueue, keys, runner
+from jobs import enqueue, keys
 from jobs.core import states
 from jobs.core.lease import Attempt
 from jobs.observability import logs
@@ -130,11 +130,12 @@ def test_a_json_line_written_during_an_attempt_names_job_attempt_kind_and_owner(
     job_id, _ = enqueue(conn, "count", {"items": ["a"]}, owner="frank")
     stream = io.StringIO()
     logger = _logger_writing_to(logs.make_handler("json", stream))
-    runner.set_current(Attempt(conn, job_id, token="1", number=2, queue="leash", lease_seconds=5, kind="count"))
+    running = {"attempt": Attempt(conn, job_id, token="1", number=2, queue="leash", lease_seconds=5, kind="count")}
+    logs.add_context_provider(lambda: logs.attempt_context(running["attempt"]))  # as a worker does
     try:
         logger.info("working")
     finally:
-        runner.set_current(None)
+        running["attempt"] = None
     logger.info("idle")
     working, idle = (json.loads(line) for line in stream.getvalue().splitlines())
     assert working["message"] == "working" and working["level"] == "INFO"

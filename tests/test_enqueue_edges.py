@@ -19,7 +19,8 @@ from cli import main
 from cli.devserver import start_redis, stop
 from jobs import keys
 from jobs.core import states
-from jobs.enqueue import enqueue, retry_intervals
+from jobs.core.rq_side import retry_intervals
+from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob
 from tests.conftest import wait_for
 from tests.web_support import CLASSIFY, make_app

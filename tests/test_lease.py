@@ -220,7 +220,7 @@ def test_rqs_stuck_job_cleanup_requeues_a_leash_job_instead_of_failing_it(conn):
     from rq.job import Job
 
     from jobs.enqueue import rq_queue
-    from jobs.worker import LeashWorker
+    from jobs.worker.leash_worker import LeashWorker
 
     job_id, _ = enqueue(conn, "classify", ITEMS)
     intermediate = IntermediateQueue.get_intermediate_queue_key(keys.rq_queue("leash"))
@@ -241,7 +241,7 @@ def test_a_stop_between_the_claim_and_the_fork_gives_the_claim_back(conn, monkey
     from rq.worker import Worker
 
     from jobs.enqueue import rq_queue
-    from jobs.worker import LeashWorker
+    from jobs.worker.leash_worker import LeashWorker
 
     job_id, _ = enqueue(conn, "classify", ITEMS)
     job = Job.fetch(job_id, connection=conn, serializer=rq_queue(conn).serializer)

@@ -90,7 +90,7 @@ def test_requeue_with_no_worker_running_is_seen_by_the_sweep_and_keeps_the_owner
         registry.requeue(job_id)  # what `rq requeue` and rq-dashboard do
     assert [state(conn, j)["state"] for j in ids] == ["queued"] * 3  # a status read tells the truth at once
 
-    counts = consistency.sweep(conn)
+    counts = consistency.sweep(conn, adopt_requeues=deadletter.adopt_requeues)  # as a worker's reaper does
 
     assert counts["requeued"] == 3
     assert [conn.hget(keys.job(j), "state") for j in ids] == [b"queued"] * 3
@@ -253,7 +253,7 @@ def test_a_canceled_queued_job_is_never_mistaken_for_a_requeue(conn):
     assert control.cancel(conn, job_id) == "queued"
     assert conn.hget(keys.rq_job(job_id), "status") == b"canceled"
     later = float(conn.hget(keys.job(job_id), "ended_at")) + 3600
-    assert consistency.sweep(conn, now=later)["requeued"] == 0
+    assert consistency.sweep(conn, now=later, adopt_requeues=deadletter.adopt_requeues)["requeued"] == 0
     s = states.status(conn, job_id, now=later)
     assert (s["state"], s["error"]) == ("failed", "canceled")
     assert slots(conn) == ([], [])

@@ -85,7 +85,8 @@ def test_an_ended_job_leaves_the_index_with_its_record_and_no_index_key_lives_fo
 
 def _write_queued(conn, owner: str, count: int, start: float) -> None:
     """Queued jobs written as enqueue writes them, pipelined (enqueue one by one takes minutes)."""
-    from jobs.enqueue import _write_job, rq_queue
+    from jobs.core.rq_side import rq_queue
+    from jobs.enqueue import _write_job
 
     q, s = rq_queue(conn), settings()
     for first in range(0, count, 1000):

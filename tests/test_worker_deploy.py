@@ -260,7 +260,7 @@ def test_a_stop_that_cut_a_command_off_from_its_reply_still_ends_in_a_clean_exit
     from rq.worker import Worker
 
     from jobs.core.connection import connect
-    from jobs.worker import LeashWorker
+    from jobs.worker.leash_worker import LeashWorker
 
     worker = LeashWorker(["leash"], connection=connect(REDIS_URL))
     worker.register_birth()

@@ -22,8 +22,8 @@ from jobs import keys
 from jobs.core import states
 from jobs.core.connection import connect
 from jobs.enqueue import enqueue
-from jobs.worker import LeashWorker
 from jobs.worker.dequeue import LeashQueue
+from jobs.worker.leash_worker import LeashWorker
 from tests.conftest import REDIS_URL
 
 

@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("leash.items")
 
+#: The payload field with which a job asks for fewer items at once than the worker allows.
+CONCURRENCY_FIELD = "item_concurrency"
+
 
 class NotStarted(Exception):
     """An item gave up before its call started because the batch is stopping."""

@@ -16,6 +16,7 @@ a requeued job replays it at once; a status read already tells the truth (``jobs
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from redis import Redis
 from rq.job import Job
@@ -27,22 +28,10 @@ from jobs import keys
 from jobs.config import settings
 from jobs.core import clock, lua, state_index
 from jobs.core.lease import error_entry, truncate
-from jobs.deadletter.replayer import replay, select
+from jobs.core.rq_side import ENDED_BY_RQ, PLAIN_WORKER, REMOVED, requeued_by_rq  # noqa: F401 (PLAIN_WORKER: read as consistency.PLAIN_WORKER)
 
 log = logging.getLogger("leash.consistency")
 
-REMOVED = "removed from the queue outside leash: deleted or emptied in RQ (rq-dashboard, `rq empty`)"
-PLAIN_WORKER = "run by a plain RQ worker: start workers with `leash worker` (an `rq worker` holds no lease)"
-ENDED_BY_RQ = {
-    "canceled": "canceled in RQ (rq-dashboard or RQ's job.cancel())",
-    "stopped": "stopped by RQ's stop command",
-    "failed": "failed in RQ, outside `leash worker` (a plain `rq worker`?)",
-}
-#: RQ statuses of a job RQ's tools put back to run (a requeue of a failed leash job).
-REQUEUED_STATUSES = frozenset({"queued", "rate_limited"})
-#: A job canceled by leash is failed in leash a moment before RQ's cancel removes it from the
-#: queue; a requeue is only believed once the job has been failed for longer than this.
-SETTLE_SECONDS = 5.0
 #: Jobs checked per sweep; the sweep resumes where it stopped on the next tick.
 SWEEP_BATCH = 2000
 #: Waiting jobs checked per owner and sweep: the next to be promoted (a requeued job further
@@ -55,12 +44,6 @@ OWNER_LIMIT_PREFIX = keys.owner_rate_limit_key("")
 
 def _text(value) -> str | None:
     return value.decode() if isinstance(value, bytes) else value
-
-
-def requeued_by_rq(leash_state: str | None, rq_status: str | None, ended_at: float | None, now: float) -> bool:
-    """leash says failed but RQ put the job back to run: RQ's tools requeued it."""
-    return (leash_state == "failed" and rq_status in REQUEUED_STATUSES
-            and ended_at is not None and now - ended_at > SETTLE_SECONDS)
 
 
 def end_outside(connection: Redis, job_id: str, message: str, now: float | None = None) -> bool:
@@ -97,35 +80,20 @@ def rq_error_text(connection: Redis, job_id: str, rq_status: str) -> str:
     return headline
 
 
-def adopt_requeues(connection: Redis, job_ids: list[str], source: str) -> list[str]:
-    """Replay failed leash jobs that RQ's tools put back on a queue, as ``leash replay`` would
-    (through the owner's concurrency limit); returns the ids replayed."""
-    selection = select(connection, job_ids=job_ids)
-    if not selection.matched:
-        return []
-    with connection.pipeline(transaction=False) as pipe:
-        for job_id in job_ids:  # RQ's requeue pushed it on its queue; the replay promotes it again
-            pipe.hget(keys.job(job_id), "queue")
-        queues = [_text(q) or settings().queue for q in pipe.execute()]
-        for job_id, queue in zip(job_ids, queues, strict=True):
-            pipe.lrem(keys.rq_queue(queue), 0, job_id)
-        pipe.execute()
-    outcome = replay(connection, selection.matched, actor="rq", selector={"source": source})
-    ids = [c.job_id for c in outcome.replayed]
-    if ids:
-        log.warning("%d job(s) requeued with RQ's tools were replayed (attempts reset): %s", len(ids), ", ".join(ids))
-    return ids
+def sweep(connection: Redis, now: float | None = None, batch: int = SWEEP_BATCH,
+          adopt_requeues: Callable[[Redis, list[str], str], list[str]] | None = None) -> dict[str, int]:
+    """One consistency round over leash's active jobs and its owners' rate-limit slots.
 
-
-def sweep(connection: Redis, now: float | None = None, batch: int = SWEEP_BATCH) -> dict[str, int]:
-    """One consistency round over leash's active jobs and its owners' rate-limit slots."""
+    Failed jobs that RQ's tools requeued are handed to ``adopt_requeues`` (the worker passes
+    ``jobs.deadletter.adopt_requeues``: a replay belongs to the dead-letter layer, above this
+    one); without it they are left for a round that has one (a status read says queued meanwhile)."""
     now = clock.wall() if now is None else now
     counts = {"removed": 0, "ended_by_rq": 0, "requeued": 0, "slots_freed": 0}
     requeued: list[str] = []
     seen: dict[str, list[str]] = {"removed": [], "ended_by_rq": [], "slots_freed": []}
     _sweep_active(connection, now, batch, counts, requeued, seen)
     _sweep_owner_slots(connection, now, counts, requeued, seen)
-    if requeued:
+    if requeued and adopt_requeues is not None:
         counts["requeued"] = len(adopt_requeues(connection, list(dict.fromkeys(requeued)), "rq requeue"))
     _log_round(seen)
     return counts

@@ -24,34 +24,35 @@ from typing import Any
 from jobs import keys
 from jobs.config import settings
 from jobs.core import clock, effects
-from jobs.core.batch import Batch, NotStarted, Renewer, StopSignal
+from jobs.core.batch import CONCURRENCY_FIELD, Batch, NotStarted, Renewer, StopSignal
 from jobs.core.lease import Attempt
-from jobs.errors import Canceled, HandOff, InvalidJob
+from jobs.errors import Canceled, HandOff
 from jobs.usage.meter import Meter
 from jobs.usage.meter import flush as flush_usage
 
 log = logging.getLogger("leash.context")
 
-#: The payload field with which a job asks for fewer items at once than the worker allows.
-CONCURRENCY_FIELD = "item_concurrency"
-
-
-def validate_concurrency(payload: dict) -> None:
-    """A job's own concurrency, if it asks for one, is a positive integer."""
-    value = payload.get(CONCURRENCY_FIELD)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise InvalidJob(f"'{CONCURRENCY_FIELD}' must be a positive integer, got {value!r}")
-
-
 class JobContext:
-    def __init__(self, attempt: Attempt, payload: dict):
+    def __init__(self, attempt: Attempt, payload: dict, model_factory: Callable[[JobContext], Any] | None = None):
         self.attempt = attempt
+        self._model_factory = model_factory  # the runner's: the configured backend (jobs.models)
+        self._model = None
         self.payload = payload
         self.connection = attempt.connection
         self.job_id = attempt.job_id
         self.meter = Meter(attempt.kind)  # model calls' usage, until the item write carries it
         self._stop: StopSignal | None = None  # set while a for_each batch runs
         self._renewer: Renewer | None = None
+
+    @property
+    def model(self):
+        """The configured model backend for this attempt (``classify``, ``complete``), built on
+        first use: a kind that calls no model never loads one."""
+        if self._model is None:
+            if self._model_factory is None:
+                raise RuntimeError("this context was made without a model backend")
+            self._model = self._model_factory(self)
+        return self._model
 
     def _after_heartbeat(self, cancel_requested: bool) -> None:
         if cancel_requested:

@@ -13,6 +13,7 @@ import os
 import time
 import traceback
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
 
 import redis
@@ -68,6 +69,19 @@ def describe(exc: BaseException) -> str:
     return truncate(summary + "\n" + tb)
 
 
+class Outcome(StrEnum):
+    """How an attempt ended, which decides what the worker does next with RQ's side of the job.
+    Set only by ``Attempt.settle``."""
+
+    SUCCEEDED = "succeeded"  # its finish landed
+    RETRY = "retry"  # failed; the job is queued for another attempt
+    FAILED = "failed"  # failed for good (a cancel too)
+    SUPERSEDED = "superseded"  # lost its lease: another attempt or the reaper owns the job now
+    HANDED_OFF = "handed_off"  # given back to the front of its queue (deploy, Redis blip): not counted
+    DEFERRED = "deferred"  # given back to wait (RetryLater): not counted
+    RECLAIMED = "reclaimed"  # its work-horse died and its worker reclaimed the job at once
+
+
 @dataclass
 class Attempt:
     """One claim of a job. Lives in the worker process that claimed it and its work-horse."""
@@ -83,9 +97,13 @@ class Attempt:
     worker_pid: int = 0  # the worker process that claimed; its death orphans the work-horse
     owner: str = ""  # whose usage this attempt's calls count against (read when first needed)
     handoff_requested: bool = False
-    outcome: str | None = None  # succeeded | retry | failed | superseded | handed_off
+    outcome: Outcome | None = None  # set by settle()
     done: int = 0
     extra: dict = field(default_factory=dict)
+
+    def settle(self, outcome: Outcome) -> None:
+        """Record how this attempt ended (the one place it is set)."""
+        self.outcome = outcome
 
     def _indexes(self) -> list[str]:
         """The owner's state indexes, which the attempt's ending moves the job between."""
@@ -164,7 +182,7 @@ class Attempt:
             ],
         )
         if int(reply[0]) != 1:
-            self.outcome = "superseded"
+            self.settle(Outcome.SUPERSEDED)
             raise LeaseLost()
         self.done = int(reply[2])
         return reply[1] in (b"1", "1")
@@ -185,9 +203,9 @@ class Attempt:
              f"succeeded:{self.kind}", keys.STATS_MINUTE_TTL],
         )
         if int(ok) != 1 and not (retried and self.landed("succeeded")):
-            self.outcome = "superseded"
+            self.settle(Outcome.SUPERSEDED)
             raise LeaseLost()
-        self.outcome = "succeeded"
+        self.settle(Outcome.SUCCEEDED)
 
     def fail(self, message: str, permanent: bool, now: float | None = None) -> str:
         """Record this attempt's error; returns the new state (queued or failed)."""
@@ -208,11 +226,11 @@ class Attempt:
             if landed:
                 reply = [1, landed[0], landed[1], landed[2]]
         if int(reply[0]) != 1:
-            self.outcome = "superseded"
+            self.settle(Outcome.SUPERSEDED)
             return "superseded"
         new_state = reply[1].decode() if isinstance(reply[1], bytes) else reply[1]
         self.extra["attempts_left"] = int(reply[3]) - int(reply[2])
-        self.outcome = "retry" if new_state == "queued" else "failed"
+        self.settle(Outcome.RETRY if new_state == "queued" else Outcome.FAILED)
         return new_state
 
     def release(self, now: float | None = None, requeue: bool = True) -> int:
@@ -235,9 +253,9 @@ class Attempt:
         if int(ok) == 0 and retried and self.landed("queued"):
             ok = 1
         if int(ok) == 0:
-            self.outcome = "superseded"
+            self.settle(Outcome.SUPERSEDED)
         else:
-            self.outcome = "handed_off" if requeue else "deferred"
+            self.settle(Outcome.HANDED_OFF if requeue else Outcome.DEFERRED)
         return int(ok)
 
     def abandon(self, message: str, now: float | None = None) -> str | None:

@@ -40,8 +40,10 @@ SWALLOWED_AFTER = 5.0
 
 
 class Reaper:
-    def __init__(self, connection: Redis, name: str, interval: float, queue_names: tuple[str, ...] = ()):
+    def __init__(self, connection: Redis, name: str, interval: float, queue_names: tuple[str, ...] = (),
+                 adopt_requeues=None):
         self.connection = connection
+        self.adopt_requeues = adopt_requeues  # jobs.deadletter.adopt_requeues, from the worker
         self.name = name
         self.interval = interval
         self.queue_names = queue_names
@@ -56,7 +58,7 @@ class Reaper:
             return 0
         done = self.reap(now) + self.stop_unheeded_cancels(now) + self.requeue_swallowed(now)
         state_index.backfill_step(self.connection, now=now)  # once per store: jobs older than the indexes
-        return done + sum(consistency.sweep(self.connection, now).values())
+        return done + sum(consistency.sweep(self.connection, now, adopt_requeues=self.adopt_requeues).values())
 
     def reap(self, now: float | None = None) -> int:
         now = clock.wall() if now is None else now

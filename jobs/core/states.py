@@ -24,9 +24,9 @@ from redis import Redis
 
 from jobs import keys
 from jobs.core import clock
-from jobs.core.consistency import ENDED_BY_RQ, REMOVED, requeued_by_rq
+from jobs.core.details import details
+from jobs.core.rq_side import ENDED_BY_RQ, REMOVED, requeued_by_rq
 from jobs.errors import NoSuchJob
-from jobs.read.details import details
 from jobs.usage.report import job_usage
 
 

@@ -10,6 +10,7 @@ from jobs.deadletter.replayer import (
     ReplayOutcome,
     Selection,
     UnknownJobs,
+    adopt_requeues,
     audit_log,
     default_actor,
     rebuild_rq_jobs,
@@ -17,5 +18,5 @@ from jobs.deadletter.replayer import (
     select,
 )
 
-__all__ = ["Candidate", "ReplayOutcome", "Selection", "UnknownJobs", "audit_log", "default_actor",
+__all__ = ["Candidate", "ReplayOutcome", "Selection", "UnknownJobs", "adopt_requeues", "audit_log", "default_actor",
            "rebuild_rq_jobs", "replay", "select"]

@@ -20,7 +20,7 @@ from redis import Redis
 
 from jobs import keys
 from jobs.core import clock, lua
-from jobs.read.details import is_canceled
+from jobs.core.details import is_canceled
 
 GROUP_CHARS = 80
 #: Characters of the first line read before normalising (placeholders are shorter than what

@@ -13,6 +13,7 @@ leaves an audit entry (who, when, selector, ids) in a capped stream.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -23,10 +24,12 @@ from rq.utils import utcformat
 from jobs import config, keys
 from jobs.config import settings
 from jobs.core import clock, lua
+from jobs.core.rq_side import rq_job_for, rq_queue
 from jobs.deadletter.failures import failed_ids, heads
-from jobs.enqueue import rq_job_for, rq_queue
 from jobs.errors import NoSuchJob
 from jobs.usage.budget import Budget
+
+log = logging.getLogger("leash.replay")
 
 BATCH = 500
 
@@ -281,3 +284,23 @@ def rebuild_rq_jobs(connection: Redis, job_ids: list[str]) -> set[str]:
             rebuilt.add(job_id)
         pipe.execute()
     return rebuilt
+
+
+def adopt_requeues(connection: Redis, job_ids: list[str], source: str) -> list[str]:
+    """Replay failed leash jobs that RQ's tools put back on a queue, as ``leash replay`` would
+    (through the owner's concurrency limit); returns the ids replayed."""
+    selection = select(connection, job_ids=job_ids)
+    if not selection.matched:
+        return []
+    with connection.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:  # RQ's requeue pushed it on its queue; the replay promotes it again
+            pipe.hget(keys.job(job_id), "queue")
+        queues = [_text(q) or settings().queue for q in pipe.execute()]
+        for job_id, queue in zip(job_ids, queues, strict=True):
+            pipe.lrem(keys.rq_queue(queue), 0, job_id)
+        pipe.execute()
+    outcome = replay(connection, selection.matched, actor="rq", selector={"source": source})
+    ids = [c.job_id for c in outcome.replayed]
+    if ids:
+        log.warning("%d job(s) requeued with RQ's tools were replayed (attempts reset): %s", len(ids), ", ".join(ids))
+    return ids

@@ -23,7 +23,7 @@ from jobs import keys
 from jobs.config import settings
 from jobs.core import clock
 from jobs.core.lease import error_entry
-from jobs.enqueue import EXECUTE, new_job_id, retry_intervals, rq_queue
+from jobs.core.rq_side import EXECUTE, new_job_id, retry_intervals, rq_queue
 
 
 @dataclass

@@ -18,6 +18,7 @@ from typing import Any
 
 from jobs.config import limits
 from jobs.core import text
+from jobs.core.batch import CONCURRENCY_FIELD
 from jobs.errors import InvalidJob
 
 
@@ -151,3 +152,10 @@ def check_summary(summary: Any) -> None:
     if size > limit:
         raise InvalidJob(f"the job's summary is {size} bytes as JSON (at most {limit}, LEASH_MAX_SUMMARY_BYTES): "
                          "return per-item results through ctx.for_each and a small summary")
+
+
+def validate_concurrency(payload: dict) -> None:
+    """A job's own concurrency, if it asks for one, is a positive integer."""
+    value = payload.get(CONCURRENCY_FIELD)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise InvalidJob(f"'{CONCURRENCY_FIELD}' must be a positive integer, got {value!r}")

@@ -25,7 +25,8 @@ TEXT_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 CONTEXT_FIELDS = ("job_id", "attempt", "kind", "owner")
 
 #: Functions returning what the current line is about (a dict with some CONTEXT_FIELDS).
-#: The worker's attempt is always asked; the web app adds its request (web/request_logs.py).
+#: The worker adds the attempt it runs (jobs/worker/leash_worker.py); the web app its request
+#: (web/request_logs.py).
 _providers: list[Callable[[], dict]] = []
 
 
@@ -44,7 +45,7 @@ def add_context_provider(provider: Callable[[], dict]) -> None:
 def job_context() -> dict:
     """What the current line (or error) is about; never raises, never waits long."""
     context: dict = {}
-    for provider in [_attempt_context, *_providers]:
+    for provider in _providers:
         try:
             found = provider()
         except Exception:  # context is a nicety: it must never cost a log line
@@ -55,10 +56,8 @@ def job_context() -> dict:
     return context
 
 
-def _attempt_context() -> dict:
-    from jobs import runner
-
-    attempt = runner.current()  # set in the worker while it runs an attempt, and in its work-horse
+def attempt_context(attempt) -> dict:
+    """What a line written while ``attempt`` runs is about (the worker's context provider)."""
     if attempt is None:
         return {}
     return {"job_id": attempt.job_id, "attempt": attempt.number, "kind": attempt.kind, "owner": _owner(attempt)}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 
 from jobs import config
+from jobs.core.lease import Outcome
 from jobs.errors import Canceled, HandOff, LeaseLost
 from jobs.observability.logs import CONTEXT_FIELDS, job_context
 
@@ -57,7 +58,8 @@ def init(component: str) -> bool:
 
 def init_worker(worker) -> None:
     if init("worker"):
-        worker.push_exc_handler(report_failed_attempt)
+        # RQ calls a handler with the job and the exception; the attempt is the worker's own.
+        worker.push_exc_handler(lambda job, *exc_info: report_failed_attempt(worker.attempt, *exc_info))
 
 
 def _before_send(event, hint):
@@ -75,16 +77,14 @@ def _tag_with_job(event, hint):
     return event
 
 
-def report_failed_attempt(job, exc_type, exc_value, traceback) -> bool:
+def report_failed_attempt(attempt, exc_type, exc_value, traceback) -> bool:
     """RQ exception handler (runs in the work-horse): report an attempt that failed, whether
     it will be retried or not. The RQ integration reports only what RQ itself thinks is a
     last attempt (it reads RQ's retry counter before leash has set it), so leash reports
     every failed attempt; when both report one, sentry-sdk's default deduplication (the same
     exception object) keeps one event."""
-    from jobs import runner
-
-    attempt = runner.current()
-    if attempt is not None and attempt.outcome in ("retry", "failed") and not isinstance(exc_value, NOT_FAILURES):
+    failed = attempt is not None and attempt.outcome in (Outcome.RETRY, Outcome.FAILED)
+    if failed and not isinstance(exc_value, NOT_FAILURES):
         import sentry_sdk
 
         sentry_sdk.capture_exception((exc_type, exc_value, traceback))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from jobs.core import clock
-from jobs.core.consistency import ENDED_BY_RQ, PLAIN_WORKER, REMOVED
+from jobs.core.rq_side import ENDED_BY_RQ, PLAIN_WORKER, REMOVED
 
 _OUTSIDE = (REMOVED, PLAIN_WORKER, *ENDED_BY_RQ.values())
 

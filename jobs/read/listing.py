@@ -24,9 +24,9 @@ from redis import Redis
 
 from jobs import keys
 from jobs.core import clock, state_index, states
-from jobs.core.consistency import ENDED_BY_RQ
+from jobs.core.details import is_canceled
+from jobs.core.rq_side import ENDED_BY_RQ
 from jobs.errors import CANCELED as CANCELED_ERROR
-from jobs.read.details import is_canceled
 
 #: Filters other than the state, and the index before older jobs are indexed, read at most
 #: this many of the owner's newest jobs.

@@ -10,12 +10,15 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from redis import Redis
 
 from jobs import keys
 from jobs.core import lua
-from jobs.usage.prices import Price
+
+if TYPE_CHECKING:
+    from jobs.usage.prices import Price
 
 log = logging.getLogger("leash.usage")
 

@@ -33,13 +33,15 @@ from rq.queue import Queue
 from rq.serializers import JSONSerializer
 from rq.worker import Worker
 
-from jobs import keys, runner
+from jobs import deadletter, keys, runner
 from jobs.config import settings
 from jobs.core import clock, consistency, lease
+from jobs.core.lease import Outcome
 from jobs.core.reaper import Reaper, release_rate_limit_slot
-from jobs.enqueue import EXECUTE
+from jobs.core.rq_side import EXECUTE
 from jobs.errors import CANCELED
 from jobs.models import backends
+from jobs.observability import logs
 from jobs.worker import scheduler_locks
 from jobs.worker.dequeue import LeashQueue
 from jobs.worker.log import log_not_a_failure
@@ -54,8 +56,21 @@ log = logging.getLogger("leash.worker")
 REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 
+class LeashJob(Job):
+    """An RQ job that runs under the attempt its worker claimed: the work-horse hands it to
+    ``jobs.runner.execute`` (a plain ``rq worker`` has none, and the runner refuses the job)."""
+
+    attempt: lease.Attempt | None = None
+
+    def _execute(self):
+        if self.func_name == EXECUTE:
+            return runner.execute(*self.args, attempt=self.attempt)
+        return super()._execute()
+
+
 class LeashWorker(Shutdown, Worker):
     queue_class = LeashQueue  # every dequeue goes through an intermediate list (dequeue.py)
+    job_class = LeashJob
     # RQ doubles its wait up to 60 s while Redis is down; this worker also reaps for everyone,
     # so it must be back within seconds of Redis returning.
     max_connection_wait_time = 5.0
@@ -69,8 +84,10 @@ class LeashWorker(Shutdown, Worker):
         if problem := backends.preload():
             log.warning("%s: model jobs on this worker will fail until it is fixed", problem)
         self.job_monitoring_interval = max(1, int(self.tick_seconds))
-        self.reaper = Reaper(self.connection, self.name, self.tick_seconds, tuple(self.queue_names()))
+        self.reaper = Reaper(self.connection, self.name, self.tick_seconds, tuple(self.queue_names()),
+                             adopt_requeues=deadletter.adopt_requeues)
         self._attempt: lease.Attempt | None = None
+        logs.add_context_provider(self._log_context)
         self._handoff_deadline: float | None = None
         self._scheduler_checked_at = 0.0
 
@@ -167,7 +184,7 @@ class LeashWorker(Shutdown, Worker):
                 # deadline above still bounds it.
                 return
             log.warning("job %s was reclaimed from this worker; stopping its work-horse", attempt.job_id)
-            attempt.outcome = "superseded"
+            attempt.settle(Outcome.SUPERSEDED)
             self.kill_horse()
 
     # --- claiming ----------------------------------------------------------------------
@@ -196,8 +213,7 @@ class LeashWorker(Shutdown, Worker):
             self._not_claimable(job, queue)
             return
         attempt.owner = str((job.meta or {}).get("leash_owner") or "")
-        self._attempt = attempt
-        runner.set_current(attempt)
+        self._attempt = attempt  # the work-horse forked below runs it (LeashJob)
         try:
             super().execute_job(job, queue)
         except StopRequested:
@@ -209,7 +225,6 @@ class LeashWorker(Shutdown, Worker):
             raise
         finally:
             self._attempt = None
-            runner.set_current(None)
 
     def _not_claimable(self, job: Job, queue: Queue) -> None:
         """A queue entry for a job leash cannot claim: a failed job requeued with RQ's tools
@@ -220,7 +235,7 @@ class LeashWorker(Shutdown, Worker):
         state = (state or b"missing").decode()
         rq_status = getattr(job.get_status(refresh=True), "value", None)
         if consistency.requeued_by_rq(state, rq_status, float(ended_at) if ended_at else None, clock.wall()):
-            if consistency.adopt_requeues(self.connection, [job.id], source="rq requeue"):
+            if deadletter.adopt_requeues(self.connection, [job.id], source="rq requeue"):
                 return
         log.info("job %s is not claimable (%s); dropped this queue entry", job.id, state)
 
@@ -229,8 +244,18 @@ class LeashWorker(Shutdown, Worker):
         # uses that list for any number of queues.
         super().prepare_job_execution(job, remove_from_intermediate_queue=True)
 
+    def _log_context(self) -> dict:
+        return logs.attempt_context(self._attempt)
+
+    @property
+    def attempt(self) -> lease.Attempt | None:
+        """The attempt this worker (or its work-horse) runs now, if any."""
+        return self._attempt
+
     def perform_job(self, job: Job, queue: Queue, execution) -> bool:
-        attempt = runner.current()
+        attempt = self._attempt
+        if isinstance(job, LeashJob):
+            job.attempt = attempt
         if attempt is not None and execution is not None:
             attempt.rq_started_member = execution.composite_key
         return super().perform_job(job, queue, execution)
@@ -238,13 +263,13 @@ class LeashWorker(Shutdown, Worker):
     # --- how an attempt ends, in RQ's terms -------------------------------------------
 
     def handle_job_success(self, job, queue, started_job_registry, execution):
-        attempt = runner.current()
-        if attempt is not None and attempt.outcome != "succeeded":
+        attempt = self._attempt
+        if attempt is not None and attempt.outcome != Outcome.SUCCEEDED:
             return self._forget_execution(job, execution)
         return super().handle_job_success(job, queue, started_job_registry, execution)
 
     def handle_job_failure(self, job, queue, started_job_registry=None, exc_string="", execution=None):
-        attempt = runner.current() if self.is_horse else self._attempt
+        attempt = self._attempt
         if attempt is None and job.func_name == EXECUTE:
             # RQ's maintenance (its intermediate-list cleanup) failing a leash job that no attempt
             # holds: it never started, so it goes back to its queue; leash, not RQ, decides fates.
@@ -259,10 +284,10 @@ class LeashWorker(Shutdown, Worker):
         elif attempt.outcome is None:
             self._settle_dead_horse(attempt, job, exc_string)
 
-        if attempt.outcome == "retry":
+        if attempt.outcome == Outcome.RETRY:
             job.retries_left = max(1, attempt.extra.get("attempts_left", 1))
             return super().handle_job_failure(job, queue, started_job_registry, exc_string, execution)
-        if attempt.outcome == "failed":
+        if attempt.outcome == Outcome.FAILED:
             job.retries_left = 0
             # A cancel is not an error: rq-dashboard shows this line, not the traceback of the
             # exception that stopped the job, and its Requeue is a replay (consistency).
@@ -286,7 +311,7 @@ class LeashWorker(Shutdown, Worker):
         else:
             message = f"worker process died: {exc_string.strip() or 'no exit status'}"
             new_state = attempt.abandon(message)
-            attempt.outcome = "reclaimed" if new_state else "superseded"
+            attempt.settle(Outcome.RECLAIMED if new_state else Outcome.SUPERSEDED)
             if new_state == "failed":
                 release_rate_limit_slot(self.connection, job.id)
             elif new_state is None:
@@ -294,7 +319,7 @@ class LeashWorker(Shutdown, Worker):
                 # finish that bookkeeping here so the job does not wait for RQ's sweep.
                 landed = attempt.landed("queued", "failed")
                 if landed and job.get_status(refresh=True) == JobStatus.STARTED:
-                    attempt.outcome = "retry" if landed[0] == "queued" else "failed"
+                    attempt.settle(Outcome.RETRY if landed[0] == "queued" else Outcome.FAILED)
                     attempt.extra["attempts_left"] = landed[2] - landed[1]
 
     def _forget_execution(self, job: Job, execution) -> None:
@@ -306,7 +331,7 @@ class LeashWorker(Shutdown, Worker):
         # In the work-horse: RQ logs every exception a job raised as an ERROR with its
         # traceback. An attempt that gave its job back (deploy hand-off, Redis blip) or lost
         # its lease did not fail: one line, so log-based alerts see only real failures.
-        attempt = runner.current()
+        attempt = self._attempt
         if attempt is not None and log_not_a_failure(attempt, exc_info[1]):
             return
         super().handle_exception(job, *exc_info)

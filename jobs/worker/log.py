@@ -15,7 +15,7 @@ import logging
 import redis
 
 from jobs import keys
-from jobs.core.lease import Attempt
+from jobs.core.lease import Attempt, Outcome
 from jobs.errors import Canceled, HandOff, LeaseLost
 
 log = logging.getLogger("leash.worker")
@@ -26,15 +26,15 @@ REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 def log_not_a_failure(attempt: Attempt, exc: BaseException | None, how: str = "at shutdown") -> bool:
     """Log how ``attempt`` ended if that was not a failure, and return True; return False
     (nothing logged) for a real failure, which RQ logs with its traceback."""
-    if attempt.outcome == "handed_off" and (exc is None or isinstance(exc, HandOff)):
+    if attempt.outcome == Outcome.HANDED_OFF and (exc is None or isinstance(exc, HandOff)):
         log.info("job %s handed back %s: %s items done, back at the front of its queue, attempt not counted",
                  attempt.job_id, how, _progress(attempt))
-    elif attempt.outcome == "handed_off" and isinstance(exc, REDIS_DOWN):
+    elif attempt.outcome == Outcome.HANDED_OFF and isinstance(exc, REDIS_DOWN):
         log.warning("job %s handed back after a Redis error (%s: %s): %s items done, attempt not counted",
                     attempt.job_id, type(exc).__name__, exc, _progress(attempt))
     elif isinstance(exc, Canceled):
         log.info("job %s canceled: %s items done", attempt.job_id, _progress(attempt))
-    elif attempt.outcome == "superseded" and isinstance(exc, (LeaseLost, HandOff, *REDIS_DOWN)):
+    elif attempt.outcome == Outcome.SUPERSEDED and isinstance(exc, (LeaseLost, HandOff, *REDIS_DOWN)):
         log.warning("job %s: attempt %s lost its lease (the job was reclaimed); it stopped without writing",
                     attempt.job_id, attempt.number)
     else:

@@ -16,6 +16,7 @@ A mixin of ``LeashWorker`` (jobs/worker/leash_worker.py), before RQ's ``Worker``
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 from datetime import timedelta
@@ -24,7 +25,6 @@ from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
 from rq.exceptions import StopRequested
 from rq.utils import now
 
-from jobs import runner
 from jobs.config import settings
 from jobs.core import clock
 from jobs.worker.log import log_not_a_failure
@@ -84,7 +84,7 @@ class Shutdown:
 
     def setup_work_horse_signals(self):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, _horse_sigterm)
+        signal.signal(signal.SIGTERM, functools.partial(_horse_sigterm, self._attempt))
 
     def handle_warm_shutdown_request(self):
         super().handle_warm_shutdown_request()
@@ -153,7 +153,6 @@ def _inside_logging(frame) -> bool:
     return False
 
 
-def _horse_sigterm(signum, frame):
-    attempt = runner.current()
+def _horse_sigterm(attempt, signum, frame):
     if attempt is not None:
         attempt.handoff_requested = True

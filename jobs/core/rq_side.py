@@ -1,0 +1,82 @@
+"""A leash job on RQ's side: the function RQ runs, the RQ job and queue that carry it, its
+retries, and what RQ's own statuses mean for a leash job (read by a status, recorded by the
+consistency sweep).
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from redis import Redis
+from rq import Queue, Retry
+from rq.rate_limit import RateLimit
+from rq.serializers import JSONSerializer
+
+from jobs import keys
+from jobs.config import Settings, settings
+
+#: What RQ runs for every leash job. Stored in each queued job: it never moves.
+EXECUTE = "jobs.runner.execute"
+
+REMOVED = "removed from the queue outside leash: deleted or emptied in RQ (rq-dashboard, `rq empty`)"
+PLAIN_WORKER = "run by a plain RQ worker: start workers with `leash worker` (an `rq worker` holds no lease)"
+ENDED_BY_RQ = {
+    "canceled": "canceled in RQ (rq-dashboard or RQ's job.cancel())",
+    "stopped": "stopped by RQ's stop command",
+    "failed": "failed in RQ, outside `leash worker` (a plain `rq worker`?)",
+}
+#: RQ statuses of a job RQ's tools put back to run (a requeue of a failed leash job).
+REQUEUED_STATUSES = frozenset({"queued", "rate_limited"})
+#: A job canceled by leash is failed in leash a moment before RQ's cancel removes it from the
+#: queue; a requeue is only believed once the job has been failed for longer than this.
+SETTLE_SECONDS = 5.0
+
+
+def requeued_by_rq(leash_state: str | None, rq_status: str | None, ended_at: float | None, now: float) -> bool:
+    """leash says failed but RQ put the job back to run: RQ's tools requeued it."""
+    return (leash_state == "failed" and rq_status in REQUEUED_STATUSES
+            and ended_at is not None and now - ended_at > SETTLE_SECONDS)
+
+
+def new_job_id() -> str:
+    """144 random bits in RQ's id alphabet [A-Za-z0-9_-], never starting with "-" or "_"
+    (a leading "-" would read as an option on the command line)."""
+    while True:
+        job_id = secrets.token_urlsafe(18)
+        if job_id[0].isalnum():
+            return job_id
+
+
+_queues: dict[tuple[int, str], Queue] = {}
+
+
+def rq_queue(connection: Redis, name: str | None = None) -> Queue:
+    """RQ's Queue object, kept per connection: building one costs a Redis INFO round trip."""
+    name = name or settings().queue
+    queue = _queues.get((id(connection), name))
+    if queue is None or queue.connection is not connection:
+        queue = _queues[(id(connection), name)] = Queue(name, connection=connection, serializer=JSONSerializer)
+    return queue
+
+
+def retry_intervals(max_attempts: int, backoff: list[int]) -> list[int]:
+    """RQ's ``Retry`` intervals meaning "backoff[0] before the second attempt, backoff[1] before
+    the third, the last value after that". RQ 3.0 picks ``intervals[len - retries_left]``,
+    counting from the end of the list, so the list must have exactly one value per retry."""
+    backoff = backoff or [0]
+    return [backoff[min(n, len(backoff) - 1)] for n in range(max_attempts - 1)]
+
+
+def rq_job_for(q: Queue, job_id: str, kind: str, payload: dict, owner: str, max_attempts: int, total: int,
+               s: Settings | None = None):
+    """RQ's side of a leash job (also rebuilt by a replay when RQ's record was deleted)."""
+    s = s or settings()
+    retry = Retry(max=max_attempts - 1, interval=retry_intervals(max_attempts, s.retry_backoff)) \
+        if max_attempts > 1 else None
+    return q.create_job(
+        EXECUTE, args=(kind, payload), job_id=job_id, timeout=s.job_timeout,
+        result_ttl=s.result_ttl, failure_ttl=s.result_ttl, retry=retry,
+        rate_limit=RateLimit(keys.owner_rate_limit_key(owner), s.owner_concurrency),
+        description=f"{kind} ({total} items) for {owner}",
+        meta={"leash_kind": kind, "leash_owner": owner},
+    )

@@ -1,0 +1,144 @@
+"""The folders read as the layers, measured from the code's own imports (static, no import run).
+
+An import counts when it runs: one under ``if TYPE_CHECKING:`` only names a type for the checker
+and is left out. Every other import between ``jobs/`` modules is an arrow, wherever it stands
+(module level or inside a function).
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+JOBS = ROOT / "jobs"
+
+#: The longest chain of imports between jobs/ modules, in modules (a imports b imports c = 3).
+LONGEST_CHAIN = 6
+#: Modules and packages at the top of jobs/.
+TOP_LEVEL = 15
+#: What a status read (jobs.core.states) may never pull in: model calls and submission.
+STATUS_MUST_NOT_REACH = ("jobs.models", "jobs.enqueue", "jobs.kinds", "jobs.intake", "jobs.deadletter")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in JOBS.rglob("*.py")}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST):
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            yield from (n for child in node.orelse for n in _imports_of(child))
+            continue
+        yield from _imports_of(node)
+
+
+def _imports_of(node: ast.AST):
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        yield node
+    else:
+        yield from _imports(node)
+
+
+def _targets(name: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+    modules = _modules()
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names if a.name in modules}
+    if node.level:
+        package = name.split(".") if _modules()[name].name == "__init__.py" else name.split(".")[:-1]
+        base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+    else:
+        base = node.module or ""
+    found = set()
+    for alias in node.names:
+        if f"{base}.{alias.name}" in modules:  # `from jobs.core import lease`: the module
+            found.add(f"{base}.{alias.name}")
+        elif base in modules:  # `from jobs.core.lease import Attempt`: the module it comes from
+            found.add(base)
+    return found
+
+
+@cache
+def graph() -> dict[str, frozenset[str]]:
+    arrows = {}
+    for name, path in _modules().items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        arrows[name] = frozenset(t for node in _imports(tree) for t in _targets(name, node) if t != name)
+    return arrows
+
+
+def _chain_from(start: str, arrows, memo, visiting) -> list[str]:
+    if start in memo:
+        return memo[start]
+    assert start not in visiting, f"import circle through {start}: {' -> '.join([*visiting, start])}"
+    visiting.append(start)
+    best = max((_chain_from(t, arrows, memo, visiting) for t in arrows[start]), key=len, default=[])
+    visiting.pop()
+    memo[start] = [start, *best]
+    return memo[start]
+
+
+def longest_chain() -> list[str]:
+    arrows, memo = graph(), {}
+    return max((_chain_from(m, arrows, memo, []) for m in sorted(arrows)), key=len)
+
+
+def reach(start: str) -> set[str]:
+    arrows, seen, todo = graph(), set(), [start]
+    while todo:
+        for target in arrows[todo.pop()] - seen:
+            seen.add(target)
+            todo.append(target)
+    return seen
+
+
+def test_no_import_circle_and_the_longest_chain_is_short():
+    chain = longest_chain()  # raises on a circle, naming it
+    assert len(chain) <= LONGEST_CHAIN, "longest import chain: " + " -> ".join(chain)
+
+
+def test_reading_a_status_needs_no_model_code_and_no_submission():
+    reached = reach("jobs.core.states")
+    bad = sorted(m for m in reached if m.startswith(STATUS_MUST_NOT_REACH))
+    assert bad == [], f"jobs.core.states reaches {bad}"
+
+
+def test_the_lifecycle_core_depends_on_nothing_above_it():
+    """jobs/core/ imports only itself and the leaves every layer shares (settings, keys, errors,
+    usage's ledger): never a reader, a submission check, a model backend, the worker or the kinds."""
+    allowed = ("jobs.core", "jobs.config", "jobs.keys", "jobs.errors", "jobs.usage")
+    for name, targets in graph().items():
+        if name.startswith("jobs.core"):
+            bad = sorted(t for t in targets if not t.startswith(allowed))
+            assert bad == [], f"{name} imports {bad}"
+
+
+def test_few_modules_at_the_top_of_jobs():
+    top = [p.name for p in JOBS.iterdir() if (p.suffix == ".py") or (p / "__init__.py").exists()]
+    assert len(top) <= TOP_LEVEL, sorted(top)
+
+
+def test_no_name_means_two_modules():
+    """A module or package name is used once across jobs/, web/ and cli/ (``watch`` meaning a CLI
+    command in one place and a schedule in another is how readers get lost)."""
+    seen: dict[str, list[str]] = {}
+    for folder in ("jobs", "web", "cli"):
+        for path in (ROOT / folder).rglob("*"):
+            if path.suffix == ".py" and path.name != "__init__.py":
+                seen.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
+            elif path.is_dir() and (path / "__init__.py").exists() and path != ROOT / folder:
+                seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert {n: p for n, p in seen.items() if len(p) > 1} == {}
