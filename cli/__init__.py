@@ -10,11 +10,11 @@ import sys
 import click
 import redis
 
-from cli.redis_target import connect_checked, resolve, shown
 from jobs.core.connection import is_out_of_memory
 from jobs.observability import logs, reporting
 
 from . import job_commands
+from .redis_target import connect_checked, resolve, shown
 
 
 class LeashGroup(click.Group):
@@ -123,11 +123,11 @@ for _command in job_commands.COMMANDS:
     main.add_command(_command)
 
 # Dead-letter commands (failures, alert, replay) live in their own module.
-from cli.failure_commands import register as _register_deadletter  # noqa: E402
+from .failure_commands import register as _register_deadletter  # noqa: E402
 
 _register_deadletter(main)
 
-from cli.usage_commands import usage_command  # noqa: E402
+from .usage_commands import usage_command  # noqa: E402
 
 main.add_command(usage_command)
 

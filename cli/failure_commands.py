@@ -12,11 +12,12 @@ import sys
 
 import click
 
-from cli.redis_target import connect_checked
 from jobs import deadletter
 from jobs.core import clock
 from jobs.deadletter import alerts, durations, failures
 from jobs.usage.budget import Budget
+
+from .redis_target import connect_checked
 
 #: Above this many jobs, replay asks before acting (unless --yes).
 CONFIRM_ABOVE = 10

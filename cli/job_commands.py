@@ -17,8 +17,7 @@ import sys
 
 import click
 
-from cli.redis_target import connect_checked, web_url
-from jobs import config
+from jobs import config, kinds
 from jobs.core import control, states
 from jobs.core.batch import CONCURRENCY_FIELD
 from jobs.core.text import printable
@@ -30,6 +29,7 @@ from jobs.read.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens
 from jobs.usage.budget import BUDGET_FIELD
 
 from . import status_text
+from .redis_target import connect_checked, web_url
 from .watch import follow
 
 
@@ -79,22 +79,35 @@ def status_or_exit(conn, job_id: str) -> dict:
         raise BadInput(f"no such job: {job_id} (in the Redis at {conn.leash_url})") from None
 
 
-def in_flags(message: str, labels: str | None, template: str | None) -> str:
+def _flag(field: kinds.Field) -> str:
+    return "--" + field.name.replace("_", "-")
+
+
+def in_flags(message: str, given: dict) -> str:
     """A validator's message about the payload's fields, in the command's own words: the
     flags that set them (a person typed --labels, not a JSON field 'labels')."""
-    if "'labels'" in message and labels is None:
-        return "give the labels to choose from: --labels positive,negative (classify picks one per item)"
-    if "'template'" in message and template is None:
-        return "give the prompt: --template 'Summarise: {item}' ({item} is where each item goes)"
-    message = re.sub(r"labels\[(\d+)\]", lambda m: f"label {int(m.group(1)) + 1} of --labels", message)
-    return message.replace("'labels'", "--labels").replace("'template'", "--template")
+    for field, _ in kinds.fields():
+        if f"'{field.name}'" in message and given.get(field.name) is None and field.missing:
+            return field.missing
+    for field, _ in kinds.fields():
+        entry = field.name.removesuffix("s")
+        message = re.sub(rf"\b{field.name}\[(\d+)\]",
+                         lambda m, e=entry, f=field: f"{e} {int(m.group(1)) + 1} of {_flag(f)}", message)
+        message = message.replace(f"'{field.name}'", _flag(field))
+    return message
+
+
+def kind_field_options(command):
+    """An option for every field a kind declares (jobs.kinds.Field), named after it."""
+    for field, kind_names in reversed(kinds.fields()):
+        command = click.option(_flag(field), field.name, help=f"{field.help} ({', '.join(kind_names)}).")(command)
+    return command
 
 
 @click.command()
 @click.option("--kind", default="classify", show_default=True)
 @click.option("--name", help="A name to find the job by in lists and searches (at most 100 characters).")
-@click.option("--labels", help="Comma-separated labels (classify).")
-@click.option("--template", help="Prompt template containing {item} (kind prompt).")
+@kind_field_options
 @owner_option
 @click.option("--idempotency-key", help="Submitting again with the same key returns the first job.")
 @click.option("--max-attempts", type=int, help="Attempts before the job fails (default LEASH_MAX_ATTEMPTS).")
@@ -107,8 +120,8 @@ def in_flags(message: str, labels: str | None, template: str | None) -> str:
               help="Stop the job before its model calls cost more than this (needs a known price).")
 @click.option("--json", "as_json", is_flag=True, help='Print {"job_id": ..., "created": ..., "url": ...}.')
 @click.argument("source", type=click.File("r"), default="-")
-def submit(kind, name, labels, template, owner, token, idempotency_key, max_attempts, queue, item_concurrency,
-           budget_tokens, budget_usd, as_json, source):
+def submit(kind, name, owner, token, idempotency_key, max_attempts, queue, item_concurrency,
+           budget_tokens, budget_usd, as_json, source, **field_texts):
     """Enqueue one job; items are read one per line from SOURCE (a file, or - for stdin).
     Prints the job id, and its web address on stderr."""
     owner = acting_owner(owner, token)
@@ -117,10 +130,9 @@ def submit(kind, name, labels, template, owner, token, idempotency_key, max_atte
                    "(or give a file: leash submit items.txt)", err=True)
     items = [line.rstrip("\n") for line in source if line.strip()]
     payload: dict = {"items": items}
-    if labels is not None:
-        payload["labels"] = [x.strip() for x in labels.split(",") if x.strip()]
-    if template is not None:
-        payload["template"] = template
+    for field, _ in kinds.fields():
+        if field_texts.get(field.name) is not None:
+            payload[field.name] = field.from_text(field_texts[field.name])
     if item_concurrency is not None:
         payload[CONCURRENCY_FIELD] = item_concurrency
     budget = {"tokens": budget_tokens, "usd": budget_usd}
@@ -135,7 +147,7 @@ def submit(kind, name, labels, template, owner, token, idempotency_key, max_atte
         job_id, created = enqueue(conn, kind, payload, owner=owner, max_attempts=max_attempts,
                                   idempotency_key=idempotency_key, queue=queue, name=name)
     except InvalidJob as exc:
-        raise BadInput(in_flags(str(exc), labels, template)) from None
+        raise BadInput(in_flags(str(exc), field_texts)) from None
     if as_json:
         click.echo(json.dumps({"job_id": job_id, "created": created, "url": job_address(job_id)}))
         return

@@ -6,11 +6,11 @@ import json
 
 import click
 
-from cli.redis_target import connect_checked
 from jobs.usage.meter import DAYS_KEPT
 from jobs.usage.report import cost_text, owner_usage
 
 from .job_commands import acting_owner, owner_option
+from .redis_target import connect_checked
 
 
 def _line(label: str, figures: dict) -> str:

@@ -147,27 +147,27 @@ def _job_of_legacy_key(connection: Redis, owner: str, idempotency_key: str) -> s
     return job_id.decode() if job_owner is not None and job_owner.decode() == owner else None
 
 
-#: Bytes of the submitted options (labels, template) kept in the job hash for status reads:
-#: the hash must stay under 2 KB, and the whole payload has its own key.
+#: Bytes of the submitted fields (the kind's declared ones) kept in the job hash for status
+#: reads: the hash must stay under 2 KB, and the whole payload has its own key.
 PARAMS_BYTES = 300
-TEMPLATE_CHARS = 200
+TEXT_CHARS = 200
 
 
-def submitted_params(payload: dict) -> str:
-    """The labels and template as submitted, cut to fit PARAMS_BYTES: a template to its first
-    TEMPLATE_CHARS characters, the labels to those that fit, then "…"."""
+def submitted_params(payload: dict, field_names: tuple[str, ...] = ()) -> str:
+    """The kind's declared fields as submitted, cut to fit PARAMS_BYTES: a text to its first
+    TEXT_CHARS characters, a list to the entries that fit, then "…"."""
     params: dict = {}
-    template = payload.get("template")
-    if isinstance(template, str):
-        params["template"] = template if len(template) <= TEMPLATE_CHARS else template[:TEMPLATE_CHARS] + "…"
-    labels = payload.get("labels")
-    if isinstance(labels, list):
-        params["labels"] = []
-        for label in labels:
-            if len(json.dumps(params | {"labels": params["labels"] + [label, "…"]})) > PARAMS_BYTES:
-                params["labels"].append("…")
-                break
-            params["labels"].append(label)
+    for name in field_names:
+        value = payload.get(name)
+        if isinstance(value, str):
+            params[name] = value if len(value) <= TEXT_CHARS else value[:TEXT_CHARS] + "…"
+        elif isinstance(value, list):
+            params[name] = []
+            for entry in value:
+                if len(json.dumps(params | {name: params[name] + [entry, "…"]})) > PARAMS_BYTES:
+                    params[name].append("…")
+                    break
+                params[name].append(entry)
     return json.dumps(params, separators=(",", ":"))
 
 
@@ -179,7 +179,7 @@ def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str
     pipe.hset(keys.job(job_id), mapping={
         "kind": kind, "owner": owner, "queue": q.name, "state": "queued",
         "max_attempts": max_attempts, "total": total, "created_at": now, "updated_at": now,
-        "params": submitted_params(payload),
+        "params": submitted_params(payload, tuple(f.name for f in kinds.get(kind).fields)),
         # What the job may spend (model_admit_v1 reads it; a replay may raise it).
         **(budget.parse(payload.get(budget.BUDGET_FIELD)) or budget.Budget()).hash_fields(),
     } | ({"name": name} if name else {}))

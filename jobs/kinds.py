@@ -1,9 +1,16 @@
-"""Job kinds: a name, a validator run before anything is written, and the function.
+"""Job kinds: a name, the payload fields it takes, a validator run before anything is
+written, and the function.
 
-To add a kind::
+A kind declares its fields once (``Field``: name, label, help, check); the API's validation,
+the submission form, ``leash submit``'s options and the job page's "submitted with" rows are
+all derived from the declarations. To add a kind::
 
-    @kind("summarise")
+    TONE = Field("tone", "Tone", "How the summary should sound, e.g. formal", check=check_tone)
+
+    @kind("summarise", fields=(TONE,))
     def summarise(ctx: JobContext, payload: dict) -> dict: ...
+
+A kind whose payload is not items plus declared fields writes its own validator::
 
     @summarise.validator
     def _(payload: dict) -> int:  # returns the number of items (total)
@@ -20,7 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from jobs import config
 from jobs.errors import InvalidJob, ItemError
-from jobs.intake.limits import check_fields, check_items, check_labels, check_template, validate_concurrency
+from jobs.intake.limits import (  # check_fields: for kinds that write their own validator
+    check_fields,
+    check_items,
+    check_labels,
+    check_template,
+    validate_concurrency,
+)
 
 if TYPE_CHECKING:
     from jobs.core.context import JobContext
@@ -32,26 +45,68 @@ MAX_ITEM_CHARS = 10_000
 MAX_TEMPLATE_CHARS = 20_000
 
 
+@dataclass(frozen=True)
+class Field:
+    """One payload field a kind takes, declared once."""
+
+    name: str  # the payload's key, the form's field, the CLI's --option
+    label: str  # the form's label and the job page's row
+    help: str  # the form's hint and the option's --help
+    check: Callable[[dict], Any]  # raises InvalidJob naming the field (jobs/intake/limits.py)
+    from_text: Callable[[str], Any] = str.strip  # what a form box or an option holds -> the value
+    multiline: bool = False  # a text area in the form
+    placeholder: str = ""
+    #: What the CLI says when the field is missing (a person typed no --option, not a JSON key).
+    missing: str = ""
+
+
+def comma_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
 @dataclass
 class Kind:
     name: str
     func: Callable[[JobContext, dict], dict]
-    validate: Callable[[dict], int] = lambda payload: 0
+    fields: tuple[Field, ...] = ()
+    validate: Callable[[dict], int] | None = None
+
+    def __post_init__(self):
+        if self.validate is None:  # a kind with neither fields nor a validator checks nothing
+            self.validate = self._validate_declared if self.fields else (lambda payload: 0)
 
     def validator(self, fn: Callable[[dict], int]) -> Callable[[dict], int]:
         self.validate = fn
         return fn
 
+    def _validate_declared(self, payload: dict) -> int:
+        """Items plus the declared fields: each field's check, the items, then nothing else
+        (after the required ones, so a missing field is named before an unknown one)."""
+        for field in self.fields:
+            field.check(payload)
+        total = len(validate_items(payload))
+        check_fields(payload, ("items", *(f.name for f in self.fields)))
+        return total
+
 
 KINDS: dict[str, Kind] = {}
 
 
-def kind(name: str) -> Callable[[Callable], Kind]:
+def kind(name: str, fields: tuple[Field, ...] = ()) -> Callable[[Callable], Kind]:
     def register(func: Callable[[JobContext, dict], dict]) -> Kind:
-        KINDS[name] = Kind(name, func)
+        KINDS[name] = Kind(name, func, tuple(fields))
         return KINDS[name]
 
     return register
+
+
+def fields() -> list[tuple[Field, list[str]]]:
+    """Every declared field once, with the kinds that take it (the form's and the CLI's)."""
+    found: dict[str, tuple[Field, list[str]]] = {}
+    for name in sorted(KINDS):
+        for field in KINDS[name].fields:
+            found.setdefault(field.name, (field, []))[1].append(name)
+    return list(found.values())
 
 
 _env_imported = False
@@ -105,7 +160,15 @@ def _is_error(result: Any) -> bool:
     return isinstance(result, dict) and "error" in result
 
 
-@kind("classify")
+LABELS = Field("labels", "Labels", "Comma-separated, e.g. positive, negative, neutral; each item gets one of them",
+               check=check_labels, from_text=comma_list, placeholder="positive, negative, neutral",
+               missing="give the labels to choose from: --labels positive,negative (classify picks one per item)")
+TEMPLATE = Field("template", "Template", "Your instruction, with {item} where each item goes; each item's answer is "
+                 "its result", check=check_template, multiline=True, placeholder="Summarise in one line: {item}",
+                 missing="give the prompt: --template 'Summarise: {item}' ({item} is where each item goes)")
+
+
+@kind("classify", fields=(LABELS,))
 def classify(ctx: JobContext, payload: dict) -> dict[str, Any]:
     """One label per item, from the configured backend; an answer outside the labels (after
     one correction) becomes that item's error."""
@@ -116,15 +179,7 @@ def classify(ctx: JobContext, payload: dict) -> dict[str, Any]:
     return {"items": len(results), "labels": dict(Counter(answered)), "errors": len(results) - len(answered)}
 
 
-@classify.validator
-def _validate_classify(payload: dict) -> int:
-    check_labels(payload)
-    total = len(validate_items(payload))
-    check_fields(payload, ("items", "labels"))  # after the required ones: a missing field is a 400
-    return total
-
-
-@kind("prompt")
+@kind("prompt", fields=(TEMPLATE,))
 def prompt(ctx: JobContext, payload: dict) -> dict[str, Any]:
     """The template, with ``{item}`` replaced by each item, sent to the configured backend;
     each completion is stored as that item's result."""
@@ -136,11 +191,3 @@ def prompt(ctx: JobContext, payload: dict) -> dict[str, Any]:
     answered = [r for r in results if not _is_error(r)]
     return {"items": len(results), "errors": len(results) - len(answered),
             "characters": sum(len(r) for r in answered)}
-
-
-@prompt.validator
-def _validate_prompt(payload: dict) -> int:
-    check_template(payload)
-    total = len(validate_items(payload))
-    check_fields(payload, ("items", "template"))
-    return total

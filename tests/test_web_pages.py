@@ -175,7 +175,7 @@ def test_the_jobs_page_lists_my_jobs_newest_first(browser, conn):
     assert html.count("<progress") == 2
 
 
-def test_a_browser_gets_html_error_pages(client, conn):
+def test_a_browser_gets_html_error_replies(client, conn):
     missing = client.get("/jobs/unknown-id", headers=HTML)
     assert missing.status_code == 404 and missing.mimetype == "text/html" and b"no such job" in missing.data
 

@@ -32,9 +32,9 @@ from jobs.intake import admission
 from jobs.read import listing, results
 from jobs.usage.meter import DAYS_KEPT
 from jobs.usage.report import owner_usage
-from web.error_pages import api_error, wants_html
 
 from .auth import Need, request_owner
+from .error_replies import api_error, wants_html
 from .reads import FILTER_ARGS, NoSuchJobHere, filters_arg, int_arg, read_status, redis_conn
 
 bp = Blueprint("api", __name__)

@@ -33,8 +33,8 @@ from flask_wtf.csrf import CSRFProtect
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from jobs import config, kinds
-from web import api, auth, dashboard, error_pages, metrics, overview_page, pages, request_logs, signin
 
+from . import api, auth, dashboard, error_replies, metrics, overview_page, pages, request_logs, signin
 from .redis_guard import guarded_connection
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     metrics.init_app(app)  # first, so its timer starts before any hook can answer early
     app.before_request(_body_limit)
     CSRFProtect(app)
-    error_pages.init_app(app)
+    error_replies.init_app(app)
     dashboard.init_app(app)
     app.before_request(_dashboard_fails_fast)
     app.before_request(_csrf_policy)

@@ -31,7 +31,8 @@ from flask import current_app, g, request, session
 from werkzeug.exceptions import BadRequest, Unauthorized
 
 from jobs.read.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens  # noqa: F401  (parse_tokens: web.app)
-from web.error_pages import wants_html
+
+from .error_replies import wants_html
 
 _OWNER = OWNER_PATTERN
 #: The owner of form submissions by visitors who are not signed in (LEASH_PUBLIC_SUBMIT=1).

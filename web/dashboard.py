@@ -38,7 +38,8 @@ from rq.serializers import JSONSerializer
 
 from jobs import keys
 from jobs.core.connection import redis_url
-from web.error_pages import api_error
+
+from .error_replies import api_error
 
 log = logging.getLogger(__name__)
 

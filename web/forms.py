@@ -21,11 +21,11 @@ CSV_TEXT_COLUMNS = ("text", "item", "items", "input", "prompt", "review", "comme
                     "sentence", "content", "body")
 
 
-class SubmitForm(FlaskForm):
+class BaseSubmitForm(FlaskForm):
+    """What every job has; each kind's own fields are added by ``submit_form()``."""
+
     kind = SelectField("Kind", choices=[])
     name = StringField("Name (optional)", description="To find the job again in your list, e.g. March reviews")
-    labels = StringField("Labels", description="Comma-separated, e.g. positive, negative, neutral")
-    template = TextAreaField("Template", description="Your instruction, with {item} where each item goes")
     items = TextAreaField("Items", description="One per line")
     items_file = FileField("…or upload a file", validators=[
         FileAllowed(["txt", "csv"], "upload a .txt (one item per line) or .csv file")])
@@ -49,8 +49,22 @@ class SubmitForm(FlaskForm):
                   "usd": float(self.budget_usd.data) if self.budget_usd.data is not None else None}
         return {k: v for k, v in budget.items() if v is not None} or None
 
-    def label_list(self) -> list[str]:
-        return [part.strip() for part in (self.labels.data or "").split(",") if part.strip()]
+    def kind_fields(self) -> list[tuple[kinds.Field, list[str]]]:
+        """The kinds' declared fields in this form, with the kinds that take each."""
+        return kinds.fields()
+
+    def payload_fields(self) -> dict:
+        """The selected kind's declared fields, read from their boxes (an empty box too: the
+        kind's check says what is missing). A box left filled from another kind is dropped; a
+        kind that declares no fields (its own validator) gets every filled box."""
+        chosen = kinds.KINDS.get(self.kind.data)
+        declared = {f.name for f in chosen.fields} if chosen else set()
+        values = {}
+        for field, _ in kinds.fields():
+            text = (self[field.name].data or "").strip()
+            if field.name in declared or (text and not declared):
+                values[field.name] = field.from_text(text)
+        return values
 
     def item_list(self) -> list[str] | None:
         """The items from the upload if there is one, else from the text box; None (with an
@@ -70,6 +84,13 @@ class SubmitForm(FlaskForm):
                     return None
             return _lines(text)
         return _lines(self.items.data or "")
+
+
+def submit_form(*args, **kwargs) -> BaseSubmitForm:
+    """The submission form, with a box for every field a kind declares (jobs.kinds.Field)."""
+    boxes = {field.name: (TextAreaField if field.multiline else StringField)(field.label, description=field.help)
+             for field, _ in kinds.fields()}
+    return type("SubmitForm", (BaseSubmitForm,), boxes)(*args, **kwargs)
 
 
 def _lines(text: str) -> list[str]:

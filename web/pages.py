@@ -34,10 +34,10 @@ from jobs.intake import admission, limits
 from jobs.read import humane, listing, poll_schedule, results
 from jobs.usage.budget import BUDGET_FIELD
 from jobs.usage.report import spend_text
-from web.error_pages import api_error, wants_html
 
 from .auth import Need, browser_owner, request_owner
-from .forms import SubmitForm
+from .error_replies import api_error, wants_html
+from .forms import BaseSubmitForm, submit_form
 from .reads import FILTER_ARGS, filters_arg, int_arg, read_status, redis_conn
 
 bp = Blueprint("pages", __name__)
@@ -45,14 +45,15 @@ bp = Blueprint("pages", __name__)
 RESULTS_PER_PAGE = 50
 JOBS_PER_PAGE = 25
 STALE_TEXT = "stale — the worker stopped reporting, the job will be retried"
-FORM_FIELDS = ("labels", "template", "items", "items_file", "kind", "budget_tokens", "budget_usd", "name")
+FORM_FIELDS = ("items", "items_file", "kind", "budget_tokens", "budget_usd", "name")  # and each kind's fields
 
 
 def plain(message: str) -> str:
     """A validator's message in words for the form: "items[4]" is "Item 5", field names lose
     their quotes, and the sentence starts with a capital."""
-    message = re.sub(r"items\[(\d+)\]", lambda m: f"Item {int(m.group(1)) + 1}", message)
-    message = re.sub(r"labels\[(\d+)\]", lambda m: f"Label {int(m.group(1)) + 1}", message)
+    # items[4] is "Item 5", labels[0] "Label 1": an entry of any list field
+    message = re.sub(r"\b([a-z_]+?)s?\[(\d+)\]", lambda m: f"{m.group(1).capitalize()} {int(m.group(2)) + 1}",
+                     message)
     for name, words in (("'items' is empty; give at least one item", "Give at least one item: one per line, "
                          "or upload a file"),
                         ("'labels' must be a non-empty list of non-empty strings", "Give the labels to choose "
@@ -63,48 +64,38 @@ def plain(message: str) -> str:
                          "{item}, where each item goes"),
                         ("'labels' contains duplicates", "A label is given twice; give each label once")):
         message = message.replace(name, words)
-    for field in ("items", "labels", "template", "name"):
+    for field in ("items", "name", *(f.name for f, _ in kinds.fields())):
         message = message.replace(f"'{field}'", f"the {field}")
     return message[:1].upper() + message[1:]
 
 
-def _field_for(message: str, form: SubmitForm) -> str:
+def _field_for(message: str, form: BaseSubmitForm) -> str:
     """Which field a validator's message is about."""
-    positions = {name: message.find(name) for name in ("items", "labels", "template") if name in message}
+    names = ("items", *(f.name for f, _ in kinds.fields()))
+    positions = {name: message.find(name) for name in names if name in message}
     name = min(positions, key=positions.get) if positions else "kind"
     if name == "items" and form.items_file.data and getattr(form.items_file.data, "filename", ""):
         name = "items_file"
     return name
 
 
-def _check_each_field(form: SubmitForm, kind: str, payload: dict) -> None:
+def _check_each_field(form: BaseSubmitForm, kind: str, payload: dict) -> None:
     """Run every field's check, so the person sees all that is wrong at once, not one at a
     time. The kind's own validator runs again in enqueue."""
-    checks = [("items", lambda: limits.check_items(payload))]
-    if kind == "classify":
-        checks.append(("labels", lambda: limits.check_labels(payload)))
-    if kind == "prompt":
-        checks.append(("template", lambda: limits.check_template(payload)))
+    checks = [("items", limits.check_items)]
+    if kind in kinds.KINDS:
+        checks += [(field.name, field.check) for field in kinds.KINDS[kind].fields]
     for name, check in checks:
         try:
-            check()
+            check(payload)
         except InvalidJob as exc:
             if name == "items":
                 name = _field_for("items", form)
             getattr(form, name).errors.append(plain(str(exc)))
 
 
-def _payload(form: SubmitForm, items: list[str]) -> dict:
-    payload: dict = {"items": items}
-    kind = form.kind.data
-    if form.label_list() and kind != "prompt":
-        payload["labels"] = form.label_list()
-    if kind == "classify" and "labels" not in payload:
-        payload["labels"] = []
-    if (form.template.data or "").strip() and kind != "classify":
-        payload["template"] = form.template.data.strip()
-    if kind == "prompt" and "template" not in payload:
-        payload["template"] = ""
+def _payload(form: BaseSubmitForm, items: list[str]) -> dict:
+    payload: dict = {"items": items, **form.payload_fields()}
     if form.budget():
         payload[BUDGET_FIELD] = form.budget()
     return payload
@@ -121,7 +112,7 @@ def _page(html: str, status: int = 200):
 @bp.route("/", methods=["GET", "POST"])
 def index():
     owner = browser_owner(Need.SUBMIT)
-    form = SubmitForm()
+    form = submit_form()
     refusal = None
     if form.validate_on_submit():
         items = form.item_list()
@@ -133,7 +124,7 @@ def index():
             job_name = check_name(form.name.data)
         except InvalidJob as exc:
             form.name.errors.append(plain(str(exc)))
-        if not any(getattr(form, name).errors for name in FORM_FIELDS):
+        if not any(getattr(form, name).errors for name in (*FORM_FIELDS, *(f.name for f, _ in kinds.fields()))):
             key = "form:" + form.submission.data
             refusal = admission.check(redis_conn(), owner, key)
             try:
@@ -201,6 +192,7 @@ def job_page(job_id: str):
     refresh = None if terminal else int(poll_schedule.poll_delay(_age(fields)))
     return _page(render_template(
         "job.html", job=fields, terminal=terminal, table=_results_table(connection, job_id, fields),
+        submitted=[(f, given[f.name]) for f, _ in kinds.fields() if f.name in (given := fields.get("submitted", {}))],
         refresh=refresh, schedule=schedule, stale_text=STALE_TEXT, percent=_percent(fields),
         shown_state=listing.view_of(fields), attempts=humane.attempts(fields),
         traceback=_traceback(fields["error"]), duration=humane.duration,

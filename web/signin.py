@@ -18,9 +18,8 @@ from flask_wtf import FlaskForm
 from wtforms import HiddenField, PasswordField
 from wtforms.validators import InputRequired
 
-from web.error_pages import error_response, wants_html
-
 from . import auth
+from .error_replies import error_response, wants_html
 
 bp = Blueprint("signin", __name__)
 

@@ -8,7 +8,7 @@ holds (the job hash, RQ's status, the error and attempt history lists); no extra
     elapsed_seconds  from the first start to the end (or to the last update)
     items_per_second over the current attempt up to its last update (the whole run once ended)
     eta_seconds      at that rate, for the items left (running jobs only)
-    labels/template  as submitted
+    submitted        the kind's declared fields as submitted (labels/template also alone)
     results_url      the per-item results, readable while the job runs
     waiting          why a queued job is not running: the owner's limit, a retry, the queue
     next_retry_at    when a job waiting for a retry comes back
@@ -145,6 +145,9 @@ def details(job_id: str, h: dict, state: str, error: str | None, rq_status: str 
         "elapsed_seconds": round(elapsed, 1) if elapsed is not None else None,
         "items_per_second": round(rate, 3) if rate is not None else None,
         "eta_seconds": round(eta, 1) if eta is not None else None,
+        # The kind's declared fields as submitted (jobs.kinds), cut to fit the job's hash.
+        "submitted": params,
+        # The built-in kinds' fields under their own names, as clients of 0.2 read them.
         "labels": params.get("labels"),
         "template": params.get("template"),
         "results_url": f"/jobs/{job_id}/result",

@@ -47,7 +47,7 @@ FIELDS = ("job_id", "kind", "state", "done", "total", "result", "error", "stale"
           "max_attempts", "created_at", "updated_at", "lease_expires_at",
           # What a person watching the job wants to know (see ``details``).
           "canceled", "error_summary", "started_at", "finished_at", "elapsed_seconds", "items_per_second",
-          "eta_seconds", "labels", "template", "results_url", "waiting", "next_retry_at", "history",
+          "eta_seconds", "submitted", "labels", "template", "results_url", "waiting", "next_retry_at", "history",
           # What its model calls used and cost, and the budget it runs under (jobs/usage).
           "usage", "cost_usd", "budget",
           # What people call it (``leash submit --name``).
