@@ -16,8 +16,9 @@ from typing import TextIO
 
 import click
 
+from jobs.core.states import TERMINAL
 from jobs.read import humane
-from jobs.read.poll_schedule import TERMINAL, poll_delay
+from jobs.read.poll_schedule import poll_delay
 from jobs.usage.report import spend_text
 
 BAR_TEMPLATE = "[%(bar)s] %(info)s"

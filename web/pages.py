@@ -144,7 +144,8 @@ def index():
 
 def _schedule() -> dict:
     """The poll backoff the pages' scripts follow (static/job.js, static/jobs.js)."""
-    return {"fast": poll_schedule.FAST_POLL, "period": poll_schedule.FAST_PERIOD, "slow": poll_schedule.SLOW_POLL}
+    return {"fast": poll_schedule.FAST_POLL, "period": poll_schedule.FAST_PERIOD, "slow": poll_schedule.SLOW_POLL,
+            "terminal": " ".join(sorted(states.TERMINAL))}
 
 
 def _age(fields: dict) -> float:

@@ -29,6 +29,7 @@ from jobs.config import settings
 from jobs.core import clock, lua, state_index
 from jobs.core.lease import error_entry, truncate
 from jobs.core.rq_side import ENDED_BY_RQ, PLAIN_WORKER, REMOVED, requeued_by_rq  # noqa: F401 (PLAIN_WORKER: read as consistency.PLAIN_WORKER)
+from jobs.core.text import decoded
 
 log = logging.getLogger("leash.consistency")
 
@@ -42,14 +43,10 @@ ENDED = (None, "succeeded", "failed")
 OWNER_LIMIT_PREFIX = keys.owner_rate_limit_key("")
 
 
-def _text(value) -> str | None:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def end_outside(connection: Redis, job_id: str, message: str, now: float | None = None) -> bool:
     """Fail a still-queued job that RQ's tools ended; frees its owner's slot. True if done."""
     now = clock.wall() if now is None else now
-    owner, kind, attempts = (_text(v) for v in connection.hmget(keys.job(job_id), "owner", "kind", "attempts"))
+    owner, kind, attempts = (decoded(v) for v in connection.hmget(keys.job(job_id), "owner", "kind", "attempts"))
     kind = kind or ""
     # RQ's own cancel is a cancel: counted apart from failures, like leash's.
     outcome = "canceled" if message == ENDED_BY_RQ["canceled"] else "failed"
@@ -131,8 +128,8 @@ def _read(connection: Redis, job_ids: list[str],
         raw = pipe.execute()
     out = []
     for n in range(len(job_ids)):
-        state, ended_at, owner = (_text(v) for v in raw[2 * n])
-        out.append((state, float(ended_at) if ended_at else None, _text(raw[2 * n + 1])))
+        state, ended_at, owner = (decoded(v) for v in raw[2 * n])
+        out.append((state, float(ended_at) if ended_at else None, decoded(raw[2 * n + 1])))
         if owners is not None:
             owners.append(owner)
     return out
@@ -141,7 +138,7 @@ def _read(connection: Redis, job_ids: list[str],
 def _sweep_active(connection: Redis, now: float, batch: int, counts: dict, requeued: list,
                   seen: dict[str, list[str]]) -> None:
     start = int(connection.get(keys.SWEEP_CURSOR) or 0)
-    job_ids = [_text(j) for j in connection.zrange(keys.ACTIVE, start, start + batch - 1)]
+    job_ids = [decoded(j) for j in connection.zrange(keys.ACTIVE, start, start + batch - 1)]
     connection.set(keys.SWEEP_CURSOR, start + batch if len(job_ids) == batch else 0)
     if not job_ids:
         return
@@ -192,7 +189,7 @@ def _sweep_owner_slots(connection: Redis, now: float, counts: dict, requeued: li
                        seen: dict[str, list[str]]) -> None:
     """Every job holding or waiting for an owner's slot: requeued failed jobs are replayed,
     and a slot held by a job that will not run (ended, deleted) is freed."""
-    limits = [_text(k) for k in connection.smembers(RateLimitRegistry.rl_keys_key)]
+    limits = [decoded(k) for k in connection.smembers(RateLimitRegistry.rl_keys_key)]
     registries = [RateLimitRegistry(k, connection) for k in limits if k and k.startswith(OWNER_LIMIT_PREFIX)]
     if not registries:
         return
@@ -203,8 +200,8 @@ def _sweep_owner_slots(connection: Redis, now: float, counts: dict, requeued: li
         members = pipe.execute()
     holders: list[tuple[RateLimitRegistry, str, bool]] = []  # (registry, job id, holds a slot)
     for n, registry in enumerate(registries):
-        holders += [(registry, _text(j), True) for j in members[2 * n]]
-        holders += [(registry, _text(j), False) for j in members[2 * n + 1]]
+        holders += [(registry, decoded(j), True) for j in members[2 * n]]
+        holders += [(registry, decoded(j), False) for j in members[2 * n + 1]]
     if not holders:
         return
     rows = _read(connection, [job_id for _, job_id, _ in holders])

@@ -25,15 +25,12 @@ from redis import Redis
 from jobs import keys
 from jobs.config import settings
 from jobs.core import clock, lua
+from jobs.core.text import decoded
 
 #: Jobs indexed per backfill step (a reaper tick or a listing that finds the marker missing).
 BACKFILL_STEP = 5000
 _SCAN_COUNT = 1000
 _TRIM_BATCH = 1000
-
-
-def _text(value) -> str | None:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def ready(connection: Redis) -> bool:
@@ -110,12 +107,12 @@ def backfill_step(connection: Redis, budget: int = BACKFILL_STEP, now: float | N
     seen = 0
     while True:
         cursor, found = connection.scan(cursor, match=keys.JOB_PATTERN, count=_SCAN_COUNT)
-        job_ids = [_text(key)[prefix:] for key in found]
+        job_ids = [decoded(key)[prefix:] for key in found]
         if job_ids:
             with connection.pipeline(transaction=False) as pipe:
                 for job_id in job_ids:
                     pipe.hget(keys.job(job_id), "owner")
-                owners = [_text(o) for o in pipe.execute()]
+                owners = [decoded(o) for o in pipe.execute()]
             owned = [(job_id, owner) for job_id, owner in zip(job_ids, owners, strict=True) if owner]
             repair(connection, [j for j, _ in owned], [o for _, o in owned], now)
             seen += len(job_ids)

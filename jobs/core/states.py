@@ -26,6 +26,7 @@ from jobs import keys
 from jobs.core import clock
 from jobs.core.details import details
 from jobs.core.rq_side import ENDED_BY_RQ, REMOVED, requeued_by_rq
+from jobs.core.text import decoded
 from jobs.errors import NoSuchJob
 from jobs.usage.report import job_usage
 
@@ -52,12 +53,6 @@ FIELDS = ("job_id", "kind", "state", "done", "total", "result", "error", "stale"
           "usage", "cost_usd", "budget",
           # What people call it (``leash submit --name``).
           "name")
-
-
-def _text(value: bytes | str | None) -> str | None:
-    if value is None:
-        return None
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _float(value: str | None) -> float | None:
@@ -95,7 +90,7 @@ def read_with_history(connection: Redis, job_id: str) -> tuple[dict, str | None,
         pipe.lrange(keys.errors(job_id), 0, -1)
         pipe.lrange(keys.history(job_id), 0, -1)
         raw, rq_status, errors, history = pipe.execute()
-    return raw, _text(rq_status), errors, history
+    return raw, decoded(rq_status), errors, history
 
 
 def status(connection: Redis, job_id: str, now: float | None = None) -> dict[str, Any]:
@@ -112,7 +107,7 @@ def retry_time(connection: Redis, job_id: str, raw: dict, rq_status: str | None)
     """When RQ's scheduler brings back a job waiting for its retry (None for any other job)."""
     if rq_status != "scheduled":
         return None
-    queue = _text(raw.get(b"queue") or raw.get("queue"))
+    queue = decoded(raw.get(b"queue") or raw.get("queue"))
     return connection.zscore(keys.rq_scheduled(queue, connection), job_id) if queue else None
 
 
@@ -120,7 +115,7 @@ def from_raw(job_id: str, raw: dict, rq_status: str | None, now: float | None = 
              errors: list | None = None, history: list | None = None,
              retry_at: float | None = None) -> dict[str, Any]:
     now = clock.wall() if now is None else now
-    h = {_text(k): _text(v) for k, v in raw.items()}
+    h = {decoded(k): decoded(v) for k, v in raw.items()}
     lease_expires_at = _float(h.get("lease_expires_at"))
     state, stale, error_override = decide(h.get("state") or "queued", rq_status, lease_expires_at, now,
                                           ended_at=_float(h.get("ended_at")))

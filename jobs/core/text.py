@@ -13,6 +13,12 @@ from jobs.errors import InvalidJob
 REPLACEMENT = "\ufffd"
 
 
+def decoded(value: Any) -> Any:
+    """A value read from Redis as text: bytes decoded as UTF-8, anything else (None, a str, a
+    number from a Lua reply) as it is."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def _bad(text: str) -> str | None:
     """The first character UTF-8 cannot encode, or None."""
     try:

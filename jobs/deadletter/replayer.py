@@ -25,6 +25,7 @@ from jobs import config, keys
 from jobs.config import settings
 from jobs.core import clock, lua
 from jobs.core.rq_side import rq_job_for, rq_queue
+from jobs.core.text import decoded
 from jobs.deadletter.failures import failed_ids, heads
 from jobs.errors import NoSuchJob
 from jobs.usage.budget import Budget
@@ -69,10 +70,6 @@ class ReplayOutcome:
     audit_id: str | None
 
 
-def _text(value) -> str | None:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def select(connection: Redis, job_ids: Iterable[str] | None = None, kind: str | None = None,
            error_contains: str | None = None, since: float | None = None,
            now: float | None = None) -> Selection:
@@ -108,7 +105,7 @@ def _explicit(connection: Redis, job_ids: list[str], selection: Selection) -> li
     with connection.pipeline(transaction=False) as pipe:
         for job_id in job_ids:
             pipe.hget(keys.job(job_id), "state")
-        states = [_text(s) for s in pipe.execute()]
+        states = [decoded(s) for s in pipe.execute()]
     unknown = [job_id for job_id, state in zip(job_ids, states, strict=True) if state is None]
     if unknown:
         raise UnknownJobs(unknown)
@@ -127,7 +124,7 @@ def _errors(connection: Redis, job_ids: list[str]) -> list[str]:
         with connection.pipeline(transaction=False) as pipe:
             for job_id in job_ids[start:start + BATCH]:
                 pipe.hget(keys.job(job_id), "error")
-            out.extend((_text(v) or "") for v in pipe.execute())
+            out.extend((decoded(v) or "") for v in pipe.execute())
     return out
 
 
@@ -197,8 +194,8 @@ def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: i
     limits: dict[str, int] = {}
     origins: set[str] = set()
     for n, job_id in enumerate(job_ids):
-        origin, limit_key, concurrency = (_text(v) for v in rows[2 * n])
-        queue, owner = (_text(v) for v in rows[2 * n + 1])
+        origin, limit_key, concurrency = (decoded(v) for v in rows[2 * n])
+        queue, owner = (decoded(v) for v in rows[2 * n + 1])
         origin = origin or queue or "leash"
         origins.add(origin)
         script_keys += [keys.job(job_id), keys.items(job_id), keys.errors(job_id), keys.payload(job_id),
@@ -211,7 +208,7 @@ def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: i
         else:
             script_keys += [keys.rq_queue(origin), *keys.owner_state_indexes(owner or "")]
             args += [job_id, "list"]
-    results = [_text(r) for r in lua.run(connection, "replay_v2", keys=script_keys, args=args)]
+    results = [decoded(r) for r in lua.run(connection, "replay_v2", keys=script_keys, args=args)]
     # What RQ's enqueue does for a rate-limited job after saving it as waiting: register the
     # limit, then fill free slots (oldest waiting first) onto the queue.
     with connection.pipeline(transaction=False) as pipe:
@@ -247,15 +244,15 @@ def _audit(connection: Redis, actor: str, selector: dict, replayed: list[str],
         "skipped": json.dumps([{"job_id": i, "reason": r} for i, r in skipped]),
     }
     entry_id = connection.xadd(keys.REPLAY_AUDIT, entry, maxlen=keys.REPLAY_AUDIT_MAXLEN, approximate=True)
-    return _text(entry_id)
+    return decoded(entry_id)
 
 
 def audit_log(connection: Redis, count: int = 20) -> list[dict]:
     """The latest replay audit entries, newest first."""
     out = []
     for entry_id, fields in connection.xrevrange(keys.REPLAY_AUDIT, count=count):
-        f = {_text(k): _text(v) for k, v in fields.items()}
-        out.append({"id": _text(entry_id), "actor": f["actor"], "at": clock.iso(float(f["at"])),
+        f = {decoded(k): decoded(v) for k, v in fields.items()}
+        out.append({"id": decoded(entry_id), "actor": f["actor"], "at": clock.iso(float(f["at"])),
                     "selector": json.loads(f["selector"]), "count": int(f["count"]),
                     "ids": json.loads(f["ids"]), "skipped": json.loads(f["skipped"])})
     return out
@@ -272,7 +269,7 @@ def rebuild_rq_jobs(connection: Redis, job_ids: list[str]) -> set[str]:
     rebuilt = set()
     with connection.pipeline(transaction=False) as pipe:
         for n, job_id in enumerate(job_ids):
-            (kind, owner, max_attempts, total, queue), payload = [_text(v) for v in rows[2 * n]], rows[2 * n + 1]
+            (kind, owner, max_attempts, total, queue), payload = [decoded(v) for v in rows[2 * n]], rows[2 * n + 1]
             if kind is None or payload is None:
                 continue
             q = rq_queue(connection, queue or settings().queue)
@@ -295,7 +292,7 @@ def adopt_requeues(connection: Redis, job_ids: list[str], source: str) -> list[s
     with connection.pipeline(transaction=False) as pipe:
         for job_id in job_ids:  # RQ's requeue pushed it on its queue; the replay promotes it again
             pipe.hget(keys.job(job_id), "queue")
-        queues = [_text(q) or settings().queue for q in pipe.execute()]
+        queues = [decoded(q) or settings().queue for q in pipe.execute()]
         for job_id, queue in zip(job_ids, queues, strict=True):
             pipe.lrem(keys.rq_queue(queue), 0, job_id)
         pipe.execute()

@@ -26,6 +26,7 @@ from jobs import keys
 from jobs.core import clock, state_index, states
 from jobs.core.details import is_canceled
 from jobs.core.rq_side import ENDED_BY_RQ
+from jobs.core.text import decoded
 from jobs.errors import CANCELED as CANCELED_ERROR
 
 #: Filters other than the state, and the index before older jobs are indexed, read at most
@@ -36,10 +37,6 @@ CANCELED = "canceled"
 #: What a listing can be filtered by: the states, and canceled apart from failed.
 VIEWS = tuple(s.value for s in states.State) + (CANCELED,)
 _FAILED = states.State.FAILED.value
-
-
-def _text(value):
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def view_of(fields: dict) -> str:
@@ -103,13 +100,13 @@ def _canceled_among(connection: Redis, ids: list[str]) -> set[str]:
             for job_id in maybe:
                 pipe.hget(keys.job(job_id), "error")
             canceled.update(job_id for job_id, error in zip(maybe, pipe.execute(), strict=True)
-                            if is_canceled(_text(error)))
+                            if is_canceled(decoded(error)))
     return canceled
 
 
 def scan(connection: Redis, owner: str, filters: Filters, now: float) -> list[Row]:
     """The owner's newest MAX_SCAN jobs that pass every filter but the view, newest first."""
-    ids = [_text(i) for i in connection.zrevrange(keys.owner_jobs(owner), 0, MAX_SCAN - 1)]
+    ids = [decoded(i) for i in connection.zrevrange(keys.owner_jobs(owner), 0, MAX_SCAN - 1)]
     found: list[Row] = []
     for start in range(0, len(ids), _CHUNK):
         chunk = ids[start:start + _CHUNK]
@@ -124,9 +121,9 @@ def scan(connection: Redis, owner: str, filters: Filters, now: float) -> list[Ro
             if leash_state is None:
                 continue
             created = float(created) if created else None
-            if not filters.matches(job_id, _text(kind), _text(name), created):
+            if not filters.matches(job_id, decoded(kind), decoded(name), created):
                 continue
-            decided, _, override = states.decide(_text(leash_state), _text(rq_status),
+            decided, _, override = states.decide(decoded(leash_state), decoded(rq_status),
                                                  float(lease) if lease else None, now,
                                                  ended_at=float(ended) if ended else None)
             if decided == states.State.FAILED and override is None:
@@ -152,7 +149,7 @@ def _index_ready(connection: Redis, owner: str, now: float) -> bool:
 
 def _failed_split(connection: Redis, owner: str) -> tuple[list[str], set[str]]:
     """The owner's failed index, newest first, and which of those jobs were canceled."""
-    failed_ids = [_text(i) for i in connection.zrevrange(keys.owner_state(owner, _FAILED), 0, -1)]
+    failed_ids = [decoded(i) for i in connection.zrevrange(keys.owner_state(owner, _FAILED), 0, -1)]
     return failed_ids, _canceled_among(connection, failed_ids)
 
 
@@ -177,7 +174,7 @@ def _view_page(connection: Redis, owner: str, view: str, offset: int, limit: int
         pipe.zcard(index)
         pipe.zrevrange(index, offset, offset + limit - 1)
         total, raw_ids = pipe.execute()
-    return total, [_text(i) for i in raw_ids]
+    return total, [decoded(i) for i in raw_ids]
 
 
 def find(connection: Redis, owner: str, offset: int, limit: int, filters: Filters | None = None,
@@ -204,7 +201,7 @@ def find(connection: Redis, owner: str, offset: int, limit: int, filters: Filter
                 pipe.zcard(index)
                 pipe.zrevrange(index, offset, offset + limit - 1)
                 total, raw_ids = pipe.execute()
-            ids = [_text(i) for i in raw_ids]
+            ids = [decoded(i) for i in raw_ids]
         else:
             total, ids = _view_page(connection, owner, filters.view, offset, limit,
                                     split if filters.view in (_FAILED, CANCELED) else None)
@@ -229,9 +226,9 @@ def _read(connection: Redis, owner: str, ids: list[str], view: str | None, now: 
             if view is not None:
                 state_index.repair(connection, [job_id], [owner], now)
             continue
-        fields = states.from_raw(job_id, raw, _text(rq_status), now=now)
+        fields = states.from_raw(job_id, raw, decoded(rq_status), now=now)
         if view is not None and view_of(fields) != view:
-            if _text(raw.get(b"state")) != (_FAILED if view == CANCELED else view):
+            if decoded(raw.get(b"state")) != (_FAILED if view == CANCELED else view):
                 misplaced.append(job_id)  # moved by an older release's script: repaired as met
             continue
         listing.append(fields)

@@ -4,9 +4,6 @@ a hundred requests a second."""
 
 from __future__ import annotations
 
-TERMINAL = ("succeeded", "failed")
-
-
 #: The backoff schedule, shared with the web page's poller (web/static/job.js reads it
 #: from the page): every FAST_POLL seconds during the first FAST_PERIOD, then every SLOW_POLL.
 FAST_POLL = 1.0

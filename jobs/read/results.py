@@ -18,7 +18,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from jobs import keys
-from jobs.core.text import printable
+from jobs.core.text import decoded, printable
 from jobs.errors import NoSuchJob
 
 #: The largest page a caller may ask for.
@@ -49,10 +49,6 @@ class Page:
         return max(0, self.offset - self.limit) if self.offset > 0 else None
 
 
-def _text(value: bytes | None) -> str | None:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def read_page(connection: Redis, job_id: str, offset: int = 0, limit: int = 50) -> Page:
     """One page of results, in one round trip. Raises ``NoSuchJob`` for an unknown id."""
     if offset < 0 or not 1 <= limit <= MAX_PAGE:
@@ -66,7 +62,7 @@ def read_page(connection: Redis, job_id: str, offset: int = 0, limit: int = 50) 
     if owner is None:
         raise NoSuchJob(f"no such job: {job_id}")
     items = [(index, json.loads(value)) for index, value in zip(indexes, values, strict=True) if value is not None]
-    return Page(job_id=job_id, owner=_text(owner), state=_text(state) or "queued", done=int(done or 0),
+    return Page(job_id=job_id, owner=decoded(owner), state=decoded(state) or "queued", done=int(done or 0),
                 total=int(total or 0), offset=offset, limit=limit, items=items,
                 usage={index: parse_item_usage(raw) for index, raw in zip(indexes, usages, strict=True) if raw})
 
@@ -76,7 +72,7 @@ USAGE_COLUMNS = ("calls", "input_tokens", "output_tokens")
 
 def parse_item_usage(raw: bytes | str) -> dict[str, int]:
     """An item's usage as heartbeat_v2 stores it: "calls,input,output"."""
-    return dict(zip(USAGE_COLUMNS, (int(n) for n in _text(raw).split(",")), strict=True))
+    return dict(zip(USAGE_COLUMNS, (int(n) for n in decoded(raw).split(",")), strict=True))
 
 
 def item_inputs(connection: Redis, job_id: str, offset: int, limit: int) -> list[Any]:

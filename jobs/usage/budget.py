@@ -19,6 +19,7 @@ from redis import Redis
 from jobs import keys
 from jobs.config import get
 from jobs.core import lua
+from jobs.core.text import decoded
 from jobs.errors import InvalidJob, PermanentError
 from jobs.usage import prices
 from jobs.usage.meter import DAY_TTL, utc_day
@@ -124,13 +125,9 @@ def admit(connection: Redis, rate_keys: list[str], ms_per_request: float, ms_per
     )
     code = int(reply[0])
     if code == OVER_BUDGET:
-        return Admission(code, refusal=refusal_text(attempt.owner_name(), *[_text(r) for r in reply[1:5]],
+        return Admission(code, refusal=refusal_text(attempt.owner_name(), *[str(decoded(r)) for r in reply[1:5]],
                                                     worst_tokens=worst_tokens, day=day))
     return Admission(code, wait_seconds=int(reply[1]) / 1000 if len(reply) > 1 else 0.0)
-
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def refusal_text(owner: str, what: str, used: str, reserved: str, limit: str, worst_tokens: int = 0,

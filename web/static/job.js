@@ -1,5 +1,5 @@
 // The job page's poller. It asks GET /jobs/<id> (JSON) on the backoff schedule of
-// jobs.watch.poll_delay (the page passes the numbers in data-* attributes): every `fast`
+// jobs.read.poll_schedule.poll_delay (the page passes the numbers in data-* attributes): every `fast`
 // seconds for the first `period` seconds, then every `slow` seconds. A hundred idle tabs must
 // not become a hundred requests a second. Unchanged answers are 304s (ETag), hidden tabs do
 // not poll. When the job changed, the page's own HTML is fetched and its job section swapped
@@ -8,7 +8,9 @@
   "use strict";
   var root = document.getElementById("job");
   if (!root) return;
-  var TERMINAL = { succeeded: true, failed: true };
+  // The states a job never leaves (jobs.core.states.TERMINAL), from the page.
+  var TERMINAL = {};
+  (root.dataset.terminal || "").split(" ").forEach(function (state) { if (state) TERMINAL[state] = true; });
   var url = root.dataset.url;
   var fast = parseFloat(root.dataset.fast);
   var period = parseFloat(root.dataset.period);
