@@ -16,9 +16,16 @@ with LEASH_MODEL_BACKEND naming the backend that speaks its protocol.
 
 from __future__ import annotations
 
+import json
+import re
+import secrets
+from datetime import UTC, datetime
+from urllib.parse import urlsplit
+
 import pytest
 
-from tests.fake_openai import Error, FakeOpenAI, Seen, serving
+from tests.fake_batches import ENDED, BatchAPI, FakeBatch, body_of, send_bytes
+from tests.fake_openai import Error, FakeOpenAI, Seen, send_json, serving
 
 #: Anthropic's error type for each status (https://docs.anthropic.com/en/api/errors).
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
@@ -39,6 +46,9 @@ class FakeAnthropic(FakeOpenAI):
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"  # the SDK adds /v1/messages
+
+    def batch_api(self):
+        return AnthropicBatchAPI(self)
 
     def api_key_of(self, headers) -> str:
         # Anthropic's documented header; this SDK sends the key as a Bearer token.
@@ -78,6 +88,77 @@ class FakeAnthropic(FakeOpenAI):
         super().bill(prompt_tokens, completion_tokens)
         with self.lock:
             self.billed_cached.append(min(self.cache_read, prompt_tokens))
+
+
+_CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def _when(seconds: float | None) -> str | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
+
+
+class AnthropicBatchAPI(BatchAPI):
+    """Anthropic's Message Batches API (https://docs.anthropic.com/en/api/creating-message-batches)."""
+
+    def route(self, handler, method: str) -> bool:
+        path = urlsplit(handler.path).path.rstrip("/")
+        if path == "/v1/messages/batches":
+            if method == "POST":
+                return self._create(handler)
+            with self.lock:
+                objects = [self.shape(b) for b in reversed(self.batches.values())]
+            return self.page(handler, objects, "after_id") or True
+        match = re.fullmatch(r"/v1/messages/batches/([\w-]+)(/cancel|/results)?", path)
+        if not match:
+            return False
+        batch = self.batches.get(match[1])
+        if batch is None:
+            return send_json(handler, 404, self.server.error_body(Error(404, "batch not found"))) or True
+        if match[2] == "/cancel" and method == "POST":
+            self.cancel(batch.id)
+        elif match[2] == "/results":
+            if batch.stage != ENDED:
+                error = Error(400, "results are not available until the batch has ended")
+                return send_json(handler, 400, self.server.error_body(error)) or True
+            lines = [json.dumps({"custom_id": name, "result": self._result(batch, result)}) + "\n"
+                     for name, result in batch.results.items()]
+            return send_bytes(handler, "".join(lines).encode(), "application/binary") or True
+        else:
+            self.polled(batch)
+        return send_json(handler, 200, self.shape(batch)) or True
+
+    def _create(self, handler) -> bool:
+        requests = json.loads(body_of(handler)).get("requests") or []
+        names = [r.get("custom_id", "") for r in requests]
+        bad = [n for n in names if not _CUSTOM_ID.match(str(n))]
+        if not requests or bad or len(set(names)) != len(names):
+            error = Error(400, f"requests: custom_id must match ^[a-zA-Z0-9_-]{{1,64}}$ and be unique ({bad[:1]})")
+            return send_json(handler, 400, self.server.error_body(error)) or True
+        batch = self.new(f"msgbatch_{secrets.token_hex(12)}", [(r["custom_id"], r.get("params") or {}) for r in requests])
+        return send_json(handler, 200, self.shape(batch)) or True
+
+    def _result(self, batch: FakeBatch, result) -> dict:
+        if result is None:
+            return {"type": "expired" if batch.ending == "expired" else "canceled"}
+        status, body = result
+        if status == 200:
+            return {"type": "succeeded", "message": body}
+        return {"type": "errored", "error": body}
+
+    def shape(self, batch: FakeBatch) -> dict:
+        with self.lock:
+            ended = batch.stage == ENDED
+            kinds = [self._result(batch, r)["type"] for r in batch.results.values()] if ended else []
+            status = "ended" if ended else "canceling" if batch.canceling else "in_progress"
+            return {
+                "id": batch.id, "type": "message_batch", "processing_status": status,
+                "request_counts": {"processing": 0 if ended else len(batch.requests),
+                                   **{k: kinds.count(k) for k in ("succeeded", "errored", "canceled", "expired")}},
+                "ended_at": _when(batch.times.get(batch.ending)) if ended else None,
+                "created_at": _when(batch.created_at), "expires_at": _when(batch.created_at + 86400),
+                "archived_at": None, "cancel_initiated_at": _when(batch.times.get("cancelling")),
+                "results_url": f"{self.server.url}/v1/messages/batches/{batch.id}/results" if ended else None,
+            }
 
 
 @pytest.fixture

@@ -58,16 +58,19 @@ class Reply:
     finish_reason: str | None = None  # None: the protocol's normal end; ``server.cut_off``: hit max_tokens
     report_usage: bool = True  # False: a server that says nothing of usage (leash estimates)
 
-    def respond(self, server: FakeOpenAI, handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+    def result(self, server: FakeOpenAI, seen: Seen) -> tuple[int, dict, tuple[int, int] | None]:
+        """The status, body and billed (prompt, completion) tokens of this answer."""
         text = self.text if self.text is not None else server.answer(seen.item)
-        prompt_tokens = server.prompt_chars(seen.body) // 4 + 1
-        completion_tokens = len(text) // 4 + 1
+        usage = (server.prompt_chars(seen.body) // 4 + 1, len(text) // 4 + 1)
+        body = server.answer_body(seen, text, self.finish_reason, usage if self.report_usage else None)
+        return 200, body, usage if self.report_usage else None
+
+    def respond(self, server: FakeOpenAI, handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        status, body, usage = self.result(server, seen)
         if not server.wait_if_held(handler):
             return
-        usage = (prompt_tokens, completion_tokens) if self.report_usage else None
-        delivered = _send_json(handler, 200, server.answer_body(seen, text, self.finish_reason, usage))
-        if delivered and self.report_usage:
-            server.bill(prompt_tokens, completion_tokens)
+        if send_json(handler, status, body) and usage:
+            server.bill(*usage)
 
 
 @dataclass
@@ -77,8 +80,11 @@ class Error:
     code: str | None = None
     headers: dict = field(default_factory=dict)
 
+    def result(self, server, seen) -> tuple[int, dict, None]:
+        return self.status, server.error_body(self), None
+
     def respond(self, server, handler, seen) -> None:
-        _send_json(handler, self.status, server.error_body(self), self.headers)
+        send_json(handler, self.status, server.error_body(self), self.headers)
 
 
 @dataclass
@@ -108,7 +114,7 @@ class Trickle:
             pass
 
 
-def _send_json(handler, status: int, body: dict, headers: dict | None = None) -> bool:
+def send_json(handler, status: int, body: dict, headers: dict | None = None) -> bool:
     data = json.dumps(body).encode()
     # Like a model server, the request's slot is free once the answer is ready: a client that
     # sends its next call the moment it reads this one must not find the slot still taken.
@@ -125,6 +131,13 @@ def _send_json(handler, status: int, body: dict, headers: dict | None = None) ->
     except (BrokenPipeError, ConnectionResetError):
         return False
     return True
+
+
+def seen_of(body: dict, headers, server: FakeOpenAI, at: float) -> Seen:
+    """A request as the rules see it (its item is the first user message)."""
+    users = [m.get("content", "") for m in body.get("messages", []) if m.get("role") == "user"]
+    return Seen(at=at, item=users[0] if users else "", last=users[-1] if users else "", body=body,
+                authorization=headers.get("Authorization", ""), api_key=server.api_key_of(headers))
 
 
 def _client_gone(handler) -> bool:
@@ -168,6 +181,7 @@ class FakeOpenAI:
         self.passed = 0  # answers let through (exactly ``hold_from`` while holding)
         self.released = threading.Event()
         self.httpd = _Server(("127.0.0.1", 0), _handler_for(self))
+        self.batches = self.batch_api()
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="fake-openai", daemon=True)
 
     @property
@@ -178,6 +192,11 @@ class FakeOpenAI:
 
     def api_key_of(self, headers) -> str:
         return headers.get("Authorization", "").removeprefix("Bearer ")
+
+    def batch_api(self):
+        from tests.fake_batches import OpenAIBatchAPI  # it builds on this module
+
+        return OpenAIBatchAPI(self)
 
     def prompt_chars(self, body: dict) -> int:
         return sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
@@ -212,6 +231,11 @@ class FakeOpenAI:
     def _next(self, seen: Seen):
         with self.lock:
             self.requests.append(seen)
+        return self.behaviour(seen, direct=True)
+
+    def behaviour(self, seen: Seen, direct: bool):
+        """How the server answers ``seen``: the provider's refusal, else the item's rule, else
+        a reply (after ``latency``, for a direct call). Batches answer by the same rules."""
         refusal = self.invalid(seen.body)
         if refusal is not None:
             return refusal
@@ -220,9 +244,14 @@ class FakeOpenAI:
                 if rule[0] == seen.item and rule[2] > 0:
                     rule[2] -= 1
                     return rule[1]
-        if self.latency:
+        if self.latency and direct:
             return Slow(self.latency)
         return Reply()
+
+    def route(self, handler, method: str) -> bool:
+        """Another endpoint of the protocol (the batch ones, ``tests.fake_batches``): True
+        when it answered."""
+        return self.batches.route(handler, method)
 
     def _enter(self) -> bool:
         """Count a request in; False when it is over ``capacity`` (it gets a 429)."""
@@ -278,12 +307,12 @@ def _handler_for(server: FakeOpenAI):
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802 (http.server's naming)
             at = time.time()
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
             if self.path.rstrip("/") != server.PATH:
-                return _send_json(self, 404, server.error_body(Error(404, f"no route {self.path}")))
-            users = [m.get("content", "") for m in body.get("messages", []) if m.get("role") == "user"]
-            seen = Seen(at=at, item=users[0] if users else "", last=users[-1] if users else "", body=body,
-                        authorization=self.headers.get("Authorization", ""), api_key=server.api_key_of(self.headers))
+                if not server.route(self, "POST"):
+                    send_json(self, 404, server.error_body(Error(404, f"no route {self.path}")))
+                return
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            seen = seen_of(body, self.headers, server, at)
             if not server._enter():
                 return Error(429, f"at most {server.capacity} requests at once",
                              headers={"Retry-After": server.retry_after}).respond(server, self, seen)
@@ -292,6 +321,10 @@ def _handler_for(server: FakeOpenAI):
                 server._next(seen).respond(server, self, seen)
             finally:
                 self.release_slot()
+
+        def do_GET(self):  # noqa: N802 (http.server's naming)
+            if not server.route(self, "GET"):
+                send_json(self, 404, server.error_body(Error(404, f"no route {self.path}")))
 
         def release_slot(self):
             if getattr(self, "holds_slot", False):

@@ -14,6 +14,9 @@ its answers map onto the loop's outcomes (the same as the OpenAI backend's):
     400 "prompt is too long", 413                     -> PERMANENT: shorten the items
     401, 402, 403, 404, other 4xx                     -> PERMANENT, saying what to fix
     stop_reason "max_tokens"                          -> the answer is CUT_OFF
+
+Its batch side (Message Batches, the same request and the same reading of answers and errors)
+is ``jobs.models.anthropic_batch``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import anthropic
 
 from jobs.models import backends
+from jobs.models.anthropic_batch import AnthropicBatches
 from jobs.models.calls import ModelBackend, ModelSettings
 from jobs.models.provider import (
     COMPLETE,
@@ -57,7 +61,7 @@ def _too_long(status: int, message: str) -> bool:
         "prompt is too long" in text or ("context" in text and any(w in text for w in ("window", "length", "limit")))))
 
 
-class AnthropicBackend(ModelBackend):
+class AnthropicBackend(AnthropicBatches, ModelBackend):
     name = "anthropic"
     default_url = "https://api.anthropic.com"  # the SDK's; requests go to <url>/v1/messages
 
@@ -70,19 +74,23 @@ class AnthropicBackend(ModelBackend):
             timeout=anthropic.Timeout(s.timeout, connect=s.connect_timeout),
         )
 
-    def _send(self, request: CallRequest):
+    def _params(self, request: CallRequest) -> dict:
+        """The Messages API request for ``request``: what a direct call sends, and a batch
+        request's ``params``."""
         system = "\n\n".join(m["content"] for m in request.messages if m["role"] == "system")
         # Anthropic refuses a blank turn (400), e.g. classify's blank first answer sent back with
         # its correction: it goes as a visible placeholder.
         messages = [{"role": m["role"], "content": m["content"] if m["content"].strip() else "(no answer)"}
                     for m in request.messages if m["role"] != "system"]
-        options: dict = {}
+        params: dict = {"model": self.settings.name, "max_tokens": request.max_tokens, "messages": messages}
         if system:
-            options["system"] = system
+            params["system"] = system
         if self.settings.temperature is not None:
-            options["temperature"] = self.settings.temperature
-        return self.client.messages.create(model=self.settings.name, max_tokens=request.max_tokens,
-                                           messages=messages, **options)
+            params["temperature"] = self.settings.temperature
+        return params
+
+    def _send(self, request: CallRequest):
+        return self.client.messages.create(**self._params(request))
 
     def _failure(self, exc: Exception) -> Failure | None:
         if isinstance(exc, anthropic.APIStatusError):

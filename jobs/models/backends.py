@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 class Backend(Protocol):
     name: str
+    supports_batch: bool  # True: it also has the batch methods of jobs.models.batching
 
     def classify(self, text: str, labels: list[str]) -> str:
         """Return exactly one of ``labels`` for ``text`` (or raise ItemError)."""
@@ -58,6 +59,7 @@ class LocalBackend:
     """Deterministic offline classifier: lexicon and word overlap, ties broken by a hash."""
 
     name = "local"
+    supports_batch = False
 
     def __init__(self, ctx: JobContext | None = None, delay_ms: int | None = None):
         self.delay_s = (settings().local_delay_ms if delay_ms is None else delay_ms) / 1000.0

@@ -153,6 +153,8 @@ class ModelBackend:
     after calling this one (``self.settings`` then holds the model settings)."""
 
     name = "model"
+    #: True for a backend with a batch side (jobs.models.batching lists its methods).
+    supports_batch = False
     #: The provider's address when LEASH_MODEL_URL is unset (its SDK's default): prices are
     #: looked up for the provider actually called.
     default_url = ""
@@ -300,9 +302,15 @@ class ModelBackend:
         if usage is None:
             return  # nothing was answered: the reservation is released when the item is written
         self.limit.spend(usage.total_tokens)
+        self.record_usage(usage)
+
+    def record_usage(self, usage: Usage) -> None:
+        """Count an answered call's usage on this thread's item, priced (at the batch discount
+        when ``usage.batch``: a batch's results are counted with this alone, as batches do not
+        spend the direct calls' RPM / TPM limits)."""
         if self.ctx is not None:
             self.ctx.meter.record(self.settings.name, usage.input_tokens, usage.output_tokens,
-                                  usage.cached_input_tokens or 0, usage.estimated, self.price)
+                                  usage.cached_input_tokens or 0, usage.estimated, self.price, batch=usage.batch)
 
     @staticmethod
     def _text(answer: Answer, request: CallRequest) -> str:

@@ -13,6 +13,9 @@ retries are off. How its answers map onto the loop's outcomes:
     timeout                                           -> TIMED_OUT
     400 (context length...), 401, 403, 404, 4xx       -> PERMANENT, saying what to fix
     finish_reason "length"                            -> the answer is CUT_OFF
+
+Its batch side (OpenAI's Batch API, the same request body and the same reading of answers and
+errors) is ``jobs.models.openai_batch``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import openai
 
 from jobs.models import backends
 from jobs.models.calls import ModelBackend, ModelSettings, ModelUnavailable, match_label
+from jobs.models.openai_batch import OpenAIBatches
 from jobs.models.provider import (
     COMPLETE,
     CUT_OFF,
@@ -65,7 +69,7 @@ def _status_failure(exc: openai.APIStatusError, settings: ModelSettings) -> Fail
                           url_hint="usually ending in /v1")
 
 
-class OpenAIBackend(ModelBackend):
+class OpenAIBackend(OpenAIBatches, ModelBackend):
     name = "openai"
     default_url = "https://api.openai.com/v1"  # the SDK's, when LEASH_MODEL_URL is unset
 
@@ -80,11 +84,17 @@ class OpenAIBackend(ModelBackend):
         # such refusal switches this backend over.
         self.token_limit_field = "max_tokens"
 
-    def _send(self, request: CallRequest):
-        options: dict = {self.token_limit_field: request.max_tokens}
+    def _body(self, request: CallRequest) -> dict:
+        """The chat completions request for ``request``: what a direct call sends, and a batch
+        line's ``body``."""
+        body: dict = {"model": self.settings.name, "messages": request.messages,
+                      self.token_limit_field: request.max_tokens}
         if self.settings.temperature is not None:
-            options["temperature"] = self.settings.temperature
-        return self.client.chat.completions.create(model=self.settings.name, messages=request.messages, **options)
+            body["temperature"] = self.settings.temperature
+        return body
+
+    def _send(self, request: CallRequest):
+        return self.client.chat.completions.create(**self._body(request))
 
     def _failure(self, exc: Exception) -> Failure | None:
         if isinstance(exc, openai.RateLimitError):

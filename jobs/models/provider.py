@@ -36,12 +36,14 @@ class Usage:
     """What one answered call used. ``input_tokens`` is the whole prompt, the cached tokens
     included (a provider that counts them apart, like Anthropic, has them added);
     ``cached_input_tokens`` is None when the server does not say; ``estimated`` is True when it
-    reported nothing and the counts are ~4 characters a token."""
+    reported nothing and the counts are ~4 characters a token; ``batch`` is True when the call
+    ran in a provider's batch (priced at its batch discount)."""
 
     input_tokens: int
     output_tokens: int
     cached_input_tokens: int | None = None
     estimated: bool = False
+    batch: bool = False
 
     @property
     def total_tokens(self) -> int:

@@ -81,9 +81,10 @@ class Meter:
             pending.res_nusd += nusd or 0
 
     def record(self, model: str, input_tokens: int, output_tokens: int, cached_input_tokens: int = 0,
-               estimated: bool = False, price: Price | None = None) -> None:
+               estimated: bool = False, price: Price | None = None, batch: bool = False) -> None:
         """A call was answered (``estimated``: the server reported no usage): count it, at
-        ``price`` (None: no price known, the cost is unknown)."""
+        ``price`` (None: no price known, the cost is unknown), discounted when it ran in a
+        provider's ``batch``."""
         with self._lock:
             pending = self._mine(model)
             pending.calls += 1
@@ -94,7 +95,7 @@ class Meter:
             if price is None:
                 pending.unpriced += 1
             else:
-                pending.nusd += price.nano_usd(input_tokens, output_tokens, cached_input_tokens)
+                pending.nusd += price.nano_usd(input_tokens, output_tokens, cached_input_tokens, batch=batch)
 
     def take(self) -> Pending | None:
         """This thread's pending usage, for the write that stores its item."""

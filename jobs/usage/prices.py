@@ -6,6 +6,11 @@ The table is asked with the provider's address (``LEASH_MODEL_URL``, or when it 
 address the backend's SDK calls, its ``default_url``: api.openai.com, api.anthropic.com), so a
 model name served by your own server (vLLM, Ollama, llama.cpp) is not priced as some provider's
 model of the same name.
+
+A call run in a provider's batch (``Usage.batch``) costs the price times its ``batch``
+multiplier: 0.5 for OpenAI's and Anthropic's models (both halve batch prices), 1 for a table
+provider not known to discount; a ``LEASH_MODEL_PRICES`` entry may set its own (``"batch": 0.5``,
+the default there too). Direct calls are priced as before.
 """
 
 from __future__ import annotations
@@ -23,28 +28,38 @@ log = logging.getLogger("leash.usage")
 #: The OpenAI SDK's default address: with no LEASH_MODEL_URL, calls go there.
 OPENAI_API_URL = "https://api.openai.com/v1"
 NANO_PER_USD = 1_000_000_000
+#: What a batch's tokens cost against direct ones: OpenAI's Batch API and Anthropic's Message
+#: Batches both charge half.
+BATCH_DISCOUNT = 0.5
+#: genai-prices providers whose batch APIs give that discount.
+BATCH_DISCOUNT_PROVIDERS = {"openai", "anthropic"}
 
 
 @dataclass(frozen=True)
 class Price:
-    """USD per 1M tokens; ``cached_input`` for input tokens the provider served from its cache."""
+    """USD per 1M tokens; ``cached_input`` for input tokens the provider served from its cache;
+    ``batch`` the multiplier for tokens run in a provider's batch."""
 
     input: float
     output: float
     cached_input: float | None = None
     source: str = "LEASH_MODEL_PRICES"
+    batch: float = BATCH_DISCOUNT
 
-    def nano_usd(self, input_tokens: int, output_tokens: int, cached_input_tokens: int = 0) -> int:
-        """The cost in nano-USD. ``input_tokens`` includes the cached ones, as providers count."""
+    def nano_usd(self, input_tokens: int, output_tokens: int, cached_input_tokens: int = 0,
+                 batch: bool = False) -> int:
+        """The cost in nano-USD. ``input_tokens`` includes the cached ones, as providers count;
+        ``batch``: the tokens ran in a provider's batch."""
         cached = min(max(cached_input_tokens, 0), input_tokens)
         cached_rate = self.input if self.cached_input is None else self.cached_input
         micro = (input_tokens - cached) * self.input + cached * cached_rate + output_tokens * self.output
-        return round(micro * 1000)
+        return round(micro * 1000 * (self.batch if batch else 1))
 
 
 def parse_overrides(text: str | None) -> dict[str, Price]:
     """``LEASH_MODEL_PRICES``: ``{"<model>": {"input": USD per 1M, "output": USD per 1M,
-    "cached_input": optional}}``; a ValueError naming the setting when it is not that."""
+    "cached_input": optional, "batch": optional multiplier}}``; a ValueError naming the setting
+    when it is not that."""
     if not text:
         return {}
     try:
@@ -56,13 +71,18 @@ def parse_overrides(text: str | None) -> dict[str, Price]:
     prices = {}
     for model, entry in table.items():
         fields = entry if isinstance(entry, dict) else {}
-        numbers = {k: fields.get(k) for k in ("input", "output", "cached_input")}
+        numbers = {k: fields.get(k) for k in ("input", "output", "cached_input", "batch")}
         if any(not _price_number(numbers[k]) for k in ("input", "output")) or \
                 (numbers["cached_input"] is not None and not _price_number(numbers["cached_input"])):
             raise ValueError(f"LEASH_MODEL_PRICES[{model!r}] must be {{\"input\": <USD per 1M tokens>, "
                              f"\"output\": <USD per 1M tokens>}} with numbers >= 0, got {json.dumps(entry)[:80]}")
+        batch = numbers["batch"]
+        if batch is not None and not (_price_number(batch) and batch <= 1):
+            raise ValueError(f"LEASH_MODEL_PRICES[{model!r}][\"batch\"] must be a multiplier from 0 to 1 "
+                             f"(0.5: batches cost half), got {json.dumps(batch)[:40]}")
         prices[str(model)] = Price(float(numbers["input"]), float(numbers["output"]),
-                                   None if numbers["cached_input"] is None else float(numbers["cached_input"]))
+                                   None if numbers["cached_input"] is None else float(numbers["cached_input"]),
+                                   batch=BATCH_DISCOUNT if batch is None else float(batch))
     return prices
 
 
@@ -100,7 +120,8 @@ def _table_price(model: str, provider_url: str) -> Price | None:
         return None
     per_million = Decimal(1_000_000 // sample)
     return Price(float(Decimal(found.total_price) * per_million), float(Decimal(out.total_price) * per_million),
-                 float(Decimal(cached.total_price) * per_million), source=f"genai-prices {found.provider.id}")
+                 float(Decimal(cached.total_price) * per_million), source=f"genai-prices {found.provider.id}",
+                 batch=BATCH_DISCOUNT if found.provider.id in BATCH_DISCOUNT_PROVIDERS else 1.0)
 
 
 def usd(nano: int | None) -> float | None:
