@@ -18,6 +18,9 @@ For load: ``latency`` delays every answer (a model that takes 0.5 s a call), ``c
 answers 429 with ``Retry-After`` to any request beyond that many in flight (a server or an
 account that takes 8 calls at once), and ``max_in_flight`` records the most requests it ever
 held at once.
+
+Its batch endpoints (files and batches, answered by the same rules) are ``tests.fake_batches``,
+reached as ``server.batches``.
 """
 
 from __future__ import annotations

@@ -180,3 +180,28 @@ def test_openai_refuses_a_batch_whose_lines_do_not_match_its_endpoint(conn, mode
     progress = backend.batch_poll(batch_id)
     assert progress.ended and progress.status == "failed" and "invalid_url" in progress.message
     assert list(backend.batch_results(batch_id)) == []
+
+
+def test_batch_usage_is_priced_at_the_batch_discount_and_direct_usage_as_before(env):
+    import json
+
+    from jobs.usage.meter import Meter
+    from jobs.usage.prices import Price, parse_overrides, price_for
+
+    price = Price(1.0, 2.0, 0.5)
+    direct = price.nano_usd(1_000_000, 500_000, 400_000)
+    assert direct == round((600_000 * 1.0 + 400_000 * 0.5 + 500_000 * 2.0) * 1000)  # unchanged
+    assert price.nano_usd(1_000_000, 500_000, 400_000, batch=True) == direct // 2
+    env.setenv("LEASH_MODEL_PRICES", json.dumps({"mine": {"input": 1, "output": 2, "batch": 0.25},
+                                                 "plain": {"input": 1, "output": 2}}))
+    assert price_for("mine").batch == 0.25 and price_for("plain").batch == 0.5
+    assert price_for("mine").nano_usd(1_000_000, 0, batch=True) == 250_000_000
+    for bad in ('{"m": {"input": 1, "output": 1, "batch": 2}}', '{"m": {"input": 1, "output": 1, "batch": "half"}}'):
+        with pytest.raises(ValueError, match=r'LEASH_MODEL_PRICES\[.m.\]\["batch"\]'):
+            parse_overrides(bad)
+    assert price_for("gpt-4o-mini", provider_url="").batch == 0.5  # OpenAI's table price
+    assert price_for("claude-3-5-haiku-latest", provider_url="https://api.anthropic.com").batch == 0.5
+    meter = Meter("prompt")
+    meter.record("mine", 1000, 100, price=price_for("mine"))
+    meter.record("mine", 1000, 100, price=price_for("mine"), batch=True)
+    assert meter.take().nusd == price_for("mine").nano_usd(1000, 100) * 5 // 4
