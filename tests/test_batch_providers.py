@@ -205,3 +205,12 @@ def test_batch_usage_is_priced_at_the_batch_discount_and_direct_usage_as_before(
     meter.record("mine", 1000, 100, price=price_for("mine"))
     meter.record("mine", 1000, 100, price=price_for("mine"), batch=True)
     assert meter.take().nusd == price_for("mine").nano_usd(1000, 100) * 5 // 4
+
+
+def test_the_batch_list_pages_newest_first_through_the_sdk(backend, provider_server):
+    created = [backend.batch_create(JOB, 1, part, items(1)) for part in range(3)]
+    if provider_server.BACKEND == "openai":
+        listed = [batch.id for batch in backend.client.batches.list(limit=1)]
+    else:
+        listed = [batch.id for batch in backend.client.messages.batches.list(limit=1)]
+    assert listed == created[::-1]
