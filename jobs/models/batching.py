@@ -9,13 +9,17 @@ A backend that supports batches (``supports_batch`` True) offers, besides ``clas
     batch_create(job_id, attempt, part, items) -> batch id
     batch_find(job_id, attempt, part, since, custom_ids) -> [batch id]
                                                     what this job, attempt and part already created
+    batch_confirm(batch_id, custom_ids) -> bool | None
+                                                    a found batch is this part's (None: not yet known)
     batch_poll(batch_id) -> BatchProgress           ended?, the provider's status, counts, expiry
     batch_results(batch_id, requests=None)          -> iterator of (custom_id, Answer | Failure,
                                                     Usage | None)
     batch_cancel(batch_id)
+    record_usage(usage)                             a result's usage counted on the current item
 
-An item is ``(custom_id, CallRequest)``; ``custom_id(job_id, index)`` names the job and the item
-in the characters every provider accepts (Anthropic's ``^[a-zA-Z0-9_-]{1,64}$``). A batch line's
+Results are final once ``batch_poll`` says ``ended``. An item is ``(custom_id, CallRequest)``;
+``custom_id(job_id, index)`` names the job and the item in the characters every provider
+accepts (Anthropic's ``^[a-zA-Z0-9_-]{1,64}$``). A batch line's
 body is exactly what a direct call would send (the backend's one request builder), and a result
 reads with the same code as a direct answer: a per-request 429 or 5xx is a retryable Failure, a
 4xx a PERMANENT one, a cut-off answer an Answer that is CUT_OFF. A request the provider never ran
