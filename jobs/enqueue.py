@@ -19,7 +19,7 @@ from rq.rate_limit import RateLimitRegistry
 
 from jobs import keys, kinds
 from jobs.config import Settings, settings
-from jobs.core import clock
+from jobs.core import clock, payload_copy
 from jobs.core.rq_side import new_job_id, rq_job_for, rq_queue
 from jobs.errors import InvalidJob
 from jobs.intake.limits import check_payload
@@ -183,8 +183,9 @@ def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str
         # What the job may spend (model_admit_v1 reads it; a replay may raise it).
         **(budget.parse(payload.get(budget.BUDGET_FIELD)) or budget.Budget()).hash_fields(),
     } | ({"name": name} if name else {}))
-    pipe.set(keys.payload(job_id), json.dumps(payload, separators=(",", ":")))
+    pipe.set(keys.payload(job_id), payload_copy.encode(payload))
     pipe.zadd(keys.owner_jobs(owner), {job_id: now})
+    pipe.persist(keys.owner_jobs(owner))  # lists a queued job now: expires no more (state_index)
     pipe.zadd(keys.owner_state(owner, "queued"), {job_id: now})  # then the Lua transitions move it
     pipe.zadd(keys.ACTIVE, {job_id: now})
     pipe.sadd(q.redis_queues_keys, q.key)  # as RQ's enqueue_job does: `rq info`, dashboards

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from jobs import keys
+from jobs import keys, payload_copy
 from jobs.enqueue import enqueue
 from tests.conftest import wait_for
 from tests.web_support import CLASSIFY, HTML, basic, csrf_from, finish_job, make_app
@@ -189,7 +189,7 @@ def test_text_already_stored_with_a_lone_surrogate_is_shown_not_a_500(conn, tmp_
 
     job_id, _ = enqueue(conn, "classify", {"items": ["first", "second"], "labels": ["a", "b"]}, owner="shared")
     # As a job accepted before the check, or a model answer, could have stored it.
-    payload = json.loads(conn.get(keys.payload(job_id)))
+    payload = payload_copy.decode(conn.get(keys.payload(job_id)))
     payload["items"][1] = LONE
     conn.set(keys.payload(job_id), json.dumps(payload))
     finish_job(conn, job_id, ["a", {"label": "b \ud83d", "note": LONE}])

@@ -9,7 +9,7 @@ from rq.serializers import JSONSerializer
 
 from jobs import keys
 from jobs.config import settings
-from jobs.core import clock, lua
+from jobs.core import clock, lua, state_index
 from jobs.core.lease import error_entry
 from jobs.errors import CANCELED, NoSuchJob
 
@@ -41,6 +41,8 @@ def cancel(connection: Redis, job_id: str, now: float | None = None) -> str:
         raise NoSuchJob(f"no such job: {job_id}")
     if state == "queued" and before != b"queued":
         _cancel_in_rq(connection, job_id)  # it went back to the queue since we looked
+    if state == "queued":
+        state_index.trim_expired(connection, (owner or b"").decode(), now)  # ended: its index may expire
     return state
 
 

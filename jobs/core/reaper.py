@@ -96,6 +96,8 @@ class Reaper:
                     log.warning("reclaimed job %s (%s): %s", job_id, new_state, message)
                     if new_state == "failed":
                         release_rate_limit_slot(self.connection, job_id)
+                        # Ended: its owner's indexes may now expire with their jobs.
+                        state_index.trim_expired(self.connection, lease.owner_of(self.connection, job_id), now)
             finally:
                 if self.connection.get(lock_key) == self.name.encode():
                     self.connection.delete(lock_key)

@@ -44,24 +44,24 @@ def count(connection: Redis, owner: str, state: str) -> int:
     return connection.zcard(keys.owner_state(owner, state))
 
 
-def trim_expired(connection: Redis, owner: str, now: float | None = None) -> int:
-    """Drop the owner's entries of ended jobs whose records have expired; returns how many."""
+def trim_expired(connection: Redis, owner: str, now: float | None = None, pipeline=None) -> int:
+    """Drop the owner's entries of ended jobs whose records have expired, and give the owner's
+    job index the TTL of the jobs it lists (``owner_index_expiry_v1``); returns how many
+    entries went. Run by listings before they count, and as each of the owner's jobs ends, so
+    no entry outlives its job by more than that owner's next ended job, and no index key
+    outlives the owner's last job. With ``pipeline``, one batch is queued on it instead."""
     now = clock.wall() if now is None else now
-    expiries = keys.owner_expiries(owner)
+    script_keys = [keys.owner_jobs(owner), *keys.owner_state_indexes(owner), keys.STATE_INDEX_READY]
+    if pipeline is not None:
+        lua.run(connection, "owner_index_expiry_v1", keys=script_keys, args=[now, _TRIM_BATCH], pipeline=pipeline)
+        return 0
     trimmed = 0
-    while True:
-        due = connection.zrangebyscore(expiries, "-inf", now, start=0, num=_TRIM_BATCH)
-        if not due:
-            return trimmed
-        with connection.pipeline(transaction=False) as pipe:
-            for state in ("succeeded", "failed"):
-                pipe.zrem(keys.owner_state(owner, state), *due)
-            pipe.zrem(keys.owner_jobs(owner), *due)
-            pipe.zrem(expiries, *due)
-            pipe.execute()
-        trimmed += len(due)
-        if len(due) < _TRIM_BATCH:
-            return trimmed
+    for _ in range(10_000):  # bounded: 10 million due entries, far past any owner's
+        dropped, more = lua.run(connection, "owner_index_expiry_v1", keys=script_keys, args=[now, _TRIM_BATCH])
+        trimmed += int(dropped)
+        if not int(more):
+            break
+    return trimmed
 
 
 def repair(connection: Redis, job_ids: list[str], owners: list[str | None], now: float | None = None) -> None:

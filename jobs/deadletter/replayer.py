@@ -23,7 +23,7 @@ from rq.utils import utcformat
 
 from jobs import config, keys
 from jobs.config import settings
-from jobs.core import clock, lua
+from jobs.core import clock, lua, payload_copy, state_index
 from jobs.core.rq_side import rq_job_for, rq_queue
 from jobs.core.text import decoded
 from jobs.deadletter.failures import failed_ids, heads
@@ -214,6 +214,8 @@ def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: i
     with connection.pipeline(transaction=False) as pipe:
         for origin in origins:
             pipe.sadd(keys.rq_queues_set(), keys.rq_queue(origin))
+        for owner in {decoded(rows[2 * n + 1][1]) or "" for n in range(len(job_ids))}:
+            state_index.trim_expired(connection, owner, now, pipeline=pipe)  # queued again: no TTL
         for limit_key, concurrency in limits.items():
             registry = keys.rq_rate_limit(limit_key, connection)
             registry.register(concurrency, pipe)
@@ -273,7 +275,7 @@ def rebuild_rq_jobs(connection: Redis, job_ids: list[str]) -> set[str]:
             if kind is None or payload is None:
                 continue
             q = rq_queue(connection, queue or settings().queue)
-            job = rq_job_for(q, job_id, kind, json.loads(payload), owner or "default", int(max_attempts or 1),
+            job = rq_job_for(q, job_id, kind, payload_copy.decode(payload), owner or "default", int(max_attempts or 1),
                              int(total or 0))
             job.origin = q.name
             job.set_status("failed", pipeline=pipe)

@@ -21,7 +21,7 @@ from rq.rate_limit import RateLimit
 
 from jobs import keys
 from jobs.config import settings
-from jobs.core import clock
+from jobs.core import clock, payload_copy
 from jobs.core.lease import error_entry
 from jobs.core.rq_side import EXECUTE, new_job_id, retry_intervals, rq_queue
 
@@ -90,7 +90,7 @@ def _write_one(pipe, queue, failed_registry: str, spec: FailedJob, job_id: str, 
         pipe.expire(keys.items(job_id), s.result_ttl)
     for attempt in range(1, spec.max_attempts + 1):
         pipe.rpush(keys.errors(job_id), error_entry(attempt, spec.error, failed_at - (spec.max_attempts - attempt)))
-    pipe.set(keys.payload(job_id), json.dumps(spec.payload), ex=s.result_ttl)
+    pipe.set(keys.payload(job_id), payload_copy.encode(spec.payload), ex=s.result_ttl)
     pipe.expire(keys.job(job_id), s.result_ttl)
     pipe.expire(keys.errors(job_id), s.result_ttl)
     pipe.zadd(keys.FAILED_INDEX, {job_id: failed_at})

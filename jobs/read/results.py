@@ -18,6 +18,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from jobs import keys
+from jobs.core import payload_copy
 from jobs.core.text import decoded, printable
 from jobs.errors import NoSuchJob
 
@@ -92,7 +93,7 @@ def submitted_items(connection: Redis, job_id: str) -> list[Any]:
     raw = connection.get(keys.payload(job_id))
     if raw is not None:
         try:
-            items = json.loads(raw).get("items")
+            items = payload_copy.decode(raw).get("items")
         except (ValueError, AttributeError):
             items = None
         if isinstance(items, list):

@@ -35,7 +35,7 @@ from rq.worker import Worker
 
 from jobs import deadletter, keys, runner
 from jobs.config import settings
-from jobs.core import clock, consistency, lease
+from jobs.core import clock, consistency, lease, state_index
 from jobs.core.lease import Outcome
 from jobs.core.reaper import Reaper, release_rate_limit_slot
 from jobs.core.rq_side import EXECUTE
@@ -45,6 +45,7 @@ from jobs.observability import logs
 from jobs.worker import scheduler_locks
 from jobs.worker.dequeue import LeashQueue
 from jobs.worker.log import log_not_a_failure
+from jobs.worker.rq_job import NoResultStreamJob
 from jobs.worker.shutdown import Shutdown
 
 #: What RQ (and so rq-dashboard) records as the "error" of a job canceled through leash.
@@ -56,7 +57,7 @@ log = logging.getLogger("leash.worker")
 REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 
-class LeashJob(Job):
+class LeashJob(NoResultStreamJob):
     """An RQ job that runs under the attempt its worker claimed: the work-horse hands it to
     ``jobs.runner.execute`` (a plain ``rq worker`` has none, and the runner refuses the job)."""
 
@@ -225,6 +226,15 @@ class LeashWorker(Shutdown, Worker):
             raise
         finally:
             self._attempt = None
+            self._expire_owner_index(attempt)
+
+    def _expire_owner_index(self, attempt: lease.Attempt) -> None:
+        """The job ended or went back (its work-horse decided which): its owner's indexes may
+        now expire with their jobs, or must not (one script, nothing to do when all is well)."""
+        try:
+            state_index.trim_expired(self.connection, attempt.owner_name())
+        except redis.exceptions.RedisError as exc:
+            log.warning("owner index of job %s not trimmed: %s", attempt.job_id, exc)
 
     def _not_claimable(self, job: Job, queue: Queue) -> None:
         """A queue entry for a job leash cannot claim: a failed job requeued with RQ's tools
