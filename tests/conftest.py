@@ -85,13 +85,13 @@ class Workers:
         self.procs: list[subprocess.Popen] = []
         self.known_pids: set[int] = set()
 
-    def start(self, *args: str, extra_env: dict | None = None) -> subprocess.Popen:
+    def start(self, *args: str, extra_env: dict | None = None, **popen) -> subprocess.Popen:
         env = dict(os.environ)
         env.update(extra_env or {})
         env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         proc = subprocess.Popen(
             [sys.executable, "-m", "cli", "worker", "--log-level", "WARNING", *args],
-            env=env, cwd=ROOT, start_new_session=True,
+            env=env, cwd=ROOT, start_new_session=True, **popen,
         )
         self.procs.append(proc)
         self.known_pids.add(proc.pid)

@@ -126,3 +126,16 @@ def long_error(ctx, payload):
     escapes to 12 bytes each."""
     ctx.progress(0, total=1)
     raise PermanentError("\U0001F600" * 3000 + "\n" + "x" * 5000)
+
+
+@kind("sleepy")
+def sleepy(ctx, payload):
+    """Items take ``delay`` seconds each and write nothing but their checkpoint."""
+    delay = float(payload.get("delay", 0.1))
+    results = ctx.for_each(payload["items"], lambda item: (time.sleep(delay), item.upper())[1])
+    return {"items": len(results)}
+
+
+@sleepy.validator
+def _(payload):
+    return len(validate_items(payload))

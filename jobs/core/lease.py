@@ -9,6 +9,7 @@ nothing it writes lands; it learns so from ``LeaseLost`` at its next heartbeat.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 import traceback
@@ -24,8 +25,12 @@ from rq.utils import utcformat
 from jobs import keys
 from jobs.config import settings
 from jobs.core import clock, lua
+from jobs.core.connection import is_out_of_memory
+from jobs.core.memory_wait import MemoryWait
 from jobs.errors import CANCELED, LeaseLost
 from jobs.usage.meter import Pending, write_args
+
+_memory_wait = MemoryWait(logging.getLogger("leash.worker"), "the running job")
 
 
 def error_entry(attempt: int, message: str, now: float) -> str:
@@ -135,18 +140,28 @@ class Attempt:
 
     def _run(self, name: str, keys_: list[str], args: list) -> tuple[object, bool]:
         """Run a fenced script, riding out a Redis blip (failover, restart) for as long as the
-        lease lasts — after that the lease is gone anyway. Returns (reply, retried): a retried
+        lease lasts — after that the lease is gone anyway — and a full Redis (refused writes)
+        until memory is freed or the job's timeout stops the work-horse: the write lands then,
+        or is refused if the job was reclaimed meanwhile. Returns (reply, retried): a retried
         call may have landed the first time with its reply lost, which callers resolve."""
         deadline = clock.monotonic() + self.lease_seconds
         delay, retried = 0.1, False
         while True:
             try:
-                return lua.run(self.connection, name, keys=keys_, args=args), retried
+                reply = lua.run(self.connection, name, keys=keys_, args=args), retried
+                _memory_wait.accepted()
+                return reply
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
                 if clock.monotonic() + delay > deadline:
                     raise
                 time.sleep(delay)
                 delay, retried = min(delay * 2, 2.0), True
+            except redis.exceptions.ResponseError as exc:
+                if not is_out_of_memory(exc):
+                    raise
+                # A refused script wrote nothing: Redis refuses a script's write for memory only
+                # while the script has written nothing yet (it cannot stop one halfway).
+                _memory_wait.sleep(exc)
 
     def landed(self, *states_: str) -> list | None:
         """After a retried call was refused: did the first try land? (Same token, and the job

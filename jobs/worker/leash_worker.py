@@ -44,6 +44,7 @@ from jobs.models import backends
 from jobs.observability import logs
 from jobs.worker import scheduler_locks
 from jobs.worker.dequeue import LeashQueue
+from jobs.worker.full_redis import FullRedis, refused_for_memory
 from jobs.worker.log import log_not_a_failure
 from jobs.worker.rq_job import NoResultStreamJob
 from jobs.worker.shutdown import Shutdown
@@ -69,7 +70,7 @@ class LeashJob(NoResultStreamJob):
         return super()._execute()
 
 
-class LeashWorker(Shutdown, Worker):
+class LeashWorker(Shutdown, FullRedis, Worker):
     queue_class = LeashQueue  # every dequeue goes through an intermediate list (dequeue.py)
     job_class = LeashJob
     # RQ doubles its wait up to 60 s while Redis is down; this worker also reaps for everyone,
@@ -158,13 +159,15 @@ class LeashWorker(Shutdown, Worker):
                     log.warning("released the retry scheduler lock of a dead scheduler: %s", ", ".join(released))
                 self.scheduler.acquire_locks(auto_start=True)
             except redis.exceptions.RedisError as exc:
-                log.warning("scheduler not restarted: %s", exc)
+                if not self.noted_full(exc):
+                    log.warning("scheduler not restarted: %s", exc)
 
     def _tick(self) -> None:
         try:
             self.reaper.tick()
         except redis.exceptions.RedisError as exc:
-            log.warning("reaper skipped a round: %s", exc)
+            if not self.noted_full(exc):
+                log.warning("reaper skipped a round: %s", exc)
 
     def _check_current_attempt(self) -> None:
         attempt = self._attempt
@@ -200,6 +203,12 @@ class LeashWorker(Shutdown, Worker):
             if self.horse_pid and _still_running(self.horse_pid):
                 self.kill_horse()
                 self.wait_for_horse()
+        except redis.exceptions.ResponseError as exc:
+            # Redis full while RQ recorded the job's start or end in this process: the job's
+            # own writes wait in its work-horse; what is left is the lease's to settle.
+            if not self.noted_full(exc):
+                raise
+            log.info("job %s: RQ's bookkeeping refused for memory; its lease settles it", job.id)
 
     def _execute_job(self, job: Job, queue: Queue):
         if job.func_name != EXECUTE:
@@ -209,7 +218,7 @@ class LeashWorker(Shutdown, Worker):
             # (Shutdown.request_stop): the job goes back to the front of its queue, unclaimed.
             self.reaper.requeue_if_swallowed(job.id, queue.name, why="taken by a worker that was stopping")
             raise StopRequested()
-        attempt = lease.claim(self.connection, job.id, queue.name, self.name)
+        attempt = self._claim(job, queue)
         if attempt is None:
             self._not_claimable(job, queue)
             return
@@ -235,6 +244,20 @@ class LeashWorker(Shutdown, Worker):
             state_index.trim_expired(self.connection, attempt.owner_name())
         except redis.exceptions.RedisError as exc:
             log.warning("owner index of job %s not trimmed: %s", attempt.job_id, exc)
+
+    def _claim(self, job: Job, queue: Queue) -> lease.Attempt | None:
+        """Claim the job, waiting while Redis is full (it stays in this worker's intermediate
+        list meanwhile; a stop leaves it there for the reaper to give back)."""
+        while True:
+            try:
+                attempt = lease.claim(self.connection, job.id, queue.name, self.name)
+            except redis.exceptions.ResponseError as exc:
+                if not refused_for_memory(exc):
+                    raise
+                self.wait_for_memory(exc)
+                continue
+            self.memory_wait.accepted()
+            return attempt
 
     def _not_claimable(self, job: Job, queue: Queue) -> None:
         """A queue entry for a job leash cannot claim: a failed job requeued with RQ's tools

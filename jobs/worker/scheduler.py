@@ -31,6 +31,8 @@ import redis
 from rq.scheduler import RQScheduler
 from rq.scripts import release_lock
 
+from jobs.core.memory_wait import MemoryWait, is_out_of_memory
+
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 
@@ -43,12 +45,17 @@ class LeashScheduler(RQScheduler):
         super().__init__(*args, **kwargs)
         self.closed = False
         self.worker_pid = os.getpid()
+        self.memory_wait: MemoryWait | None = None  # the scheduler process's own (jobs.core.memory_wait)
 
     # --- in the worker's main process ---------------------------------------------------
 
     def acquire_locks(self, auto_start: bool = False):
         if self.closed:
             return set()  # shutting down: taking a lock now would only leave it to expire
+        if os.getpid() != self.worker_pid:  # RQ's loop in the scheduler process: ride out a full Redis
+            taken: set = set()
+            self._unless_full(lambda: taken.update(super(LeashScheduler, self).acquire_locks(auto_start)))
+            return taken
         return super().acquire_locks(auto_start=auto_start)
 
     def start(self):
@@ -102,12 +109,31 @@ class LeashScheduler(RQScheduler):
             self.log.warning("worker process %s is gone; scheduler %s stopping", self.worker_pid, os.getpid())
             self.request_stop()  # RQ's loop stops and releases the locks at its next turn
             return
-        super().heartbeat()
+        self._unless_full(super().heartbeat, writes=True)
 
     def enqueue_scheduled_jobs(self):
         if self._stop_requested:
             return
-        super().enqueue_scheduled_jobs()
+        self._unless_full(super().enqueue_scheduled_jobs)
+
+    def register_birth(self):
+        self._unless_full(super().register_birth, writes=True)
+
+    def _unless_full(self, step, writes: bool = False) -> None:
+        """Run one step of RQ's scheduler loop; a write refused because Redis is full skips it
+        (the loop tries again a tick later) instead of killing the scheduler process. Only a
+        step that always writes (``writes``) tells that the wait is over."""
+        if self.memory_wait is None:
+            self.memory_wait = MemoryWait(self.log, f"retry scheduler {os.getpid()}")
+        try:
+            step()
+        except redis.exceptions.ResponseError as exc:
+            if not is_out_of_memory(exc):
+                raise
+            self.memory_wait.refused(exc)
+            return
+        if writes:
+            self.memory_wait.accepted()
 
     def orphaned(self) -> bool:
         """True in a scheduler process whose worker died (it was re-parented)."""
