@@ -5,6 +5,7 @@ none (see cli/redis_target.py); any Redis error is one line naming the URL tried
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import click
@@ -59,6 +60,7 @@ def worker(queues, burst, name, scheduler, log_level, imports):
     """Run a worker (RQ Worker with leases, reaping and deploy hand-off)."""
     from jobs.config import settings
     from jobs.kinds import import_kinds
+    from jobs.read.redis_health import eviction_warning
     from jobs.worker.leash_worker import LeashWorker
 
     try:
@@ -73,6 +75,8 @@ def worker(queues, burst, name, scheduler, log_level, imports):
     conn = connect_checked(for_worker=True)
     names = [q.strip() for spec in (queues or settings().queues) for q in spec.split(",") if q.strip()]
     w = LeashWorker(names, connection=conn, name=name)  # names: it builds its own LeashQueue objects
+    if warning := eviction_warning(conn):
+        logging.getLogger("leash.worker").warning(warning)
     try:
         reporting.init_worker(w)  # SENTRY_DSN
     except ValueError as exc:
@@ -127,9 +131,11 @@ from .failure_commands import register as _register_deadletter  # noqa: E402
 
 _register_deadletter(main)
 
+from .doctor import doctor  # noqa: E402
 from .usage_commands import usage_command  # noqa: E402
 
 main.add_command(usage_command)
+main.add_command(doctor)
 
 if __name__ == "__main__":
     main()

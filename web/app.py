@@ -33,6 +33,8 @@ from flask_wtf.csrf import CSRFProtect
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from jobs import config, kinds
+from jobs.core.connection import connect
+from jobs.read.redis_health import eviction_warning
 
 from . import api, auth, dashboard, error_replies, metrics, overview_page, pages, request_logs, signin
 from .redis_guard import guarded_connection
@@ -105,6 +107,7 @@ def create_app(test_config: dict | None = None) -> Flask:
                     "(development only)")
     kinds.import_kinds()
     app.extensions["leash_redis"] = guarded_connection(app.config["REDIS_URL"], app.config["LEASH_REDIS_TIMEOUT"])
+    _warn_if_redis_may_evict(app.config["REDIS_URL"])
 
     metrics.init_app(app)  # first, so its timer starts before any hook can answer early
     app.before_request(_body_limit)
@@ -179,3 +182,15 @@ def _csrf_policy():
         from flask import current_app
 
         current_app.extensions["csrf"].protect()
+
+
+def _warn_if_redis_may_evict(url: str | None) -> None:
+    """One WARNING at start when Redis may evict leash's keys. Asked on a connection of its
+    own, briefly: a Redis that is away at start must neither delay it nor open the breaker
+    that the app's own connection keeps."""
+    client = connect(url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        if warning := eviction_warning(client):
+            log.warning(warning)
+    finally:
+        client.close()

@@ -1,0 +1,121 @@
+"""``leash doctor`` tells a fit Redis from one that loses jobs, and workers and the web app say
+at start when Redis may evict (each against a redis-server of the test's own)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import timedelta
+
+import pytest
+import redis
+from click.testing import CliRunner
+from rq.serializers import JSONSerializer
+from rq.utils import now as rq_now
+from rq.utils import utcformat
+from rq.worker import Worker
+
+from cli import main
+from cli.devserver import start_redis, stop
+from tests.conftest import wait_for
+from tests.web_support import make_app
+
+
+@pytest.fixture
+def own_redis(tmp_path, env):
+    """A redis-server of this test's own: its settings are the test's to change."""
+    def start(appendonly: bool = False):
+        workdir = tmp_path / f"redis-{len(started)}"
+        workdir.mkdir()
+        proc, url = start_redis(workdir, appendonly=appendonly)
+        started.append(proc)
+        env.setenv("REDIS_URL", url)
+        return redis.Redis.from_url(url), url
+
+    started: list = []
+    yield start
+    stop(started, grace=5)
+
+
+def _worker_record(connection, name: str, heartbeat_offset: float = 0.0) -> None:
+    """A worker as RQ records it, with its last heartbeat stamped by a clock ``offset`` s off."""
+    worker = Worker(["leash"], connection=connection, name=name, serializer=JSONSerializer)
+    worker.register_birth()
+    connection.hset(worker.key, "last_heartbeat", utcformat(rq_now() + timedelta(seconds=heartbeat_offset)))
+
+
+def doctor(*args):
+    return CliRunner().invoke(main, ["doctor", *args])
+
+
+def test_doctor_passes_a_persistent_noeviction_redis_with_a_worker_whose_clock_agrees(own_redis):
+    conn, _ = own_redis(appendonly=True)
+    conn.config_set("maxmemory", 512 * 2**20)
+    _worker_record(conn, "on-time")
+    result = doctor()
+    assert result.exit_code == 0, result.output
+    assert "FAIL" not in result.output
+    for name in ("redis version", "persistence", "maxmemory-policy", "memory headroom", "clients", "workers",
+                 "clock of worker on-time"):
+        assert f"{name}:" in result.output
+
+
+def test_doctor_fails_without_persistence_with_an_evicting_policy_and_a_skewed_worker(own_redis):
+    conn, _ = own_redis()
+    conn.config_set("save", "")
+    _worker_record(conn, "ahead", heartbeat_offset=30)
+    conn.config_set("maxmemory-policy", "volatile-lru")
+    conn.config_set("maxmemory", 512 * 2**20)
+    result = doctor("--json")
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.output)
+    verdicts = {c["name"]: c["verdict"] for c in report["checks"]}
+    assert report["ok"] is False
+    assert verdicts["persistence"] == "fail"
+    assert verdicts["maxmemory-policy"] == "fail"
+    assert verdicts["memory headroom"] == "ok"
+    assert verdicts["clock of worker ahead"] == "fail"
+    assert verdicts["redis version"] == "ok"
+    text = doctor().output
+    assert "FAIL  maxmemory-policy: maxmemory-policy volatile-lru lets Redis evict keys" in text
+    assert "ahead of Redis' clock" in text
+
+
+def test_doctor_fails_a_redis_without_headroom_and_warns_of_a_silent_worker(own_redis):
+    conn, _ = own_redis(appendonly=True)
+    _worker_record(conn, "silent", heartbeat_offset=-300)
+    conn.config_set("maxmemory", int(conn.info("memory")["used_memory"] * 1.02))
+    result = doctor()
+    assert result.exit_code == 1, result.output
+    assert "FAIL  memory headroom:" in result.output and "shorten LEASH_RESULT_TTL" in result.output
+    assert "warn  clock of worker silent: last heartbeat 300 s ago" in result.output
+
+
+def test_doctor_fails_when_no_worker_is_there(own_redis):
+    own_redis(appendonly=True)
+    result = doctor()
+    assert result.exit_code == 1
+    assert "FAIL  workers: none seen" in result.output
+
+
+def test_workers_and_the_web_app_warn_once_at_start_when_redis_may_evict(own_redis, workers, tmp_path, caplog):
+    conn, url = own_redis()
+    conn.config_set("maxmemory-policy", "volatile-lru")
+    log_path = tmp_path / "worker.log"
+    with log_path.open("wb") as log:
+        proc = workers.start("--burst", extra_env={"REDIS_URL": url}, stderr=log)
+        wait_for(lambda: proc.poll() is not None, 30, message="the burst worker to finish")
+    text = log_path.read_text()
+    assert text.count("maxmemory-policy volatile-lru lets Redis evict keys") == 1, text
+    assert "set maxmemory-policy noeviction" in text
+
+    with caplog.at_level(logging.WARNING):
+        make_app(REDIS_URL=url)
+    warned = [r.getMessage() for r in caplog.records if "maxmemory-policy volatile-lru" in r.getMessage()]
+    assert len(warned) == 1
+
+    conn.config_set("maxmemory-policy", "noeviction")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        make_app(REDIS_URL=url)
+    assert not [r for r in caplog.records if "maxmemory-policy" in r.getMessage()]
