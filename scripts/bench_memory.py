@@ -1,9 +1,9 @@
 """What a finished job costs Redis: leash against plain RQ, side by side, in one run.
 
-    python scripts/bench_memory.py [--jobs 20] [--items 2,100]
+    python scripts/bench_memory.py [--jobs 20] [--items 2,100] [--hash-value-limit 64]
 
-For each size, ``--jobs`` ``classify`` jobs of that many items (sentences of ~40 characters,
-two labels, the offline ``local`` backend) run to the end on ``leash worker --burst``; the
+For each size, ``--jobs`` ``classify`` jobs of that many items (review-like lines of ~70
+characters, two labels, the offline ``local`` backend), all of one owner, run to the end on ``leash worker --burst``; the
 same items go to plain RQ as one job each whose function returns the labels, on ``rq worker
 --burst``. Then every key in Redis is measured with ``MEMORY USAGE`` and grouped by its name
 with the job id (and owner) taken out: bytes per finished job by key, the total, and the
@@ -130,10 +130,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=20)
     parser.add_argument("--items", default="2,100")
+    parser.add_argument("--hash-value-limit", type=int, default=None,
+                        help="set Redis' hash-max-listpack-value (default 64): a hash whose every value fits "
+                             "is stored compactly; RQ's job hash carries the compressed payload")
     args = parser.parse_args()
     own, children = OwnRedis().start(), Children()
     conn = own.client()
-    figures: dict = {"redis": conn.info("server")["redis_version"], "jobs": args.jobs, "sizes": {}}
+    if args.hash_value_limit:
+        conn.config_set("hash-max-ziplist-value", args.hash_value_limit)  # the name Redis 6.2 and 7 both take
+    figures: dict = {"redis": conn.info("server")["redis_version"], "jobs": args.jobs, "sizes": {},
+                     "hash_value_limit": int(conn.config_get("hash-max-ziplist-value")["hash-max-ziplist-value"])}
     try:
         for n_items in (int(x) for x in args.items.split(",")):
             print(f"{n_items}-item jobs ({args.jobs} of them), MEMORY USAGE per finished job:")

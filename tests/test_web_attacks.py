@@ -18,7 +18,8 @@ import time
 
 import pytest
 
-from jobs import keys, payload_copy
+from jobs import keys
+from jobs.core import payload_copy
 from jobs.enqueue import enqueue
 from tests.conftest import wait_for
 from tests.web_support import CLASSIFY, HTML, basic, csrf_from, finish_job, make_app

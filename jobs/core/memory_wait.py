@@ -14,7 +14,6 @@ import logging
 import time
 
 from jobs.core import clock
-from jobs.core.connection import is_out_of_memory
 
 #: Backoff between tries: from FIRST_DELAY doubling to MAX_DELAY seconds.
 FIRST_DELAY = 0.25
@@ -55,6 +54,3 @@ class MemoryWait:
 
     def sleep(self, exc: BaseException) -> None:
         time.sleep(self.refused(exc))
-
-
-__all__ = ["MemoryWait", "is_out_of_memory"]

@@ -17,7 +17,8 @@ import time
 import redis
 from rq.exceptions import StopRequested
 
-from jobs.core.memory_wait import MemoryWait, is_out_of_memory
+from jobs.core.connection import is_out_of_memory
+from jobs.core.memory_wait import MemoryWait
 
 log = logging.getLogger("leash.worker")
 

@@ -31,7 +31,8 @@ import redis
 from rq.scheduler import RQScheduler
 from rq.scripts import release_lock
 
-from jobs.core.memory_wait import MemoryWait, is_out_of_memory
+from jobs.core.connection import is_out_of_memory
+from jobs.core.memory_wait import MemoryWait
 
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
