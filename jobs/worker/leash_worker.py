@@ -243,7 +243,8 @@ class LeashWorker(Shutdown, FullRedis, Worker):
         try:
             state_index.trim_expired(self.connection, attempt.owner_name())
         except redis.exceptions.RedisError as exc:
-            log.warning("owner index of job %s not trimmed: %s", attempt.job_id, exc)
+            if not self.noted_full(exc):  # the next ended job of the owner trims it
+                log.warning("owner index of job %s not trimmed: %s", attempt.job_id, exc)
 
     def _claim(self, job: Job, queue: Queue) -> lease.Attempt | None:
         """Claim the job, waiting while Redis is full (it stays in this worker's intermediate
