@@ -73,6 +73,12 @@ def worker(queues, burst, name, scheduler, log_level, imports):
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     conn = connect_checked(for_worker=True)
+    from jobs.core import schema
+
+    try:
+        schema.ensure(conn)  # the layout Redis holds: migrated if older, refused if too new
+    except schema.SchemaTooNew as exc:
+        raise job_commands.BadInput(str(exc)) from None
     names = [q.strip() for spec in (queues or settings().queues) for q in spec.split(",") if q.strip()]
     w = LeashWorker(names, connection=conn, name=name)  # names: it builds its own LeashQueue objects
     if warning := eviction_warning(conn):

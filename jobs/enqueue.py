@@ -183,7 +183,9 @@ def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str
         # What the job may spend (model_admit_v1 reads it; a replay may raise it).
         **(budget.parse(payload.get(budget.BUDGET_FIELD)) or budget.Budget()).hash_fields(),
     } | ({"name": name} if name else {}))
-    pipe.set(keys.payload(job_id), payload_copy.encode(payload))
+    # The copy expires like the idempotency key unless the job's end sets its record's expiry:
+    # a worker of the previous release ends jobs without knowing this key (docs/OPERATIONS.md).
+    pipe.set(keys.payload(job_id), payload_copy.encode(payload), ex=s.result_ttl)
     pipe.zadd(keys.owner_jobs(owner), {job_id: now})
     pipe.persist(keys.owner_jobs(owner))  # lists a queued job now: expires no more (state_index)
     pipe.zadd(keys.owner_state(owner, "queued"), {job_id: now})  # then the Lua transitions move it

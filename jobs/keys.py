@@ -7,6 +7,8 @@ Lua scripts never build key names: callers pass them in KEYS.
 
 from __future__ import annotations
 
+import fnmatch
+
 from rq.executions import ExecutionRegistry
 from rq.job import Job
 from rq.queue import Queue
@@ -75,22 +77,29 @@ def outcome_keys(outcome: str, kind: str, now: float) -> list[str]:
     return [stats_minute(outcome, kind, minute), stats_minute(outcome, "_all", minute), STATS_TOTALS]
 
 
+IDEMPOTENCY_PREFIX = PREFIX + "idem:"
+#: Every idempotency key, of this release's form and the previous one's (jobs/core/schema.py).
+IDEMPOTENCY_PATTERN = IDEMPOTENCY_PREFIX + "*"
+
+
 def idempotency(owner: str, key: str) -> str:
     """The job id an owner's idempotency key points at. The owner's length comes first, so
     owner "team" + key "ops:k1" and owner "team:ops" + key "k1" are different keys."""
-    return f"{PREFIX}idem:{len(owner)}:{owner}:{key}"
+    return f"{IDEMPOTENCY_PREFIX}{len(owner)}:{owner}:{key}"
 
 
 def legacy_idempotency(owner: str, key: str) -> str:
     """The idempotency key as releases before the owner's length was added wrote it. Still
     read (and only honoured for a job of the same owner: this form is ambiguous), so a client
     retrying across an upgrade finds its job instead of paying for it twice."""
-    return f"{PREFIX}idem:{owner}:{key}"
+    return f"{IDEMPOTENCY_PREFIX}{owner}:{key}"
 
 
 def payload(job_id: str) -> str:
     """The payload as submitted (JSON): leash's own copy, from which RQ's side of a job that
-    was deleted behind leash's back is rebuilt by a replay. Kept as long as the job hash."""
+    was deleted behind leash's back is rebuilt by a replay. Expires as the job hash does once
+    the job ended; before that, LEASH_RESULT_TTL after its submission or replay at the latest
+    (a worker of the previous release ends jobs without knowing this key)."""
     return f"{PREFIX}payload:{job_id}"
 
 
@@ -149,6 +158,11 @@ def owner_state_indexes(owner: str) -> list[str]:
 #: Set once every job written before the state indexes existed has been indexed
 #: (jobs/core/state_index.py); until then a state filter reads the jobs themselves.
 STATE_INDEX_READY = PREFIX + "schema:state_index"
+#: Hash of the data layout this Redis holds: ``version`` (the schema written last), ``compatible_from``
+#: (the oldest schema whose code may still run against it), ``release`` (which wrote it), ``at``.
+SCHEMA = PREFIX + "schema"
+#: Held (a few seconds, renewed) by the one process migrating the schema.
+SCHEMA_LOCK = PREFIX + "schema:lock"
 #: Where the one-time indexing resumes (a SCAN cursor), between reaper ticks.
 STATE_INDEX_CURSOR = PREFIX + "schema:state_index:cursor"
 #: Every job hash matches this pattern (the one-time indexing SCANs it).
@@ -224,3 +238,21 @@ def usage_owner_day(owner: str, day: str) -> str:
 def usage_model(model: str) -> str:
     """Hash of one model's all-time usage and cost (``/metrics``)."""
     return f"{PREFIX}usage:model:{model}"
+
+
+#: The keys kept without an expiry on purpose, as ``fnmatch`` patterns: indexes and counters
+#: that outlive any one job (their entries leave with their jobs), per-owner and per-model
+#: records, and the schema markers. Every other ``leash:`` key carries a TTL once its job has
+#: ended (docs/OPERATIONS.md, "Upgrading"; the upgrade test checks it). Keys of a queued or
+#: running job (its hash, payload copy, items, errors) have no expiry until the job ends.
+PERMANENT = (
+    LEASES, CANCELS, FAILED_INDEX, ACTIVE, SWEEP_CURSOR, REJECTED_WRITES, RECLAIMS, STATS_TOTALS,
+    REPLAY_AUDIT, MODELS, model_concurrency("*"), usage_model("*"),
+    owner_jobs("*"), owner_state("*", "*"), owner_expiries("*"),
+    STATE_INDEX_READY, SCHEMA,
+)
+
+
+def is_permanent(key: str) -> bool:
+    """Whether ``key`` is one of PERMANENT (kept without an expiry on purpose)."""
+    return any(fnmatch.fnmatchcase(key, pattern) for pattern in PERMANENT)

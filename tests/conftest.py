@@ -89,10 +89,12 @@ class Workers:
         env = dict(os.environ)
         env.update(extra_env or {})
         env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cli", "worker", "--log-level", "WARNING", *args],
-            env=env, cwd=ROOT, start_new_session=True, **popen,
-        )
+        return self.start_program([sys.executable, "-m", "cli", "worker", "--log-level", "WARNING", *args],
+                                  env=env, cwd=ROOT, **popen)
+
+    def start_program(self, argv: list[str], env: dict, cwd: Path, **popen) -> subprocess.Popen:
+        """Any worker program (another release's ``leash worker`` too), cleaned up like the rest."""
+        proc = subprocess.Popen(argv, env=env, cwd=cwd, start_new_session=True, **popen)
         self.procs.append(proc)
         self.known_pids.add(proc.pid)
         return proc

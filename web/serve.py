@@ -72,6 +72,26 @@ def waitress_options(host: str, port: int) -> dict:
     }
 
 
+def _schema_refusal() -> str | None:
+    """Check (and migrate) the layout Redis holds before serving; the reason not to start, if
+    any. A Redis away at start is not one: the app answers 503 until it is back."""
+    import redis
+
+    from jobs.core import schema
+    from jobs.core.connection import connect
+
+    connection = connect(socket_timeout=config.get("LEASH_REDIS_TIMEOUT"))
+    try:
+        schema.ensure(connection)
+    except schema.SchemaTooNew as exc:
+        return str(exc)
+    except redis.exceptions.RedisError as exc:
+        log.warning("Redis did not answer the schema check at start (%s); serving 503 until it does", exc)
+    finally:
+        connection.close()
+    return None
+
+
 def serve(host: str, port: int) -> int:
     """Run until stopped; a missing secret is one line on stderr and exit status 1, a malformed
     setting one line and exit status 2."""
@@ -87,6 +107,10 @@ def serve(host: str, port: int) -> int:
         return 1
     except ValueError as exc:  # a malformed setting (LEASH_API_TOKENS, LEASH_LOG_FORMAT, ...), named
         sys.stderr.write(f"{exc}\n")
+        return 2
+    refusal = _schema_refusal()
+    if refusal:
+        sys.stderr.write(f"{refusal}\n")
         return 2
     options = waitress_options(host, port)
     if options["connection_limit"] < config.get("LEASH_WEB_CONNECTIONS"):

@@ -63,13 +63,25 @@ def _entries(raw: list) -> list[dict]:
 
 
 def history(errors: list, starts: list, state: str, error: str | None,
-            ended_at: float | None = None) -> list[dict[str, Any]]:
+            ended_at: float | None = None, h: dict | None = None) -> list[dict[str, Any]]:
     """One entry per attempt, oldest first: {attempt, started_at, worker, ended_at, ended}.
     ``ended`` is "running", "succeeded", "canceled", "handed off", "deferred", "lease
-    expired", or the first line of the attempt's error."""
-    errors_left = _entries(errors)
-    attempts: list[dict[str, Any]] = []
-    for entry in _entries(starts):
+    expired", or the first line of the attempt's error.
+
+    Attempts the previous release ran left no start entry (it kept only the error list and,
+    in the job hash ``h``, the latest attempt's number, start and worker): they are told from
+    their errors, and the latest from the hash, with what is not known left None."""
+    starts_ = _entries(starts)
+    first_start = next((_float(e.get("at")) for e in starts_ if "ended" not in e), None)
+    # Errors older than the first recorded start belong to attempts no start entry tells of
+    # (a replay numbers attempts from 1 again, so the number alone cannot say which).
+    earlier = [e for e in _entries(errors) if first_start is None or (_float(e.get("at")) or 0) < first_start]
+    errors_left = [e for e in _entries(errors) if e not in earlier]
+    attempts: list[dict[str, Any]] = [
+        {"attempt": e.get("attempt"), "started_at": None, "worker": None,
+         "ended_at": clock.iso(_float(e.get("at"))), "ended": _ended_by(str(e.get("error") or ""))}
+        for e in earlier]
+    for entry in starts_:
         if "ended" in entry:  # a give-back (hand-off or deferral) of the latest attempt
             if attempts and attempts[-1]["ended"] is None:
                 attempts[-1].update(ended=entry["ended"], ended_at=clock.iso(_float(entry.get("at"))))
@@ -82,9 +94,9 @@ def history(errors: list, starts: list, state: str, error: str | None,
         match = next((e for e in errors_left if e.get("attempt") == attempt["attempt"]), None)
         if match is not None:
             errors_left.remove(match)
-            text = str(match.get("error") or "")
-            attempt["ended"] = "lease expired" if text.startswith("lease expired") else first_line(text)
+            attempt["ended"] = _ended_by(str(match.get("error") or ""))
             attempt["ended_at"] = clock.iso(_float(match.get("at")))
+    _add_unrecorded_latest(attempts, state, h or {})
     if attempts and attempts[-1]["ended"] is None:
         last = attempts[-1]
         last["ended_at"] = clock.iso(ended_at)
@@ -96,6 +108,29 @@ def history(errors: list, starts: list, state: str, error: str | None,
             last["ended"] = "canceled" if is_canceled(error) else first_line(error)
     # A cancel of a queued job ends no attempt: the errors left say so.
     return attempts
+
+
+def _ended_by(error_text: str) -> str | None:
+    return "lease expired" if error_text.startswith("lease expired") else first_line(error_text)
+
+
+def _add_unrecorded_latest(attempts: list[dict[str, Any]], state: str, h: dict) -> None:
+    """The attempt running or ended without a start entry (claimed by the previous release),
+    from the job hash: its number, start and worker."""
+    number = int(h.get("attempts") or 0)
+    if state == "queued" or number < 1 or (attempts and attempts[-1]["ended"] is None):
+        return
+    if attempts and attempts[-1]["attempt"] == number and not _after(h.get("started_at"), attempts[-1]):
+        return
+    attempts.append({"attempt": number, "started_at": clock.iso(_float(h.get("started_at"))),
+                     "worker": h.get("worker"), "ended_at": None, "ended": None})
+
+
+def _after(started_at: str | None, entry: dict[str, Any]) -> bool:
+    """Whether the hash's latest start is later than ``entry`` ended (a new attempt since)."""
+    start = _float(started_at)
+    ended = entry.get("ended_at")
+    return start is not None and ended is not None and clock.iso(start) > ended
 
 
 def waiting(state: str, rq_status: str | None, retry_at: float | None) -> str | None:
@@ -153,5 +188,5 @@ def details(job_id: str, h: dict, state: str, error: str | None, rq_status: str 
         "results_url": f"/jobs/{job_id}/result",
         "waiting": waiting(state, rq_status, retry_at),
         "next_retry_at": clock.iso(retry_at) if state == "queued" and retry_at else None,
-        "history": history(errors, starts, state, error, ended_at),
+        "history": history(errors, starts, state, error, ended_at, h),
     }

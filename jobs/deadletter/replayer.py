@@ -220,6 +220,13 @@ def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: i
             registry = keys.rq_rate_limit(limit_key, connection)
             registry.register(concurrency, pipe)
             registry.acquire_and_enqueue(concurrency, pipeline=pipe)
+        # The script made the payload copy persistent with the job; it keeps an expiry instead,
+        # as enqueue gives it: a worker of the previous release ends a job without knowing the
+        # copy, and would leave it forever (this release's end scripts give it the record's).
+        ttl = settings().result_ttl
+        for job_id, result in zip(job_ids, results, strict=True):
+            if result == "replayed":
+                pipe.expire(keys.payload(job_id), ttl)
         pipe.execute()
     return results
 
