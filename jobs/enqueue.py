@@ -75,16 +75,21 @@ def check_name(name) -> str | None:
     return name or None
 
 
+def _is_key(value) -> bool:
+    """An owner or idempotency key of the allowed form (letters, digits and _.:@-)."""
+    return isinstance(value, str) and bool(_SAFE.match(value))
+
+
 def _validate(kind: str, payload, owner: str, max_attempts: int, idempotency_key: str | None) -> int:
     if not isinstance(kind, str):
         raise InvalidJob("'kind' must be a string")
     definition = kinds.get(kind)
     check_payload(payload)  # an object, within LEASH_MAX_PAYLOAD_BYTES and _DEPTH
-    if not isinstance(owner, str) or not _SAFE.match(owner):
+    if not _is_key(owner):
         raise InvalidJob("owner must be 1-200 characters of letters, digits and _.:@-")
     if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or not 1 <= max_attempts <= 100:
         raise InvalidJob("max_attempts must be an integer from 1 to 100")
-    if idempotency_key is not None and (not isinstance(idempotency_key, str) or not _SAFE.match(idempotency_key)):
+    if idempotency_key is not None and not _is_key(idempotency_key):
         raise InvalidJob("idempotency key must be 1-200 characters of letters, digits and _.:@-")
     budget.parse(payload.get(budget.BUDGET_FIELD))
     return definition.validate(payload)
@@ -103,6 +108,12 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
     nothing behind, so its retry creates the job."""
     s = settings()
     max_attempts = s.max_attempts if max_attempts is None else max_attempts
+    if _is_key(owner) and _is_key(idempotency_key):
+        # A repeat returns the job whatever today's limits say of its payload: an earlier
+        # release (or setting) accepted it, and limits apply to new jobs only.
+        existing = job_for_key(connection, owner, idempotency_key)
+        if existing is not None:
+            return existing, False
     total = _validate(kind, payload, owner, max_attempts, idempotency_key)
     name = check_name(name)
     queue_name = resolve_queue(queue, s.queues)

@@ -4,7 +4,7 @@ The worker claimed the job (an ``Attempt`` with a fencing token) before forking;
 how the kind's function ended onto a fenced transition, then lets RQ do its bookkeeping:
 
     returned         -> finish   (succeeded; refused if the lease was lost; a summary over
-                                  LEASH_MAX_SUMMARY_BYTES fails the job instead)
+                                  LEASH_MAX_SUMMARY_BYTES is stored as a note of its size)
     PermanentError   -> fail     (failed at once)
     Canceled         -> fail     (failed, error "canceled")
     other exception  -> fail     (queued again while attempts remain, else failed)
@@ -18,6 +18,7 @@ how the kind's function ended onto a fenced transition, then lets RQ do its book
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -30,9 +31,11 @@ from jobs.core import consistency
 from jobs.core.context import JobContext
 from jobs.core.lease import Attempt, Outcome, describe
 from jobs.errors import Canceled, HandOff, InvalidJob, LeaseLost, PermanentError, PlainWorker, RetryLater
-from jobs.intake.limits import check_summary
+from jobs.intake.limits import check_summary, json_size
 from jobs.models import backends
 from jobs.usage.budget import BudgetReached
+
+log = logging.getLogger("leash.runner")
 
 
 def execute(kind_name: str, payload: dict, attempt: Attempt | None = None) -> dict[str, Any]:
@@ -48,7 +51,7 @@ def execute(kind_name: str, payload: dict, attempt: Attempt | None = None) -> di
             summary = kind.func(ctx, payload) or {}
         finally:
             ctx.flush_usage(all_threads=True)  # calls no item write carried (before the outcome)
-        _check_summary(summary)
+        summary = _fitting_summary(attempt.job_id, summary)
         attempt.finish(summary)
         return summary
     except LeaseLost:
@@ -87,12 +90,20 @@ def _refuse_plain_worker() -> None:
     raise PlainWorker(consistency.PLAIN_WORKER)
 
 
-def _check_summary(summary) -> None:
-    """A summary too big for the job's hash is the kind's bug: no retry changes it."""
+def _fitting_summary(job_id: str, summary):
+    """The summary to store. Limits apply at the door, never after a job's calls were made: a
+    summary over LEASH_MAX_SUMMARY_BYTES (a limit releases before 0.3 did not have, and that
+    the labels of a job they accepted may pass) is replaced by a note of its size, and the job
+    succeeds with every item's result at its results address. A summary that is not JSON is
+    the kind's bug: no retry changes it."""
     try:
         check_summary(summary)
-    except (InvalidJob, TypeError, ValueError) as exc:
+    except InvalidJob as exc:
+        log.warning("job %s: its summary is not stored: %s", job_id, exc)
+        return {"summary_omitted": f"{json_size(summary)} bytes as JSON, over LEASH_MAX_SUMMARY_BYTES"}
+    except (TypeError, ValueError) as exc:
         raise PermanentError(str(exc)) from None
+    return summary
 
 
 def _defer(attempt: Attempt, exc: RetryLater) -> Retry:

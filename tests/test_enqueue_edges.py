@@ -174,6 +174,20 @@ def test_an_idempotency_key_written_by_the_previous_release_still_finds_its_job(
     assert created and other != first
 
 
+def test_a_repeated_submission_gets_its_job_even_when_todays_limits_refuse_the_payload(conn, env):
+    """Limits apply to new jobs: a client repeating a submission an earlier release (or a looser
+    setting) accepted gets the job it made, not a 422."""
+    many_labels = {"items": ["a"], "labels": [f"label-{n}" for n in range(25)]}  # LEASH_MAX_LABELS: 20
+    env.setenv("LEASH_MAX_LABELS", "30")
+    first, _ = enqueue(conn, "classify", many_labels, owner="team", idempotency_key="k")
+    env.delenv("LEASH_MAX_LABELS")
+    assert enqueue(conn, "classify", many_labels, owner="team", idempotency_key="k") == (first, False)
+    conn.set(keys.legacy_idempotency("team", "k0"), first)  # the previous release's form too
+    assert enqueue(conn, "classify", many_labels, owner="team", idempotency_key="k0") == (first, False)
+    with pytest.raises(InvalidJob, match="LEASH_MAX_LABELS"):
+        enqueue(conn, "classify", many_labels, owner="team", idempotency_key="k2")
+
+
 def test_a_payload_left_without_expiry_by_a_previous_release_worker_gets_its_jobs_expiry(conn, env):
     """Workers of the release before the payload copy end jobs with scripts that do not know
     it: the sweep gives the copy the record's remaining time when it sees the job ended."""
@@ -182,7 +196,7 @@ def test_a_payload_left_without_expiry_by_a_previous_release_worker_gets_its_job
     job_id, _ = enqueue(conn, "classify", ITEMS)
     conn.hset(keys.job(job_id), mapping={"state": "succeeded", "ended_at": 1.0})
     conn.expire(keys.job(job_id), 3600)  # what the old finish script did; the copy kept no expiry
-    assert conn.ttl(keys.payload(job_id)) == -1
+    conn.persist(keys.payload(job_id))  # (this release's enqueue gives it one; builds before did not)
     consistency.sweep(conn)
     assert 3500 < conn.ttl(keys.payload(job_id)) <= 3600
     assert conn.zscore(keys.ACTIVE, job_id) is None

@@ -130,10 +130,12 @@ def test_a_failed_jobs_hash_and_status_stay_small_whatever_its_error_says(conn, 
     assert len(status.data) < STATUS_LIMIT
 
 
-def test_a_summary_that_grows_with_the_input_fails_the_job_instead_of_being_stored(conn, workers):
+def test_a_summary_that_grows_with_the_input_is_not_stored_and_the_job_still_succeeds(conn, workers):
+    # Limits apply at the door: a job whose calls were made is not failed by one at its end.
     job_id, _ = enqueue(conn, "big_summary", {"text": "y" * 100}, max_attempts=3)
     workers.start("--no-scheduler")
-    assert _wait_ended(conn, job_id) == "failed"
+    assert _wait_ended(conn, job_id) == "succeeded"
     raw = conn.hgetall(keys.job(job_id))
-    assert b"result" not in raw and raw[b"attempts"] == b"1"  # permanent: no retry can shrink it
-    assert b"(at most 1024, LEASH_MAX_SUMMARY_BYTES)" in raw[b"error"]
+    size = len(json.dumps({"echo": "y" * 10_000}, separators=(",", ":")))
+    assert json.loads(raw[b"result"]) == {"summary_omitted": f"{size} bytes as JSON, over LEASH_MAX_SUMMARY_BYTES"}
+    assert raw[b"attempts"] == b"1" and _hash_bytes(conn, job_id) < HASH_LIMIT

@@ -7,7 +7,6 @@ Scripts are registered per Redis client and called through redis-py's ``Script``
 
 from __future__ import annotations
 
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +16,18 @@ from redis.commands.core import Script
 LUA_DIR = Path(__file__).parents[1] / "lua"
 
 
-@cache
+#: Every script's text, read once at import: a running process never reads the files again,
+#: so installing another release over this one (in place) cannot change what it runs.
+_FILES = {path.stem: path.read_text() for path in LUA_DIR.glob("*.lua")}
+
+
 def source(name: str) -> str:
     """A script's text, after the shared helpers in ``_lib.lua`` (Redis scripts cannot import)."""
-    return (LUA_DIR / "_lib.lua").read_text() + "\n" + (LUA_DIR / f"{name}.lua").read_text()
+    return _FILES["_lib"] + "\n" + _FILES[name]
 
 
 def names() -> list[str]:
-    return sorted(p.stem for p in LUA_DIR.glob("*.lua") if not p.stem.startswith("_"))
+    return sorted(name for name in _FILES if not name.startswith("_"))
 
 
 _registered: dict[tuple[int, str], Script] = {}
