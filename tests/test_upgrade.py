@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from jobs import keys
-from jobs.core import states
+from jobs.core import clock, details, states
 
 from .conftest import ROOT, wait_for
 from .fake_openai import Error
@@ -228,3 +228,49 @@ def test_upgrade_in_place_with_work_in_flight(previous_bin, conn, workers, model
 
     # Nothing kept forever but what is meant to be.
     assert _keys_without_expiry(conn) == []
+
+
+# --- what the previous release left, read by this one (no old release needed) ---------------
+
+
+def _error(attempt: int, at: float, text: str) -> str:
+    return json.dumps({"attempt": attempt, "at": at, "error": text})
+
+
+def _start(attempt: int, at: float, worker: str = "new") -> str:
+    return json.dumps({"attempt": attempt, "at": str(at), "worker": worker})
+
+
+def test_history_of_a_job_the_previous_release_ran_to_its_end():
+    """0.2 kept no start entries: attempts come from its errors and, the latest, the job hash."""
+    h = {"attempts": "2", "started_at": "200.0", "worker": "old-w"}
+    history = details.history([_error(1, 150.0, "ModelUnavailable: 503")], [], "succeeded", None, 260.0, h)
+    assert [(e["attempt"], e["worker"], e["ended"]) for e in history] == \
+        [(1, None, "ModelUnavailable: 503"), (2, "old-w", "succeeded")]
+    assert history[1]["started_at"] == clock.iso(200.0) and history[1]["ended_at"] == clock.iso(260.0)
+
+
+def test_history_of_a_job_failed_under_the_previous_release_then_replayed():
+    """A replay numbers attempts from 1 again: the old error is not this attempt's."""
+    h = {"attempts": "1", "started_at": "300.0", "worker": "new"}
+    history = details.history([_error(1, 100.0, "PermanentError: 400")], [_start(1, 300.0)], "succeeded", None,
+                              320.0, h)
+    assert [(e["attempt"], e["ended"]) for e in history] == [(1, "PermanentError: 400"), (1, "succeeded")]
+
+
+def test_history_of_a_job_the_previous_release_is_running_or_failed():
+    running = details.history([], [], "running", None, None, {"attempts": "1", "started_at": "10.0", "worker": "w"})
+    assert [(e["attempt"], e["ended"], e["worker"]) for e in running] == [(1, "running", "w")]
+    h = {"attempts": "1", "started_at": "10.0", "worker": "w"}
+    failed = details.history([_error(1, 20.0, "PermanentError: no")], [], "failed", "PermanentError: no", 20.0, h)
+    assert [(e["attempt"], e["ended"]) for e in failed] == [(1, "PermanentError: no")]
+
+
+def test_history_of_this_releases_jobs_is_unchanged():
+    h = {"attempts": "1", "started_at": "50.0"}
+    starts = [_start(1, 10.0), json.dumps({"attempt": 1, "at": "20.0", "ended": "handed off"}), _start(1, 50.0)]
+    history = details.history([], starts, "succeeded", None, 60.0, h)
+    assert [(e["attempt"], e["ended"]) for e in history] == [(1, "handed off"), (1, "succeeded")]
+    canceled_while_queued = details.history([_error(1, 30.0, "Boom")], [_start(1, 10.0)], "failed", "canceled",
+                                            40.0, {"attempts": "1", "started_at": "10.0"})
+    assert [(e["attempt"], e["ended"]) for e in canceled_while_queued] == [(1, "Boom")]
