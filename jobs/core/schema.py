@@ -38,6 +38,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from jobs import keys
+from jobs.config import settings
 from jobs.core import clock
 
 #: The layout this code writes.
@@ -163,8 +164,11 @@ def copy_idempotency_keys(connection: Redis, renew: Callable[[], object]) -> int
 def copy_payloads(connection: Redis, renew: Callable[[], object]) -> int:
     """0.2 kept a job's payload only in RQ's job; 0.3 keeps its own copy (``keys.payload``), from
     which a replay rebuilds a job whose RQ record was deleted. Jobs 0.2 wrote get theirs from
-    RQ's job, with the job's expiry (none while it is queued or running). Returns how many."""
+    RQ's job, with the job's expiry; while the job is queued or running, LEASH_RESULT_TTL, as
+    enqueue gives it (a 0.2 worker may still end the job, and would leave the copy forever).
+    Returns how many."""
     prefix = len(keys.job(""))
+    unended_ms = settings().result_ttl * 1000
     copied = 0
     for batch in _scan(connection, keys.JOB_PATTERN, renew):
         job_ids = [key[prefix:] for key in batch]
@@ -183,7 +187,7 @@ def copy_payloads(connection: Redis, renew: Callable[[], object]) -> int:
                 if payload is None:
                     continue
                 pipe.set(keys.payload(job_id), json.dumps(payload, separators=(",", ":")), nx=True,
-                         px=ttl if ttl and ttl > 0 else None)
+                         px=ttl if ttl and ttl > 0 else unended_ms)
                 copied += 1
             pipe.execute()
     return copied
