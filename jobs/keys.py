@@ -131,6 +131,15 @@ def owner_jobs(owner: str) -> str:
     return f"{PREFIX}owner:{owner}:jobs"
 
 
+#: Every owner's job index (the state indexes' backfill gives each its expiry when it ends).
+OWNER_JOBS_PATTERN = owner_jobs("*")
+
+
+def owner_of_jobs_key(key: str) -> str:
+    """The owner whose job index ``key`` is (the inverse of ``owner_jobs``)."""
+    return key[len(owner_jobs("")) - len(":jobs"):-len(":jobs")]
+
+
 #: The states an owner's jobs are indexed by, in the order ``owner_state_indexes`` gives
 #: their keys (the Lua scripts rely on that order).
 INDEXED_STATES = ("queued", "running", "succeeded", "failed")
@@ -241,14 +250,14 @@ def usage_model(model: str) -> str:
 
 
 #: The keys kept without an expiry on purpose, as ``fnmatch`` patterns: indexes and counters
-#: that outlive any one job (their entries leave with their jobs), per-owner and per-model
-#: records, and the schema markers. Every other ``leash:`` key carries a TTL once its job has
-#: ended (docs/OPERATIONS.md, "Upgrading"; the upgrade test checks it). Keys of a queued or
-#: running job (its hash, payload copy, items, errors) have no expiry until the job ends.
+#: that outlive any one job (their entries leave with their jobs), per-model records, and the
+#: schema markers. Every other ``leash:`` key carries a TTL once its job has ended, an owner's
+#: indexes once the owner has no queued or running job (docs/OPERATIONS.md, "Upgrading"; the
+#: upgrade test checks it). A queued or running job's keys have none until it ends (but its
+#: payload copy, which expires LEASH_RESULT_TTL after submission at the latest).
 PERMANENT = (
     LEASES, CANCELS, FAILED_INDEX, ACTIVE, SWEEP_CURSOR, REJECTED_WRITES, RECLAIMS, STATS_TOTALS,
     REPLAY_AUDIT, MODELS, model_concurrency("*"), usage_model("*"),
-    owner_jobs("*"), owner_state("*", "*"), owner_expiries("*"),
     STATE_INDEX_READY, SCHEMA,
 )
 

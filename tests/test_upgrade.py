@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs import keys
-from jobs.core import clock, details, states
+from jobs import enqueue, keys
+from jobs.core import clock, details, state_index, states
 
 from .conftest import ROOT, wait_for
 from .fake_openai import Error
@@ -302,3 +302,33 @@ def test_no_script_the_previous_release_shipped_means_something_else_here():
         if not here.exists() or here.read_text() != _git("show", f"{PREVIOUS}:jobs/lua/{name}").stdout:
             changed.add(name.removesuffix(".lua"))
     assert changed == REDEFINED_SINCE_PREVIOUS
+
+
+def _ended_by_previous_release(conn, owner: str) -> str:
+    """A job the previous release ended: succeeded with an expiry, no index moved."""
+    job_id, _ = enqueue(conn, "prompt", {"items": ["x"], "template": "{item}"}, owner=owner)
+    conn.hset(keys.job(job_id), mapping={"state": "succeeded", "ended_at": 1.0})
+    conn.expire(keys.job(job_id), 3600)
+    return job_id
+
+
+def test_an_owners_job_index_expires_once_a_previous_release_worker_ended_its_last_job(conn):
+    """Repaired by the sweep (its index said queued): the owner's job list then expires."""
+    state_index.backfill_step(conn)  # the marker: indexes complete
+    job_id = _ended_by_previous_release(conn, "frank")
+    assert conn.ttl(keys.owner_jobs("frank")) == -1
+    assert state_index.reconcile(conn, [(job_id, "frank", "succeeded")]) == 1
+    assert conn.ttl(keys.owner_jobs("frank")) > 0
+
+
+def test_owner_indexes_of_jobs_ended_before_the_backfill_expire_when_it_is_done(conn):
+    """0.2 left owners' job lists without an expiry; the expiry script leaves them alone until
+    every job is indexed, so finishing the backfill gives each the expiry of its jobs."""
+    _ended_by_previous_release(conn, "olive")
+    _ended_by_previous_release(conn, "team:ops")
+    for owner in ("olive", "team:ops"):
+        for state in keys.INDEXED_STATES:
+            conn.delete(keys.owner_state(owner, state))
+    conn.delete(keys.STATE_INDEX_READY)
+    assert state_index.backfill_step(conn)
+    assert conn.ttl(keys.owner_jobs("olive")) > 0 and conn.ttl(keys.owner_jobs("team:ops")) > 0

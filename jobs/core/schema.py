@@ -28,7 +28,6 @@ and what 0.2 leaves unfinished 0.3 puts right (docs/OPERATIONS.md, "Upgrading").
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from importlib import metadata
 
@@ -39,7 +38,7 @@ from rq.serializers import JSONSerializer
 
 from jobs import keys
 from jobs.config import settings
-from jobs.core import clock
+from jobs.core import clock, payload_copy
 
 #: The layout this code writes.
 VERSION = 2
@@ -186,7 +185,7 @@ def copy_payloads(connection: Redis, renew: Callable[[], object]) -> int:
                 payload = _payload_of(rq_job)
                 if payload is None:
                     continue
-                pipe.set(keys.payload(job_id), json.dumps(payload, separators=(",", ":")), nx=True,
+                pipe.set(keys.payload(job_id), payload_copy.encode(payload), nx=True,
                          px=ttl if ttl and ttl > 0 else unended_ms)
                 copied += 1
             pipe.execute()

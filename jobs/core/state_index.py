@@ -65,14 +65,34 @@ def trim_expired(connection: Redis, owner: str, now: float | None = None, pipeli
 
 
 def repair(connection: Redis, job_ids: list[str], owners: list[str | None], now: float | None = None) -> None:
-    """Put each job in the right index of its owner, atomically per job (``index_job_v1``)."""
+    """Put each job in the right index of its owner, atomically per job (``index_job_v1``),
+    then let each owner's job index expire with its jobs, or not, as it now must: a job a
+    previous-release worker ended (its scripts know no index) may have been its owner's last."""
     now = clock.wall() if now is None else now
     ttl = settings().result_ttl
     with connection.pipeline(transaction=False) as pipe:
         for job_id, owner in zip(job_ids, owners, strict=True):
             lua.run(connection, "index_job_v1", keys=[keys.job(job_id), *keys.owner_state_indexes(owner or "")],
                         args=[job_id, now, ttl], pipeline=pipe)
+        for owner in sorted({owner for owner in owners if owner}):
+            trim_expired(connection, owner, now, pipeline=pipe)
         pipe.execute()
+
+
+def _expire_owner_indexes(connection: Redis, now: float | None = None) -> None:
+    """Once the backfill is done, every owner's job index gets the expiry its jobs give it:
+    owners whose jobs all ended before the marker was set were left without one (the expiry
+    script leaves an index alone until then), and no later end would revisit them."""
+    cursor = 0
+    while True:
+        cursor, found = connection.scan(cursor, match=keys.OWNER_JOBS_PATTERN, count=_SCAN_COUNT)
+        if found:
+            with connection.pipeline(transaction=False) as pipe:
+                for key in found:
+                    trim_expired(connection, keys.owner_of_jobs_key(decoded(key)), now, pipeline=pipe)
+                pipe.execute()
+        if cursor == 0:
+            return
 
 
 def reconcile(connection: Redis, jobs: list[tuple[str, str | None, str | None]], now: float | None = None) -> int:
@@ -122,6 +142,7 @@ def backfill_step(connection: Redis, budget: int = BACKFILL_STEP, now: float | N
                 pipe.set(keys.STATE_INDEX_READY, clock.wall())
                 pipe.delete(keys.STATE_INDEX_CURSOR)
                 pipe.execute()
+            _expire_owner_indexes(connection, now)
             return True
         if seen >= budget:
             # The cursor lives a day: a step resumed after that starts the scan again, harmlessly.
