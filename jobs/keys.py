@@ -10,10 +10,11 @@ from __future__ import annotations
 import fnmatch
 
 from rq.executions import ExecutionRegistry
+from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job
 from rq.queue import Queue
 from rq.rate_limit import RateLimitRegistry
-from rq.registry import FailedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
+from rq.registry import CanceledJobRegistry, FailedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
 from rq.scheduler import RQScheduler
 
 PREFIX = "leash:"
@@ -36,7 +37,18 @@ STATS_MINUTE_TTL = 2 * 24 * 3600
 #: consistency sweep checks against RQ's side (jobs deleted or failed by RQ's own tools).
 ACTIVE = PREFIX + "active"
 #: Where the consistency sweep resumes in ACTIVE (a rank), when one round did not cover it all.
+#: Written by releases before the rotation below; read by none now.
 SWEEP_CURSOR = PREFIX + "active:cursor"
+#: Hash: where the sweep's slow rotation through ACTIVE resumes (fields "score" and "member",
+#: the last job it checked: a position that removals before it cannot shift) and how many
+#: jobs its next slice checks ("size").
+SWEEP_ROTATION = PREFIX + "sweep:rotation"
+#: Hash of what the sweep last saw of each RQ queue's lists and registries (field: the queue's
+#: key, value: their lengths): a tick where nothing changed reads no job.
+SWEEP_QUEUES_SEEN = PREFIX + "sweep:queues"
+#: Hash of each owner's last balance between leash's queued and running jobs and the jobs RQ
+#: holds for the owner (field: the owner): only an owner whose balance moved is compared.
+SWEEP_OWNERS_SEEN = PREFIX + "sweep:owners"
 #: Throttle key so that, of many workers, one reaps per interval.
 REAPER_THROTTLE = PREFIX + "reaper:throttle"
 #: Stream of replay audit entries (who, when, selector, ids), capped at REPLAY_AUDIT_MAXLEN.
@@ -205,6 +217,15 @@ def rq_scheduled(queue_name: str, connection) -> str:
     return ScheduledJobRegistry(queue_name, connection=connection).key
 
 
+def rq_canceled(queue_name: str, connection) -> str:
+    return CanceledJobRegistry(queue_name, connection=connection).key
+
+
+def rq_intermediate(queue_name: str, connection) -> str:
+    """RQ's list of jobs a worker took off the queue and has not yet started."""
+    return IntermediateQueue(rq_queue(queue_name), connection).key
+
+
 def rq_executions(job_id: str, connection) -> str:
     return ExecutionRegistry(job_id, connection=connection).key
 
@@ -230,6 +251,12 @@ def rq_scheduler_lock(queue_name: str) -> str:
     return RQScheduler.get_locking_key(queue_name)
 
 
+
+
+def ended_job_keys(job_id: str) -> list[str]:
+    """The keys of one job that must expire with its record once it has ended (besides the
+    record itself): the sweep gives any of them that lost its expiry the record's."""
+    return [payload(job_id), items(job_id), errors(job_id), history(job_id), usage(job_id)]
 
 
 def usage(job_id: str) -> str:

@@ -9,8 +9,13 @@ change RQ's keys only. leash notices and makes its own state follow:
     queued ──failed / canceled / stopped by RQ───▶ failed  (RQ's own error text)
     an owner's slot held by a job that will not run ──▶ released
 
-``sweep`` does it for every job within one reaper tick (``Reaper.tick``); a worker that dequeues
-a requeued job replays it at once; a status read already tells the truth (``jobs.states``).
+``sweep`` runs at every reaper tick (``Reaper.tick``). What RQ's tools leave behind moves a size
+(a queue's list or registry, an owner's rate-limit sets), so the sweep compares sizes and reads
+only the jobs where one moved (``jobs.rq_changes``): a tick where nothing moved costs the same
+at 1,000 or 100,000 queued jobs. A slow rotation through every active job (``ROTATION_MIN`` per
+tick) catches what moves no size (RQ's record deleted by hand, or expired) and takes ended jobs
+out of ACTIVE. A worker that dequeues a requeued job replays it at once; a status read already
+tells the truth (``jobs.states``).
 """
 
 from __future__ import annotations
@@ -26,21 +31,15 @@ from rq.serializers import JSONSerializer
 
 from jobs import keys
 from jobs.config import settings
-from jobs.core import clock, lua, state_index
+from jobs.core import clock, lua, rq_changes, state_index
 from jobs.core.lease import error_entry, truncate
 from jobs.core.rq_side import ENDED_BY_RQ, PLAIN_WORKER, REMOVED, requeued_by_rq  # noqa: F401 (PLAIN_WORKER: read as consistency.PLAIN_WORKER)
 from jobs.core.text import decoded
 
 log = logging.getLogger("leash.consistency")
 
-#: Jobs checked per sweep; the sweep resumes where it stopped on the next tick.
-SWEEP_BATCH = 2000
-#: Waiting jobs checked per owner and sweep: the next to be promoted (a requeued job further
-#: back is still reported queued by a status read, and replayed when a worker dequeues it).
-WAITING_CHECKED = 100
 #: leash states of a job that will not run again (None: its record expired).
 ENDED = (None, "succeeded", "failed")
-OWNER_LIMIT_PREFIX = keys.owner_rate_limit_key("")
 
 
 def end_outside(connection: Redis, job_id: str, message: str, now: float | None = None) -> bool:
@@ -77,19 +76,28 @@ def rq_error_text(connection: Redis, job_id: str, rq_status: str) -> str:
     return headline
 
 
-def sweep(connection: Redis, now: float | None = None, batch: int = SWEEP_BATCH,
+def sweep(connection: Redis, now: float | None = None, batch: int | None = None,
           adopt_requeues: Callable[[Redis, list[str], str], list[str]] | None = None) -> dict[str, int]:
-    """One consistency round over leash's active jobs and its owners' rate-limit slots.
+    """One consistency round: the jobs RQ's side changed for since the last round
+    (``jobs.core.rq_changes``: what a tool deleted, ended or requeued, and owner slots held by
+    jobs that will not run), then a bounded slice of the slow rotation through every active job
+    (``batch`` jobs, default: as the rotation sized itself).
 
     Failed jobs that RQ's tools requeued are handed to ``adopt_requeues`` (the worker passes
     ``jobs.deadletter.adopt_requeues``: a replay belongs to the dead-letter layer, above this
-    one); without it they are left for a round that has one (a status read says queued meanwhile)."""
+    one); without it they are left for a round that has one (a status read says queued meanwhile:
+    their owner stays unsettled, so the next round looks at them again)."""
     now = clock.wall() if now is None else now
     counts = {"removed": 0, "ended_by_rq": 0, "requeued": 0, "slots_freed": 0}
     requeued: list[str] = []
     seen: dict[str, list[str]] = {"removed": [], "ended_by_rq": [], "slots_freed": []}
-    _sweep_active(connection, now, batch, counts, requeued, seen)
-    _sweep_owner_slots(connection, now, counts, requeued, seen)
+    changes = rq_changes.observe(connection)
+    rotation, size = _rotation_slice(connection, batch)
+    rows = _check_jobs(connection, list(dict.fromkeys(changes.job_ids() + [j for j, _ in rotation])), now,
+                       counts, requeued, seen)
+    _advance_rotation(connection, rotation, rows, size)
+    _free_slots(connection, changes.holders, rows, now, counts, requeued, seen)
+    rq_changes.record(connection, changes, unsettled_owners=set(changes.suspects))
     if requeued and adopt_requeues is not None:
         counts["requeued"] = len(adopt_requeues(connection, list(dict.fromkeys(requeued)), "rq requeue"))
     _log_round(seen)
@@ -100,21 +108,24 @@ def sweep(connection: Redis, now: float | None = None, batch: int = SWEEP_BATCH,
 IDS_LOGGED = 10
 
 
+def summary_of_ids(ids: list[str]) -> str:
+    """The first IDS_LOGGED ids and how many more: a line about a bulk event stays one line."""
+    more = len(ids) - IDS_LOGGED
+    return ", ".join(ids[:IDS_LOGGED]) + (f" and {more} more" if more > 0 else "")
+
+
 def _log_round(seen: dict[str, list[str]]) -> None:
     """One line per kind of event per round, not one per job: a bulk action behind leash's
     back must not drown the log."""
-    def shown(ids: list[str]) -> str:
-        return ", ".join(ids[:IDS_LOGGED]) + (f" and {len(ids) - IDS_LOGGED} more" if len(ids) > IDS_LOGGED else "")
-
     if seen["removed"]:
-        log.warning("%d job(s) %s: %s", len(seen["removed"]), REMOVED, shown(seen["removed"]))
+        log.warning("%d job(s) %s: %s", len(seen["removed"]), REMOVED, summary_of_ids(seen["removed"]))
     if seen["ended_by_rq"]:
         log.warning("%d job(s) ended by RQ's own tools (canceled or stopped), recorded as failed: %s",
-                    len(seen["ended_by_rq"]), shown(seen["ended_by_rq"]))
+                    len(seen["ended_by_rq"]), summary_of_ids(seen["ended_by_rq"]))
     if seen["slots_freed"]:
         # Routine bookkeeping (a job that failed for good still held its slot in RQ): no one need act.
         log.info("freed %d owner-limit slot(s) held by jobs that will not run: %s", len(seen["slots_freed"]),
-                 shown(seen["slots_freed"]))
+                 summary_of_ids(seen["slots_freed"]))
 
 
 def _read(connection: Redis, job_ids: list[str],
@@ -135,13 +146,13 @@ def _read(connection: Redis, job_ids: list[str],
     return out
 
 
-def _sweep_active(connection: Redis, now: float, batch: int, counts: dict, requeued: list,
-                  seen: dict[str, list[str]]) -> None:
-    start = int(connection.get(keys.SWEEP_CURSOR) or 0)
-    job_ids = [decoded(j) for j in connection.zrange(keys.ACTIVE, start, start + batch - 1)]
-    connection.set(keys.SWEEP_CURSOR, start + batch if len(job_ids) == batch else 0)
+def _check_jobs(connection: Redis, job_ids: list[str], now: float, counts: dict, requeued: list,
+                seen: dict[str, list[str]]) -> dict[str, tuple[str | None, float | None, str | None]]:
+    """Record in leash what RQ's tools did to these jobs; drop the ended ones from ACTIVE.
+    Returns each job's row as read (leash state, ended_at, RQ status); a job this round
+    failed reads as such."""
     if not job_ids:
-        return
+        return {}
     owners: list[str | None] = []
     rows = _read(connection, job_ids, owners)
     # Every job passes here while queued or running and once as it ends: the place to catch
@@ -149,15 +160,19 @@ def _sweep_active(connection: Redis, now: float, batch: int, counts: dict, reque
     state_index.reconcile(connection, [(job_id, owner, state) for job_id, owner, (state, _, _)
                                        in zip(job_ids, owners, rows, strict=True)], now)
     ended = []
+    by_id = {}
     for job_id, (state, ended_at, rq_status) in zip(job_ids, rows, strict=True):
+        by_id[job_id] = (state, ended_at, rq_status)
         if state == "queued" and rq_status is None:
             if end_outside(connection, job_id, REMOVED, now=now):
                 counts["removed"] += 1
                 seen["removed"].append(job_id)
+                by_id[job_id] = ("failed", now, None)
         elif state == "queued" and rq_status in ENDED_BY_RQ:
             if end_outside(connection, job_id, rq_error_text(connection, job_id, rq_status), now=now):
                 counts["ended_by_rq"] += 1
                 seen["ended_by_rq"].append(f"{job_id} ({rq_status})")
+                by_id[job_id] = ("failed", now, rq_status)
         elif state in ENDED:
             ended.append(job_id)
             if requeued_by_rq(state, rq_status, ended_at, now):
@@ -165,47 +180,73 @@ def _sweep_active(connection: Redis, now: float, batch: int, counts: dict, reque
     if ended:
         connection.zrem(keys.ACTIVE, *ended)
         _repair_expiries(connection, ended)
+    return by_id
+
+
+#: Jobs the slow rotation through ACTIVE checks per sweep when few end between sweeps: it
+#: catches what leaves no size behind (RQ's record deleted by hand, or expired) and takes
+#: ended jobs out of ACTIVE. It checks more when more jobs ended (up to ROTATION_MAX), so
+#: ACTIVE keeps up with the workers' throughput.
+ROTATION_MIN = 200
+ROTATION_MAX = 5000
+
+
+def _rotation_slice(connection: Redis, batch: int | None) -> tuple[list[tuple[str, float]], int]:
+    """The next (job id, score) of the rotation, after the last one checked (by creation
+    time, then id, as ACTIVE orders them: a job removed before the position shifts nothing
+    after it, so none is skipped)."""
+    score, member, size = (decoded(v) for v in connection.hmget(keys.SWEEP_ROTATION, "score", "member", "size"))
+    size = batch or int(size or ROTATION_MIN)
+    if score is None:
+        return [(decoded(j), s) for j, s in connection.zrange(keys.ACTIVE, 0, size - 1, withscores=True)], size
+    ties = connection.zcount(keys.ACTIVE, score, score)
+    after = connection.zrangebyscore(keys.ACTIVE, score, "+inf", start=0, num=size + ties, withscores=True)
+    return [(decoded(j), s) for j, s in after if s > float(score) or decoded(j) > member][:size], size
+
+
+def _advance_rotation(connection: Redis, rotation: list[tuple[str, float]], rows: dict, size: int) -> None:
+    ended = sum(1 for job_id, _ in rotation if rows[job_id][0] in ENDED)
+    next_size = max(ROTATION_MIN, min(ROTATION_MAX, 2 * ended))
+    with connection.pipeline(transaction=False) as pipe:
+        pipe.delete(keys.SWEEP_ROTATION)
+        if len(rotation) == size:  # else the end of ACTIVE: the next slice starts from the oldest
+            last, score = rotation[-1]
+            pipe.hset(keys.SWEEP_ROTATION, mapping={"score": repr(score), "member": last})
+        pipe.hset(keys.SWEEP_ROTATION, "size", next_size)
+        pipe.execute()
 
 
 def _repair_expiries(connection: Redis, job_ids: list[str]) -> None:
-    """An ended job's payload copy expires with its record. A worker of the release before the
-    copy existed ends jobs with scripts that do not know it, leaving it without an expiry
-    (up to LEASH_MAX_PAYLOAD_BYTES each, forever): each ended job is seen here once, and its
-    copy gets the record's remaining time."""
+    """Every key of an ended job expires with its record. A worker of an earlier release, or
+    a script that did not know a key, can end a job leaving one of them without an expiry
+    (the payload copy: up to LEASH_MAX_PAYLOAD_BYTES, forever): each ended job is seen here
+    once, as it leaves ACTIVE, and each of its keys left without one gets the record's
+    remaining time. Two round trips for the whole batch."""
     with connection.pipeline(transaction=False) as pipe:
         for job_id in job_ids:
             pipe.ttl(keys.job(job_id))
-            pipe.ttl(keys.payload(job_id))
-        ttls = pipe.execute()
-        for n, job_id in enumerate(job_ids):
-            job_ttl, payload_ttl = ttls[2 * n], ttls[2 * n + 1]
-            if payload_ttl == -1 and job_ttl > 0:
-                pipe.expire(keys.payload(job_id), job_ttl)
+            for key in keys.ended_job_keys(job_id):
+                pipe.ttl(key)
+        ttls = iter(pipe.execute())
+        for job_id in job_ids:
+            job_ttl = next(ttls)
+            for key in keys.ended_job_keys(job_id):
+                if next(ttls) == -1 and job_ttl > 0:  # -2: no such key; -1: one without an expiry
+                    pipe.expire(key, job_ttl)
         if pipe.command_stack:
             pipe.execute()
 
 
-def _sweep_owner_slots(connection: Redis, now: float, counts: dict, requeued: list,
-                       seen: dict[str, list[str]]) -> None:
-    """Every job holding or waiting for an owner's slot: requeued failed jobs are replayed,
-    and a slot held by a job that will not run (ended, deleted) is freed."""
-    limits = [decoded(k) for k in connection.smembers(RateLimitRegistry.rl_keys_key)]
-    registries = [RateLimitRegistry(k, connection) for k in limits if k and k.startswith(OWNER_LIMIT_PREFIX)]
-    if not registries:
-        return
-    with connection.pipeline(transaction=False) as pipe:
-        for registry in registries:
-            pipe.zrange(registry.allowed_key, 0, -1)
-            pipe.zrange(registry.rate_limited_key, 0, WAITING_CHECKED - 1)
-        members = pipe.execute()
-    holders: list[tuple[RateLimitRegistry, str, bool]] = []  # (registry, job id, holds a slot)
-    for n, registry in enumerate(registries):
-        holders += [(registry, decoded(j), True) for j in members[2 * n]]
-        holders += [(registry, decoded(j), False) for j in members[2 * n + 1]]
-    if not holders:
-        return
-    rows = _read(connection, [job_id for _, job_id, _ in holders])
-    for (registry, job_id, holds_slot), (state, ended_at, rq_status) in zip(holders, rows, strict=True):
+def _free_slots(connection: Redis, holders: list[tuple[RateLimitRegistry, str, bool]], rows: dict, now: float,
+                counts: dict, requeued: list, seen: dict[str, list[str]]) -> None:
+    """Of the jobs holding or waiting for an owner's slot that this round looked at: requeued
+    failed jobs are replayed, and a slot held by a job that will not run (ended, deleted) is
+    freed. A job this round failed was freed by it."""
+    just_ended = set(seen["removed"]) | {entry.split(" ", 1)[0] for entry in seen["ended_by_rq"]}
+    for registry, job_id, holds_slot in holders:
+        if job_id in just_ended or job_id not in rows:
+            continue
+        state, ended_at, rq_status = rows[job_id]
         if requeued_by_rq(state, rq_status, ended_at, now):
             requeued.append(job_id)
         elif holds_slot and state in ENDED and rq_status not in ("queued", "started"):

@@ -78,7 +78,7 @@ class Reaper:
                 continue
             by_queue.setdefault(queue.decode(), []).append(job_id)
             meta[job_id] = (worker.decode() if worker else None, float(expires) if expires else None)
-        reclaimed = 0
+        reclaimed: dict[str, list[str]] = {}  # new state -> "id (message)"
         for queue_name, job_ids in by_queue.items():
             queue = Queue(queue_name, connection=self.connection)
             lock_key = queue.registry_cleaning_key
@@ -92,8 +92,7 @@ class Reaper:
                     new_state = lease.reclaim(self.connection, job_id, queue_name, message, now=now)
                     if new_state is None:
                         continue
-                    reclaimed += 1
-                    log.warning("reclaimed job %s (%s): %s", job_id, new_state, message)
+                    reclaimed.setdefault(new_state, []).append(f"{job_id} ({message})")
                     if new_state == "failed":
                         release_rate_limit_slot(self.connection, job_id)
                         # Ended: its owner's indexes may now expire with their jobs.
@@ -101,7 +100,10 @@ class Reaper:
             finally:
                 if self.connection.get(lock_key) == self.name.encode():
                     self.connection.delete(lock_key)
-        return reclaimed
+        for new_state, entries in reclaimed.items():  # one line per round: a dead fleet is not 1,000 lines
+            log.warning("reclaimed %d job(s) whose lease expired, now %s: %s", len(entries), new_state,
+                        consistency.summary_of_ids(entries))
+        return sum(len(entries) for entries in reclaimed.values())
 
     def stop_unheeded_cancels(self, now: float | None = None) -> int:
         """A cancel is cooperative; if the job did not heartbeat within the grace period,

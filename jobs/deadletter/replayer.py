@@ -24,6 +24,7 @@ from rq.utils import utcformat
 from jobs import config, keys
 from jobs.config import settings
 from jobs.core import clock, lua, payload_copy, state_index
+from jobs.core.consistency import summary_of_ids
 from jobs.core.rq_side import rq_job_for, rq_queue
 from jobs.core.text import decoded
 from jobs.deadletter.failures import failed_ids, heads
@@ -308,5 +309,6 @@ def adopt_requeues(connection: Redis, job_ids: list[str], source: str) -> list[s
     outcome = replay(connection, selection.matched, actor="rq", selector={"source": source})
     ids = [c.job_id for c in outcome.replayed]
     if ids:
-        log.warning("%d job(s) requeued with RQ's tools were replayed (attempts reset): %s", len(ids), ", ".join(ids))
+        log.warning("%d job(s) requeued with RQ's tools were replayed (attempts reset): %s", len(ids),
+                    summary_of_ids(ids))
     return ids
