@@ -54,3 +54,15 @@ def chaos_fail(ctx, payload):
 @chaos_fail.validator
 def _(payload):
     return len(validate_items(payload))
+
+
+@kind("one_item")
+def one_item(ctx, payload):
+    """A job of one small item and no model call: what leash's own bookkeeping costs per job
+    (claim, the item's checkpoint, finish), against ``plain_rq_jobs.one_item``."""
+    return {"items": ctx.for_each(payload["items"], str.upper)}
+
+
+@one_item.validator
+def _(payload):
+    return len(validate_items(payload))

@@ -29,3 +29,8 @@ def one_model_call(url, model, prompt):
 def classify(items, labels):
     """One label per item, as a plain RQ job would return them (the memory benchmark)."""
     return [{"index": i, "label": labels[len(text) % len(labels)]} for i, text in enumerate(items)]
+
+
+def one_item(kind_name, payload):
+    """The same work as leash's ``one_item`` kind (scripts/chaos_kinds.py), without leash."""
+    return {"items": [str(item).upper() for item in payload["items"]]}

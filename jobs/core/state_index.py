@@ -14,8 +14,9 @@ jobs written before the indexes existed, and jobs moved by an older release's sc
 old and new workers overlap during the deploy. The first are indexed once (``backfill_step``,
 run by the reaper and by the first filtered listings, resumable, finished with a marker key);
 until the marker is set a filtered listing reads the jobs themselves, as before. The second
-are repaired by the consistency sweep, which sees every queued or running job and every job
-as it ends (``reconcile``), and by a listing that meets one (``repair``).
+are repaired by the consistency sweep, which checks every job whose owner's sets moved and,
+in its rotation, every queued or running job and every job as it ends (``reconcile``), and by
+a listing that meets one (``repair``).
 """
 
 from __future__ import annotations
