@@ -34,7 +34,7 @@ from jobs.config import settings
 from jobs.core import clock, lua, rq_changes, state_index
 from jobs.core.lease import error_entry, truncate
 from jobs.core.rq_side import ENDED_BY_RQ, PLAIN_WORKER, REMOVED, requeued_by_rq  # noqa: F401 (PLAIN_WORKER: read as consistency.PLAIN_WORKER)
-from jobs.core.text import decoded
+from jobs.core.text import decoded, summary_of_ids
 
 log = logging.getLogger("leash.consistency")
 
@@ -102,16 +102,6 @@ def sweep(connection: Redis, now: float | None = None, batch: int | None = None,
         counts["requeued"] = len(adopt_requeues(connection, list(dict.fromkeys(requeued)), "rq requeue"))
     _log_round(seen)
     return counts
-
-
-#: Job ids a summary line names; the rest are counted (an `rq empty` of 20,000 jobs is one line).
-IDS_LOGGED = 10
-
-
-def summary_of_ids(ids: list[str]) -> str:
-    """The first IDS_LOGGED ids and how many more: a line about a bulk event stays one line."""
-    more = len(ids) - IDS_LOGGED
-    return ", ".join(ids[:IDS_LOGGED]) + (f" and {more} more" if more > 0 else "")
 
 
 def _log_round(seen: dict[str, list[str]]) -> None:

@@ -22,6 +22,7 @@ from rq.rate_limit import RateLimitRegistry
 
 from jobs import keys
 from jobs.core import clock, consistency, lease, lua, state_index
+from jobs.core.text import summary_of_ids
 
 log = logging.getLogger("leash.reaper")
 
@@ -102,7 +103,7 @@ class Reaper:
                     self.connection.delete(lock_key)
         for new_state, entries in reclaimed.items():  # one line per round: a dead fleet is not 1,000 lines
             log.warning("reclaimed %d job(s) whose lease expired, now %s: %s", len(entries), new_state,
-                        consistency.summary_of_ids(entries))
+                        summary_of_ids(entries))
         return sum(len(entries) for entries in reclaimed.values())
 
     def stop_unheeded_cancels(self, now: float | None = None) -> int:

@@ -59,3 +59,14 @@ def printable(value: Any) -> Any:
     if isinstance(value, dict):
         return {printable(key): printable(child) for key, child in value.items()}
     return value
+
+
+#: Job ids a summary line names; the rest are counted (an `rq empty` of 20,000 jobs is one line).
+IDS_LOGGED = 10
+
+
+def summary_of_ids(ids: list[str]) -> str:
+    """The first IDS_LOGGED ids and how many more: a log line about a bulk event (a queue
+    emptied, a fleet's leases lapsed, a requeue-all) stays one line, not one per job."""
+    more = len(ids) - IDS_LOGGED
+    return ", ".join(ids[:IDS_LOGGED]) + (f" and {more} more" if more > 0 else "")

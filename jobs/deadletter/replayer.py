@@ -24,9 +24,8 @@ from rq.utils import utcformat
 from jobs import config, keys
 from jobs.config import settings
 from jobs.core import clock, lua, payload_copy, state_index
-from jobs.core.consistency import summary_of_ids
 from jobs.core.rq_side import rq_job_for, rq_queue
-from jobs.core.text import decoded
+from jobs.core.text import decoded, summary_of_ids
 from jobs.deadletter.failures import failed_ids, heads
 from jobs.errors import NoSuchJob
 from jobs.usage.budget import Budget
