@@ -12,7 +12,7 @@ import json
 import re
 
 from redis import Redis
-from redis.exceptions import WatchError
+from redis.exceptions import NoScriptError, WatchError
 from rq import Queue
 from rq.job import JobStatus
 from rq.rate_limit import RateLimitRegistry
@@ -39,7 +39,7 @@ def resolve_queue(queue: str | None, served: list[str] | None = None) -> str:
     return queue
 
 
-def wait_for_slot(q: Queue, job, pipe, score: float) -> None:
+def wait_for_slot(q: Queue, job, pipe, score: float) -> RateLimitRegistry:
     """RQ's rate-limited enqueue (save as rate_limited, join the owner's waiting set, promote
     while slots are free), on our pipeline and with a sub-second ``score``: RQ scores the
     waiting set in whole seconds and promotes ties in job-id order, which would start an
@@ -53,6 +53,24 @@ def wait_for_slot(q: Queue, job, pipe, score: float) -> None:
     job.cleanup(ttl=job.ttl, pipeline=pipe)
     registry.add_to_rate_limited(job.id, pipe, timestamp=score)
     registry.acquire_and_enqueue(job.rate_limit_concurrency, pipeline=pipe)
+    return registry
+
+
+def _execute_without_script_check(pipe, registry: RateLimitRegistry, concurrency: int) -> None:
+    """Run the enqueue's transaction in one round trip. A pipeline that carries a Lua script
+    first asks Redis whether the script is loaded (SCRIPT EXISTS: a second round trip on every
+    enqueue); here the promotion script's EVALSHA goes without asking. Only after Redis lost
+    its script cache (a restart) does it answer NOSCRIPT: the rest of the transaction is
+    applied all the same (the job is saved and waits for its owner's slot), and the promotion
+    runs at once on its own, loading the script: it only fills free slots, so running it
+    apart is as good as inside."""
+    pipe.scripts.clear()
+    results = pipe.execute(raise_on_error=False)
+    errors = [r for r in results if isinstance(r, Exception)]
+    if errors and all(isinstance(e, NoScriptError) for e in errors):
+        registry.acquire_and_enqueue(concurrency)
+    elif errors:
+        raise errors[0]
 
 
 #: A job's name: what people call it in the list ("March reviews"), searchable; not unique.
@@ -133,9 +151,10 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
                     return earlier, False
                 pipe.multi()
                 pipe.set(idem_key, job_id, ex=s.result_ttl)
-            _write_job(pipe, q, job_id, kind, payload, owner, max_attempts, total, stamp, s, name)
+            registry, concurrency = _write_job(pipe, q, job_id, kind, payload, owner, max_attempts, total, stamp,
+                                               s, name)
             try:
-                pipe.execute()
+                _execute_without_script_check(pipe, registry, concurrency)
             except WatchError:
                 continue  # another submission with this key won; read its job id
         return job_id, True
@@ -183,9 +202,10 @@ def submitted_params(payload: dict, field_names: tuple[str, ...] = ()) -> str:
 
 
 def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str,
-               max_attempts: int, total: int, now: float, s: Settings, name: str | None = None) -> None:
+               max_attempts: int, total: int, now: float, s: Settings,
+               name: str | None = None) -> tuple[RateLimitRegistry, int]:
     """leash's record and RQ's rate-limited job, queued on one transaction: no crash can leave
-    either alone."""
+    either alone. Returns the owner's rate-limit registry and its concurrency."""
     # Counters (attempts, token, done, handoffs, defers) start absent, meaning 0.
     pipe.hset(keys.job(job_id), mapping={
         "kind": kind, "owner": owner, "queue": q.name, "state": "queued",
@@ -202,4 +222,5 @@ def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str
     pipe.zadd(keys.owner_state(owner, "queued"), {job_id: now})  # then the Lua transitions move it
     pipe.zadd(keys.ACTIVE, {job_id: now})
     pipe.sadd(q.redis_queues_keys, q.key)  # as RQ's enqueue_job does: `rq info`, dashboards
-    wait_for_slot(q, rq_job_for(q, job_id, kind, payload, owner, max_attempts, total, s), pipe, score=now)
+    job = rq_job_for(q, job_id, kind, payload, owner, max_attempts, total, s)
+    return wait_for_slot(q, job, pipe, score=now), job.rate_limit_concurrency

@@ -227,3 +227,23 @@ def test_a_full_redis_is_a_503_with_a_reason_on_the_web_and_one_line_exit_1_from
         full.close()
     finally:
         stop([proc], grace=5)
+
+
+def test_an_enqueue_is_one_round_trip_and_still_promotes_after_redis_lost_its_scripts(conn):
+    owner_limit = keys.rq_rate_limit(keys.owner_rate_limit_key("default"), conn)
+    enqueue(conn, "count", {"items": ["a"]})  # the promotion script is loaded by now
+    before = conn.info("commandstats").get("cmdstat_script|exists", {}).get("calls", 0)
+    second, _ = enqueue(conn, "count", {"items": ["a"]})
+    assert conn.info("commandstats").get("cmdstat_script|exists", {}).get("calls", 0) == before, \
+        "no SCRIPT EXISTS round trip before the transaction"
+    assert second in owner_limit.get_allowed_job_ids()
+
+    conn.script_flush()  # what a Redis restart does to the script cache
+    conn.delete(keys.rq_queue("leash"))
+    for job_id in owner_limit.get_allowed_job_ids():
+        owner_limit.release_and_enqueue(job_id)
+    third, _ = enqueue(conn, "count", {"items": ["a"]})
+
+    assert third in owner_limit.get_allowed_job_ids(), "promoted at once, by the script loaded again"
+    assert conn.lrange(keys.rq_queue("leash"), 0, -1) == [third.encode()]
+    assert states.status(conn, third)["state"] == "queued"
