@@ -7,9 +7,11 @@ to read:
 - ``rq empty``, rq-dashboard's Empty and Delete, ``job.delete()`` and RQ's own failing or
   canceling move a queue's list or one of its registries (started, scheduled, failed,
   canceled, the taken-but-not-started list);
-- ``job.delete()``, ``job.cancel()`` and a requeue move an owner's balance: the jobs leash
-  has queued or running for the owner against those RQ holds in the owner's rate limit
-  (using a slot, or waiting for one).
+- ``job.delete()``, ``job.cancel()`` and a requeue move an owner's balance: the number of
+  jobs leash has queued or running for the owner minus those RQ holds in the owner's rate
+  limit (using a slot, or waiting for one). Jobs that merely move along (promoted, claimed,
+  ended and their slot released) leave it as it was, so a busy owner is not compared again
+  and again.
 
 A sweep reads those sizes (one round trip: a few commands per queue and per owner, however
 many jobs wait) and compares them with what the last sweep saw. Only when a queue's sizes
@@ -95,7 +97,10 @@ def observe(connection: Redis) -> Changes:
         if not (queued or running or allowed or waiting) and owner not in limited:
             changes.owners_gone.append(owner)
             continue
-        balance = f"{queued},{running},{allowed},{waiting}"
+        # What leash counts minus what RQ holds. A job moving along (promoted, claimed, ended
+        # and its slot released) moves both sides alike; a job deleted, canceled or requeued
+        # by RQ's tools moves one side only.
+        balance = str(queued + running - allowed - waiting)
         changes.owners_seen[owner] = balance
         if owners_before.get(owner) != balance:
             moved.append(owner)
