@@ -30,12 +30,9 @@ from redis import Redis
 from rq.rate_limit import RateLimitRegistry
 
 from jobs import keys
+from jobs.core.text import decoded
 
 OWNER_LIMIT_PREFIX = keys.owner_rate_limit_key("")
-
-
-def _text(value) -> str | None:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 @dataclass
@@ -77,10 +74,10 @@ def observe(connection: Redis) -> Changes:
         pipe.hgetall(keys.SWEEP_QUEUES_SEEN)
         pipe.hgetall(keys.SWEEP_OWNERS_SEEN)
         queue_keys, limit_keys, queues_before, owners_before = pipe.execute()
-    queue_names = sorted(_text(k)[queue_prefix:] for k in queue_keys)
-    queues_before = {_text(k): _text(v) for k, v in queues_before.items()}
-    owners_before = {_text(k): _text(v) for k, v in owners_before.items()}
-    limited = {_text(k)[len(OWNER_LIMIT_PREFIX):] for k in limit_keys if _text(k).startswith(OWNER_LIMIT_PREFIX)}
+    queue_names = sorted(decoded(k)[queue_prefix:] for k in queue_keys)
+    queues_before = {decoded(k): decoded(v) for k, v in queues_before.items()}
+    owners_before = {decoded(k): decoded(v) for k, v in owners_before.items()}
+    limited = {decoded(k)[len(OWNER_LIMIT_PREFIX):] for k in limit_keys if decoded(k).startswith(OWNER_LIMIT_PREFIX)}
     owners = sorted(limited | set(owners_before))
     changes = Changes(queues_seen=_queue_sizes(connection, queue_names))
     registries = {owner: keys.rq_rate_limit(keys.owner_rate_limit_key(owner), connection) for owner in owners}
@@ -127,7 +124,7 @@ def _compare_owners(connection: Redis, owners: list[str], registries: dict[str, 
             pipe.zdiff([registry.rate_limited_key, *mine])
         found = pipe.execute()
     for n, owner in enumerate(owners):
-        missing, holding, waiting = ([_text(j) for j in ids] for ids in found[3 * n:3 * n + 3])
+        missing, holding, waiting = ([decoded(j) for j in ids] for ids in found[3 * n:3 * n + 3])
         registry = registries[owner]
         changes.holders += [(registry, j, True) for j in holding] + [(registry, j, False) for j in waiting]
         if missing or holding or waiting:
@@ -144,7 +141,7 @@ def _all_holders(connection: Redis, registries: list[RateLimitRegistry], changes
         members = pipe.execute()
     known = {(r.key, j) for r, j, _ in changes.holders}
     for registry, ids in zip(registries, members, strict=True):
-        changes.holders += [(registry, _text(j), True) for j in ids if (registry.key, _text(j)) not in known]
+        changes.holders += [(registry, decoded(j), True) for j in ids if (registry.key, decoded(j)) not in known]
 
 
 def record(connection: Redis, changes: Changes, unsettled_owners: set[str]) -> None:
