@@ -11,11 +11,11 @@ change RQ's keys only. leash notices and makes its own state follow:
 
 ``sweep`` runs at every reaper tick (``Reaper.tick``). What RQ's tools leave behind moves a size
 (a queue's list or registry, an owner's rate-limit sets), so the sweep compares sizes and reads
-only the jobs where one moved (``jobs.rq_changes``): a tick where nothing moved costs the same
+only the jobs where one moved (``jobs.core.rq_changes``): a tick where nothing moved costs the same
 at 1,000 or 100,000 queued jobs. A slow rotation through every active job (``ROTATION_MIN`` per
 tick) catches what moves no size (RQ's record deleted by hand, or expired) and takes ended jobs
 out of ACTIVE. A worker that dequeues a requeued job replays it at once; a status read already
-tells the truth (``jobs.states``).
+tells the truth (``jobs.core.states``).
 """
 
 from __future__ import annotations
