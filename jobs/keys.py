@@ -283,7 +283,8 @@ def usage_model(model: str) -> str:
 #: upgrade test checks it). A queued or running job's keys have none until it ends (but its
 #: payload copy, which expires LEASH_RESULT_TTL after submission at the latest).
 PERMANENT = (
-    LEASES, CANCELS, FAILED_INDEX, ACTIVE, SWEEP_CURSOR, REJECTED_WRITES, RECLAIMS, STATS_TOTALS,
+    LEASES, CANCELS, FAILED_INDEX, ACTIVE, SWEEP_CURSOR, SWEEP_ROTATION, SWEEP_QUEUES_SEEN, SWEEP_OWNERS_SEEN,
+    REJECTED_WRITES, RECLAIMS, STATS_TOTALS,
     REPLAY_AUDIT, MODELS, model_concurrency("*"), usage_model("*"),
     STATE_INDEX_READY, SCHEMA,
 )
