@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -292,11 +293,13 @@ def claim(connection: Redis, job_id: str, queue: str, worker: str,
     lease_seconds = settings().lease_seconds
     owner = owner_of(connection, job_id)  # never changes: safe to read before the claim
     reply = lua.run(
-        connection, "claim_v2",
+        connection, "claim_v3",
         keys=[keys.job(job_id), keys.LEASES, keys.history(job_id)] + keys.owner_state_indexes(owner),
         # The history outlives the job's record by a margin: the record's TTL starts when the
-        # job ends, which is after its last claim.
-        args=[job_id, now, lease_seconds, worker, 2 * settings().result_ttl],
+        # job ends, which is after its last claim. The last two make the token unique even
+        # when a failover loses this claim (see claim_v3.lua).
+        args=[job_id, now, lease_seconds, worker, 2 * settings().result_ttl,
+              int(now * 1_000_000), secrets.randbelow(1 << 20)],
     )
     if int(reply[0]) != 1:
         return None
