@@ -87,6 +87,10 @@ def redis_url_problem(text: str) -> str | None:
     password), or None. The CLI says the same with the URL masked (cli/redis_target.py)."""
     from urllib.parse import urlsplit
 
+    from jobs.core import sentinel
+
+    if sentinel.is_sentinel(text):
+        return sentinel.problem(text)
     example = "redis://localhost:6379/0"
     try:
         parts = urlsplit(text)
@@ -94,7 +98,8 @@ def redis_url_problem(text: str) -> str | None:
     except ValueError as exc:
         return f"is not a Redis URL ({exc}); write it like {example}"
     if parts.scheme not in ("redis", "rediss", "unix"):
-        return f"is not a Redis URL: it must start with redis://, rediss:// or unix://, e.g. {example}"
+        return (f"is not a Redis URL: it must start with redis://, rediss://, unix:// or "
+                f"redis+sentinel://, e.g. {example}")
     return None
 
 
@@ -125,7 +130,9 @@ def export(name: str, value: str) -> None:
 WEEK = 7 * 24 * 3600
 
 # --- the lifecycle ---------------------------------------------------------------------------
-declare("REDIS_URL", "redis_url", None, "Redis (`rediss://` works with Heroku's self-signed certificates)")
+declare("REDIS_URL", "redis_url", None,
+        "Redis (`rediss://` works with Heroku's self-signed certificates; "
+        "`redis+sentinel://host:26379,.../<service>[/db]` behind Sentinel)")
 declare("LEASH_QUEUE", "names", ["leash"],
         "the queues served, comma-separated; jobs go to the first unless they name another")
 declare("LEASH_LEASE_SECONDS", "float", 120.0, "lease length; a job must heartbeat within it", 0.5)

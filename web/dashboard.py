@@ -19,8 +19,10 @@ rq-dashboard 0.9.0 has no authentication and no CSRF protection, accepts GET on 
 
 Two more adaptations: leash's RQ jobs use the JSON serializer (so job pages can show the
 progress leash mirrors into ``job.meta``), and its per-request Redis client is replaced by
-one client per URL (it would otherwise open a new connection, and on ``rediss://`` a new
-TLS handshake, for every poll of every dashboard tab).
+leash's own client, one per URL (``jobs.core.connection.connect``: it would otherwise open a new
+connection, and on ``rediss://`` a new TLS handshake, for every poll of every dashboard tab,
+and parse Sentinel URLs its own way, without following a failover's new primary the way
+leash's other clients do).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from rq.job import JOB_ID_PATTERN
 from rq.serializers import JSONSerializer
 
 from jobs import keys
-from jobs.core.connection import redis_url
+from jobs.core.connection import connect, redis_url
 
 from .error_replies import api_error
 
@@ -48,25 +50,22 @@ BLUEPRINT = "rq_dashboard"
 CSRF_COOKIE = "_csrf_token"  # the name rq-dashboard's dashboard.js reads
 
 
-def _cached_from_url(original):
-    @functools.lru_cache(maxsize=8)
-    def cached(url, sentinel_password, client_password):
-        return original(url, sentinel_options={"password": sentinel_password},
-                        client_options={"password": client_password})
+@functools.lru_cache(maxsize=8)
+def _client(url: str):
+    return connect(url)
 
-    def from_url(url, sentinel_options=None, client_options=None):
-        return cached(url, (sentinel_options or {}).get("password"), (client_options or {}).get("password"))
 
-    from_url.cached = cached
-    return from_url
+def _from_url(url, sentinel_options=None, client_options=None):
+    """rq-dashboard's ``from_url`` (it returns a Sentinel and a client): leash's own client for
+    the URL, one per URL (rq-dashboard's password options are never set by leash)."""
+    return None, _client(url)
 
 
 def _patch_rq_dashboard() -> None:
     import rq_dashboard.web as web
 
     web.config.serializer = JSONSerializer
-    if not hasattr(web.from_url, "cached"):
-        web.from_url = _cached_from_url(web.from_url)
+    web.from_url = _from_url
 
 
 def _credentials_ok(user: str, password: str) -> bool:
@@ -161,10 +160,7 @@ def init_app(app: Flask) -> None:
     from rq_dashboard.web import setup_rq_connection
 
     _patch_rq_dashboard()
-    url = app.config.get("REDIS_URL") or redis_url()
-    if url.startswith("rediss://") and "ssl_cert_reqs" not in url:
-        url += ("&" if "?" in url else "?") + "ssl_cert_reqs=none"  # Heroku's self-signed certificate
-    app.config["RQ_DASHBOARD_REDIS_URL"] = url
+    app.config["RQ_DASHBOARD_REDIS_URL"] = app.config.get("REDIS_URL") or redis_url()
     setup_rq_connection(app)
     app.register_blueprint(rq_dashboard.blueprint, url_prefix=PREFIX)
     # App-level hooks run before the blueprint's own, so the guard runs before rq-dashboard

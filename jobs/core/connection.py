@@ -1,4 +1,4 @@
-"""How leash reaches Redis: ``REDIS_URL``.
+"""How leash reaches Redis: ``REDIS_URL``, a Redis URL or a Sentinel URL (jobs/core/sentinel.py).
 
 ``rediss://`` (TLS) does not check the server's certificate unless the URL asks for it:
 Heroku Redis presents a self-signed one that cannot be checked. Options in the URL win over
@@ -14,6 +14,7 @@ import redis
 from redis import Redis
 
 from jobs import config
+from jobs.core import sentinel
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
@@ -24,16 +25,18 @@ def redis_url() -> str:
 
 def connect(url: str | None = None, client_class: type[Redis] = Redis, **kwargs) -> Redis:
     url = url or redis_url()
+    kwargs.setdefault("health_check_interval", 30)
+    kwargs.setdefault("socket_connect_timeout", 5)
+    if sentinel.is_sentinel(url):
+        return sentinel.connect(url, client_class, **kwargs)
     if url.startswith("rediss://"):
         # Heroku Redis presents a self-signed certificate.
         kwargs.setdefault("ssl_cert_reqs", None)
-    kwargs.setdefault("health_check_interval", 30)
-    kwargs.setdefault("socket_connect_timeout", 5)
     return client_class.from_url(url, **kwargs)
 
 
 
-_PASSWORD_IN_QUERY = re.compile(r"(?i)([?&]password=)[^&#]*")
+_PASSWORD_IN_QUERY = re.compile(r"(?i)([?&](?:sentinel_)?password=)[^&#]*")
 
 
 def masked(url: str) -> str:
