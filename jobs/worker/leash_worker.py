@@ -27,7 +27,7 @@ import logging
 import os
 
 import redis
-from rq.exceptions import StopRequested
+from rq.exceptions import InvalidJobOperation, StopRequested
 from rq.job import Job, JobStatus
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
@@ -35,7 +35,7 @@ from rq.worker import Worker
 
 from jobs import deadletter, keys, runner
 from jobs.config import settings
-from jobs.core import clock, consistency, lease, state_index
+from jobs.core import clock, consistency, lease, sentinel, state_index
 from jobs.core.lease import Outcome
 from jobs.core.reaper import Reaper, release_rate_limit_slot
 from jobs.core.rq_side import EXECUTE
@@ -109,6 +109,7 @@ class LeashWorker(Shutdown, FullRedis, Worker):
             # Not fatal: the dequeue that follows waits for Redis with backoff.
             log.warning("Redis unreachable, heartbeat skipped: %s", exc)
             return
+        self._follow_primary()
         self._tick()
         self._restart_dead_scheduler()
 
@@ -161,6 +162,16 @@ class LeashWorker(Shutdown, FullRedis, Worker):
             except redis.exceptions.RedisError as exc:
                 if not self.noted_full(exc):
                     log.warning("scheduler not restarted: %s", exc)
+
+    def _follow_primary(self) -> bool:
+        """Behind Sentinel, make sure this process talks to the current primary (jobs/core/sentinel.py);
+        False when no Sentinel names one (the dequeue that follows waits with backoff)."""
+        try:
+            sentinel.follow_primary(self.connection)
+        except REDIS_DOWN as exc:
+            log.warning("no primary from the Sentinels: %s", exc)
+            return False
+        return True
 
     def _tick(self) -> None:
         try:
@@ -218,6 +229,8 @@ class LeashWorker(Shutdown, FullRedis, Worker):
             # (Shutdown.request_stop): the job goes back to the front of its queue, unclaimed.
             self.reaper.requeue_if_swallowed(job.id, queue.name, why="taken by a worker that was stopping")
             raise StopRequested()
+        # The work-horse asks the Sentinels afresh when it connects: claim where it will write.
+        self._follow_primary()
         attempt = self._claim(job, queue)
         if attempt is None:
             self._not_claimable(job, queue)
@@ -267,7 +280,10 @@ class LeashWorker(Shutdown, FullRedis, Worker):
         self.connection.lrem(queue.intermediate_queue_key, 1, job.id)
         state, ended_at = self.connection.hmget(keys.job(job.id), "state", "ended_at")
         state = (state or b"missing").decode()
-        rq_status = getattr(job.get_status(refresh=True), "value", None)
+        try:
+            rq_status = getattr(job.get_status(refresh=True), "value", None)
+        except InvalidJobOperation:  # RQ's record is gone too (deleted, or lost in a failover)
+            rq_status = None
         if consistency.requeued_by_rq(state, rq_status, float(ended_at) if ended_at else None, clock.wall()):
             if deadletter.adopt_requeues(self.connection, [job.id], source="rq requeue"):
                 return
