@@ -22,7 +22,7 @@ from rq.registry import StartedJobRegistry
 
 from cli import main
 from jobs import keys
-from jobs.connection import connect
+from jobs.core.connection import connect
 from jobs.enqueue import enqueue
 from tests.conftest import wait_for
 from tests.fake_openai import FakeOpenAI, serving

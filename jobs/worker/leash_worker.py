@@ -35,7 +35,8 @@ from rq.worker import Worker
 
 from jobs import deadletter, keys, runner
 from jobs.config import settings
-from jobs.core import clock, consistency, lease, sentinel, state_index
+from jobs.core import clock, consistency, lease, state_index
+from jobs.core.connection import follow_primary
 from jobs.core.lease import Outcome
 from jobs.core.reaper import Reaper, release_rate_limit_slot
 from jobs.core.rq_side import EXECUTE
@@ -164,10 +165,10 @@ class LeashWorker(Shutdown, FullRedis, Worker):
                     log.warning("scheduler not restarted: %s", exc)
 
     def _follow_primary(self) -> bool:
-        """Behind Sentinel, make sure this process talks to the current primary (jobs/core/sentinel.py);
+        """Behind Sentinel, make sure this process talks to the current primary (jobs/core/connection.py);
         False when no Sentinel names one (the dequeue that follows waits with backoff)."""
         try:
-            sentinel.follow_primary(self.connection)
+            follow_primary(self.connection)
         except REDIS_DOWN as exc:
             log.warning("no primary from the Sentinels: %s", exc)
             return False

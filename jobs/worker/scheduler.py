@@ -31,8 +31,7 @@ import redis
 from rq.scheduler import RQScheduler
 from rq.scripts import release_lock
 
-from jobs.core import sentinel
-from jobs.core.connection import is_out_of_memory
+from jobs.core.connection import is_out_of_memory, is_sentinel_client, rebuilt
 from jobs.core.memory_wait import MemoryWait
 
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
@@ -46,7 +45,7 @@ class LeashScheduler(RQScheduler):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         connection = kwargs.get("connection", args[1] if len(args) > 1 else None)
-        self._source = connection if sentinel.is_sentinel_client(connection) else None
+        self._source = connection if is_sentinel_client(connection) else None
         self.closed = False
         self.worker_pid = os.getpid()
         self.memory_wait: MemoryWait | None = None  # the scheduler process's own (jobs.core.memory_wait)
@@ -108,9 +107,9 @@ class LeashScheduler(RQScheduler):
     def connection(self):
         # RQ rebuilds the client in the scheduler process from the worker's pool settings; for
         # a Sentinel client that plain pool would keep connections to a demoted primary, so
-        # the scheduler gets a Sentinel client of its own (jobs/core/sentinel.py).
+        # the scheduler gets a Sentinel client of its own (jobs/core/connection.py).
         if self._connection is None and self._source is not None:
-            self._connection = sentinel.rebuilt(self._source)
+            self._connection = rebuilt(self._source)
         return super().connection
 
     def _install_signal_handlers(self):
