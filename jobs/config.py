@@ -215,7 +215,10 @@ declare("REDIS_URL", "redis_url", None,
         "`redis+sentinel://host:26379,.../<service>[/db]` behind Sentinel)")
 declare("LEASH_QUEUE", "names", ["leash"],
         "the queues served, comma-separated; jobs go to the first unless they name another")
-declare("LEASH_LEASE_SECONDS", "float", 120.0, "lease length; a job must heartbeat within it", 0.5)
+# 20 s: a dead or frozen worker's job runs again elsewhere within lease + one reaper tick (5 s)
+# + a claim, under 30 s; renewed every third of it (keepalive, waits), so two renewals in a row
+# can miss before a live job is taken back. docs/BENCHMARKS.md has the figures.
+declare("LEASH_LEASE_SECONDS", "float", 20.0, "lease length; a job must heartbeat within it", 0.5)
 declare("LEASH_MAX_ATTEMPTS", "int", 3, "default attempts per job", 1)
 declare("LEASH_RETRY_BACKOFF", "ints", [10, 60, 300], "seconds before the 2nd attempt, the 3rd, then every later one")
 declare("LEASH_OWNER_CONCURRENCY", "int", 2, "queued-or-running jobs per owner", 1)
