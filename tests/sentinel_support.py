@@ -130,17 +130,29 @@ class SentinelSet:
             return False
 
     def primary_address(self) -> tuple[str, int] | None:
+        """The primary as redis-py's Sentinel client finds it (SENTINEL MASTERS). During a
+        switch SENTINEL GET-MASTER-ADDR-BY-NAME names the promoted replica earlier than that."""
         try:
-            host, port = redis.Redis(port=self.sentinel_port, socket_timeout=1, decode_responses=True).sentinel_get_master_addr_by_name(
-                SERVICE)
-        except (redis.exceptions.RedisError, TypeError):
+            state = redis.Redis(port=self.sentinel_port, socket_timeout=1,
+                                decode_responses=True).sentinel_masters()[SERVICE]
+        except (redis.exceptions.RedisError, KeyError):
             return None
-        return host, int(port)
+        return state["ip"], int(state["port"])
 
     def sentinel_failover(self) -> None:
         """A planned switch (SENTINEL FAILOVER): the replica becomes the primary and the old
         primary, still running, its replica."""
-        redis.Redis(port=self.sentinel_port, socket_timeout=5).execute_command("SENTINEL", "FAILOVER", SERVICE)
+        sentinel = redis.Redis(port=self.sentinel_port, socket_timeout=5)
+
+        def asked() -> bool:
+            try:
+                return bool(sentinel.execute_command("SENTINEL", "FAILOVER", SERVICE))
+            except redis.exceptions.ResponseError as exc:  # NOGOODSLAVE until it has seen the replica a while
+                if "NOGOODSLAVE" not in str(exc):
+                    raise
+                return False
+
+        wait_for(asked, 20, interval=0.5, message="the Sentinel accepting a failover")
 
     def cut_replication(self) -> None:
         assert self.relay is not None

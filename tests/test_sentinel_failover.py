@@ -167,3 +167,24 @@ def _submit_or_none(runner, text: str) -> str | None:
         assert "Traceback" not in result.output
         return None
     return result.stdout.strip().splitlines()[-1]
+
+
+def test_after_a_planned_switch_a_client_that_follows_the_primary_stops_writing_to_the_old_one(sentinels):
+    """SENTINEL FAILOVER leaves the old primary up and accepting writes until the Sentinels
+    demote it; a worker's long-lived client must not write there meanwhile (those writes are
+    lost at the demotion). ``follow_primary``, which the worker calls at every tick and before
+    each claim, moves its idle connections to the new primary."""
+    from jobs.core.connection import follow_primary
+
+    client = connect(sentinels.url())
+    client.set("before", 1)
+    old = sentinels.primary_address()
+    sentinels.sentinel_failover()
+    wait_for(lambda: sentinels.primary_address() not in (None, old), 30, message="the switch")
+    old_primary = redis.Redis(port=old[1])
+    assert old_primary.info("replication")["role"] == "master", "demoted already: nothing to show"
+    follow_primary(client)
+    client.set("after", 1)
+    new = sentinels.primary_address()
+    assert redis.Redis(port=new[1]).get("after") == b"1"
+    assert old_primary.info("replication")["role"] == "slave" or old_primary.get("after") is None
