@@ -43,7 +43,8 @@ def leash_env(url: str, **extra: str) -> dict:
 def reclaim_once(children: Children, own: OwnRedis, conn, how: int) -> float:
     conn.flushdb()
     env = leash_env(own.url, LEASH_LOCAL_DELAY_MS="300")
-    procs = {name: children.start(WORKER + ["--name", name], env) for name in ("bench-a", "bench-b")}
+    trial = time.monotonic_ns()  # names of their own: a killed worker's registration outlives it
+    procs = {name: children.start(WORKER + ["--name", name], env) for name in (f"a-{trial}", f"b-{trial}")}
     job_id, _ = enqueue(conn, "classify", {"items": [f"item {i}" for i in range(400)], "labels": ["a", "b"]})
     holder = wait_until(lambda: int(conn.hget(keys.job(job_id), "done") or 0) >= 2
                         and conn.hget(keys.job(job_id), "worker"), 60)
