@@ -164,15 +164,13 @@ class LeashWorker(Shutdown, FullRedis, Worker):
                 if not self.noted_full(exc):
                     log.warning("scheduler not restarted: %s", exc)
 
-    def _follow_primary(self) -> bool:
-        """Behind Sentinel, make sure this process talks to the current primary (jobs/core/connection.py);
-        False when no Sentinel names one (the dequeue that follows waits with backoff)."""
+    def _follow_primary(self) -> None:
+        """Behind Sentinel, talk to the current primary (jobs/core/connection.py). When no
+        Sentinel names one, the Redis calls that follow wait or fail as in any outage."""
         try:
             follow_primary(self.connection)
         except REDIS_DOWN as exc:
             log.warning("no primary from the Sentinels: %s", exc)
-            return False
-        return True
 
     def _tick(self) -> None:
         try:
