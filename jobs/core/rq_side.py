@@ -5,7 +5,9 @@ consistency sweep).
 
 from __future__ import annotations
 
+import json
 import secrets
+import zlib
 
 from redis import Redis
 from rq import Queue, Retry
@@ -17,6 +19,19 @@ from jobs.config import Settings, settings
 
 #: What RQ runs for every leash job. Stored in each queued job: it never moves.
 EXECUTE = "jobs.runner.execute"
+
+
+
+def finished_data(kind: str) -> bytes:
+    """RQ's ``data`` for a succeeded leash job (compact_finished_rq_job_v1.lua): RQ's own
+    (function, instance, args, kwargs) shape, JSON as RQ's JSONSerializer reads it, with the
+    kind and an empty payload. ``Job.fetch`` reads it (``args == [kind, {}]``), rq-dashboard
+    shows it; the payload itself stays in leash's copy. Compressed like RQ's own only when that
+    is smaller: RQ reads plain data too, and a 50-byte record does not shrink."""
+    plain = json.dumps([EXECUTE, None, [kind, {}], {}], separators=(",", ":")).encode()
+    packed = zlib.compress(plain)
+    return packed if len(packed) < len(plain) else plain
+
 
 REMOVED = "removed from the queue outside leash: deleted or emptied in RQ (rq-dashboard, `rq empty`)"
 PLAIN_WORKER = "run by a plain RQ worker: start workers with `leash worker` (an `rq worker` holds no lease)"

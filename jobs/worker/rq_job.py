@@ -1,26 +1,28 @@
-"""RQ's ``Job`` as leash's workers use it: a succeeded leash job keeps no RQ result stream.
+"""RQ's ``Job`` as leash's workers use it: a succeeded leash job keeps no RQ result stream and
+no second copy of its payload.
 
 RQ 3.0 records every successful return value in a stream of its own (``rq:results:<id>``),
 and a one-entry stream costs Redis ~4.7 KB however small the value: more than the rest of a
 finished job together. leash already keeps the job's result summary in its job hash and its
 items in their own hash, so for leash jobs RQ's bookkeeping of a success runs without that
 copy: the job is ``finished`` in RQ, in its finished registry for the result TTL, and
-``job.return_value()`` is None. rq-dashboard's job page and ``rq`` show the job finished,
-with leash's progress in its meta; its results are read with ``leash results <id>`` or
-``GET /jobs/<id>/results``. Failures keep RQ's stream: it holds the traceback rq-dashboard
-shows. Plain RQ jobs on a leash queue are untouched.
+``job.return_value()`` is None. In the same transaction RQ's job hash is rewritten small
+(``compact_finished_rq_job_v1.lua``): its ``data`` becomes ``jobs.runner.execute(kind, {})``,
+since leash's copy of the payload (``keys.payload``) is what leash reads and nothing runs a
+succeeded job again, and the hash becomes a listpack. rq-dashboard's job page and ``rq`` show
+the job finished, with its kind and progress in its meta; its items and results are read with
+``leash results <id>`` or ``GET /jobs/<id>/results``. Failures keep RQ's full record: its
+stream holds the traceback rq-dashboard shows, and a requeue runs the payload in ``data``.
+Plain RQ jobs on a leash queue are untouched.
 """
 
 from __future__ import annotations
 
 from rq.job import Job, JobStatus
 
-from jobs.core.rq_side import EXECUTE
-
-
-def _optional_fields(job: Job) -> dict:
-    return {"success_callback_name": job._success_callback_name, "failure_callback_name": job._failure_callback_name,
-            "stopped_callback_name": job._stopped_callback_name, "group_id": job.group_id}
+from jobs import keys
+from jobs.core import lua
+from jobs.core.rq_side import EXECUTE, finished_data
 
 
 class NoResultStreamJob(Job):
@@ -32,11 +34,9 @@ class NoResultStreamJob(Job):
         # RQ's own steps (rq.job.Job._handle_success) but Result.create: the result is leash's.
         self.set_status(JobStatus.FINISHED, pipeline=pipeline)
         self.save(pipeline=pipeline, include_meta=False, include_result=False)
-        # Fields RQ keeps empty (no callbacks, no group) for the whole result TTL: ~75 B each
-        # in a hash this size; RQ reads a missing one as the empty one.
-        empty = [name for name, value in _optional_fields(self).items() if not value]
-        if empty:
-            pipeline.hdel(self.key, *empty)
+        kind = self.args[0] if self.args else ""
+        lua.run(self.connection, "compact_finished_rq_job_v1", keys=[self.key, keys.payload(self.id)],
+                args=[finished_data(str(kind))], pipeline=pipeline)
         if result_ttl != 0:
             self.finished_job_registry.add(self, result_ttl, pipeline)
         return None
