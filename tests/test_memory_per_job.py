@@ -1,5 +1,6 @@
-"""What a job keeps in Redis: no second copy of its result, a compressed payload copy that
-still reads the plain form earlier releases wrote, and owner indexes that leave with their jobs."""
+"""What a job keeps in Redis: no second copy of its result or its payload once it succeeded, a
+compressed payload copy that still reads the plain form earlier releases wrote, and owner indexes
+that leave with their jobs."""
 
 from __future__ import annotations
 
@@ -13,9 +14,15 @@ from rq.serializers import JSONSerializer
 from jobs import keys
 from jobs.core import payload_copy, state_index
 from jobs.enqueue import enqueue
-from jobs.read.results import submitted_items
+from jobs.read.results import item_inputs, submitted_items
 from tests.conftest import wait_for
 from tests.web_support import finish_job
+
+#: MEMORY USAGE of a finished 2-item job's own keys (RQ's job hash, leash's job hash, items,
+#: history and payload copy): ~2,130 bytes for the `count` job below, ~3,200 while RQ's hash
+#: kept the payload as a hash table. scripts/bench_memory.py measures every key of a job,
+#: against plain RQ (docs/BENCHMARKS.md).
+JOB_KEYS_BOUND = 2_400
 
 ITEMS = [f"review number {n}: the delivery was late again and the box arrived damaged" for n in range(100)]
 
@@ -32,6 +39,48 @@ def test_a_succeeded_job_keeps_its_result_in_leash_only_and_rq_still_calls_it_fi
     assert not conn.exists(Result.get_key(job_id))  # RQ's one-entry stream: ~4.7 KB per job
     assert rq_job.return_value() is None
     assert conn.ttl(rq_job.key) > 0  # RQ's record still expires with the result TTL
+
+
+def test_a_succeeded_job_keeps_one_copy_of_its_payload_and_rq_still_reads_its_record(conn, workers):
+    payload = {"items": ITEMS[:2], "delay": 0}
+    job_id, _ = enqueue(conn, "count", payload, owner="alice")
+    # A job queued by a release that kept no payload copy: RQ's record is its only copy, and stays.
+    only_rq, _ = enqueue(conn, "count", payload, owner="alice")
+    conn.delete(keys.payload(only_rq))
+    failing, _ = enqueue(conn, "permanent", {"items": ITEMS[:2]}, owner="alice")
+    proc = workers.start("--burst")
+    wait_for(lambda: proc.poll() is not None, 60, message="the burst worker to finish")
+    assert [conn.hget(keys.job(i), "state") for i in (job_id, only_rq, failing)] == [b"succeeded", b"succeeded",
+                                                                                      b"failed"]
+
+    rq_job = Job.fetch(job_id, connection=conn, serializer=JSONSerializer)
+    assert rq_job.get_status() == JobStatus.FINISHED
+    assert (rq_job.func_name, rq_job.args, rq_job.kwargs) == ("jobs.runner.execute", ["count", {}], {})
+    assert rq_job.description == "count (2 items) for alice"
+    assert rq_job.get_meta() == {"leash_kind": "count", "leash_done": 2, "leash_total": 2}
+    assert conn.object("encoding", rq_job.key) == b"listpack"  # every value within 64 bytes: no hash table
+    assert conn.ttl(rq_job.key) > 0
+    assert payload_copy.decode(conn.get(keys.payload(job_id))) == payload  # leash's copy, read by leash
+    assert submitted_items(conn, job_id) == ITEMS[:2]
+    assert item_inputs(conn, job_id, 1, 5) == ITEMS[1:2]  # the job page's inputs column
+    own_keys = [rq_job.key, keys.job(job_id), keys.items(job_id), keys.history(job_id), keys.payload(job_id)]
+    assert sum(conn.memory_usage(k, samples=0) for k in own_keys) <= JOB_KEYS_BOUND
+
+    old = Job.fetch(only_rq, connection=conn, serializer=JSONSerializer)
+    assert old.args == ["count", payload] and submitted_items(conn, only_rq) == ITEMS[:2]
+
+    failed = Job.fetch(failing, connection=conn, serializer=JSONSerializer)
+    assert failed.get_status() == JobStatus.FAILED
+    assert failed.args == ["permanent", {"items": ITEMS[:2]}]  # a requeue runs it again: RQ's record stays whole
+
+
+def test_a_job_finished_by_the_previous_release_keeps_its_full_record_and_reads_the_same(conn):
+    job_id, _ = enqueue(conn, "classify", {"items": ITEMS, "labels": ["a", "b"]}, owner="alice")
+    finish_job(conn, job_id, ["a"] * len(ITEMS))  # RQ's record as it was: the whole payload in `data`
+    assert item_inputs(conn, job_id, 98, 5) == ITEMS[98:]
+    conn.delete(keys.payload(job_id))  # and from before leash kept a copy
+    assert item_inputs(conn, job_id, 98, 5) == ITEMS[98:]
+    assert submitted_items(conn, job_id) == ITEMS
 
 
 def test_the_payload_copy_is_compressed_and_a_plain_one_from_an_earlier_release_still_reads(conn):

@@ -77,19 +77,14 @@ def parse_item_usage(raw: bytes | str) -> dict[str, int]:
 
 
 def item_inputs(connection: Redis, job_id: str, offset: int, limit: int) -> list[Any]:
-    """The submitted items ``[offset, offset + limit)``, from the RQ job's payload (for showing
-    inputs beside results). Empty when RQ no longer has the job or its payload has no items."""
-    try:
-        job = Job.fetch(job_id, connection=connection, serializer=JSONSerializer)
-        _, payload = job.args
-    except (NoSuchJobError, DeserializationError, ValueError, TypeError):
-        return []
-    items = payload.get("items") if isinstance(payload, dict) else None
-    return items[offset:offset + limit] if isinstance(items, list) else []
+    """The submitted items ``[offset, offset + limit)``, for showing inputs beside results."""
+    return submitted_items(connection, job_id)[offset:offset + limit]
 
 
 def submitted_items(connection: Redis, job_id: str) -> list[Any]:
-    """Every submitted item: leash's copy of the payload, else RQ's job."""
+    """Every submitted item: leash's copy of the payload, the one a succeeded job keeps (RQ's
+    record of it holds a stub), else RQ's job (a job from a release that kept no copy). Empty
+    when neither has the job or its payload has no items."""
     raw = connection.get(keys.payload(job_id))
     if raw is not None:
         try:
@@ -98,7 +93,13 @@ def submitted_items(connection: Redis, job_id: str) -> list[Any]:
             items = None
         if isinstance(items, list):
             return items
-    return item_inputs(connection, job_id, 0, 10**9)
+    try:
+        job = Job.fetch(job_id, connection=connection, serializer=JSONSerializer)
+        _, payload = job.args
+    except (NoSuchJobError, DeserializationError, ValueError, TypeError):
+        return []
+    items = payload.get("items") if isinstance(payload, dict) else None
+    return items if isinstance(items, list) else []
 
 
 def iter_results(connection: Redis, job_id: str, page_size: int = MAX_PAGE):
