@@ -132,7 +132,7 @@ def main() -> None:
     parser.add_argument("--items", default="2,100")
     parser.add_argument("--hash-value-limit", type=int, default=None,
                         help="set Redis' hash-max-listpack-value (default 64): a hash whose every value fits "
-                             "is stored compactly; RQ's job hash carries the compressed payload")
+                             "is stored compactly; plain RQ's job hash carries the compressed payload")
     args = parser.parse_args()
     own, children = OwnRedis().start(), Children()
     conn = own.client()

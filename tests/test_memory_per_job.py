@@ -16,7 +16,7 @@ from jobs.core import payload_copy, state_index
 from jobs.enqueue import enqueue
 from jobs.read.results import item_inputs, submitted_items
 from tests.conftest import wait_for
-from tests.web_support import finish_job
+from tests.web_support import basic, finish_job, make_app
 
 #: MEMORY USAGE of a finished 2-item job's own keys (RQ's job hash, leash's job hash, items,
 #: history and payload copy): ~2,130 bytes for the `count` job below, ~3,200 while RQ's hash
@@ -57,7 +57,7 @@ def test_a_succeeded_job_keeps_one_copy_of_its_payload_and_rq_still_reads_its_re
     assert rq_job.get_status() == JobStatus.FINISHED
     assert (rq_job.func_name, rq_job.args, rq_job.kwargs) == ("jobs.runner.execute", ["count", {}], {})
     assert rq_job.description == "count (2 items) for alice"
-    assert rq_job.get_meta() == {"leash_kind": "count", "leash_done": 2, "leash_total": 2}
+    assert rq_job.get_meta() == {"leash_done": 2, "leash_total": 2}
     assert conn.object("encoding", rq_job.key) == b"listpack"  # every value within 64 bytes: no hash table
     assert conn.ttl(rq_job.key) > 0
     assert payload_copy.decode(conn.get(keys.payload(job_id))) == payload  # leash's copy, read by leash
@@ -65,6 +65,16 @@ def test_a_succeeded_job_keeps_one_copy_of_its_payload_and_rq_still_reads_its_re
     assert item_inputs(conn, job_id, 1, 5) == ITEMS[1:2]  # the job page's inputs column
     own_keys = [rq_job.key, keys.job(job_id), keys.items(job_id), keys.history(job_id), keys.payload(job_id)]
     assert sum(conn.memory_usage(k, samples=0) for k in own_keys) <= JOB_KEYS_BOUND
+
+    # rq-dashboard lists the job under Finished and shows its page, description and progress.
+    auth = basic("operator", "pw")
+    client = make_app(LEASH_DASHBOARD_USER="operator", LEASH_DASHBOARD_PASSWORD="pw").test_client()
+    listed = client.get("/rq/0/data/jobs/leash/finished/100/asc/1.json", headers=auth).get_json()["jobs"]
+    assert {"id": job_id, "description": "count (2 items) for alice"}.items() <= \
+        next(j for j in listed if j["id"] == job_id).items()
+    shown = client.get(f"/rq/0/data/job/{job_id}.json", headers=auth).get_json()
+    assert shown["status"] == "finished" and json.loads(shown["metadata"]) == {"leash_done": 2, "leash_total": 2}
+    assert client.get(f"/rq/0/view/job/{job_id}", headers=auth).status_code == 200
 
     old = Job.fetch(only_rq, connection=conn, serializer=JSONSerializer)
     assert old.args == ["count", payload] and submitted_items(conn, only_rq) == ITEMS[:2]

@@ -5,8 +5,8 @@
 -- (KEYS[2]) is what leash reads. So `data` becomes a stub RQ still reads (same function, the
 -- kind, an empty payload) — but only while leash's copy exists: a job from a release that
 -- kept no copy keeps RQ's. Fields RQ leaves empty go (RQ reads a missing one as empty), and
--- the meta mirror keeps the kind and progress only (the owner is in the description, the
--- last update is ended_at). The hash is deleted and written afresh: Redis never turns a hash
+-- the meta mirror keeps the progress only (the kind and owner are in the description, the
+-- last update is ended_at): a fixed ~40 bytes, whatever the kind's name. The hash is deleted and written afresh: Redis never turns a hash
 -- table back into a listpack, and with every value within hash-max-listpack-value (64 bytes
 -- by default) the new one is a listpack, without ~70 bytes of overhead per field.
 -- KEYS[1] RQ's job hash  KEYS[2] leash's payload copy
@@ -25,6 +25,7 @@ for i = 1, #fields, 2 do
   elseif name == 'meta' then
     local ok, meta = pcall(cjson.decode, value)
     if ok and type(meta) == 'table' then
+      meta['leash_kind'] = nil
       meta['leash_owner'] = nil
       meta['leash_updated_at'] = nil
       value = cjson.encode(meta)
