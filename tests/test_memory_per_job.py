@@ -12,7 +12,8 @@ from rq.results import Result
 from rq.serializers import JSONSerializer
 
 from jobs import keys
-from jobs.core import payload_copy, state_index
+from jobs.core import lua, payload_copy, state_index
+from jobs.core.rq_side import finished_data
 from jobs.enqueue import enqueue
 from jobs.read.results import item_inputs, submitted_items
 from tests.conftest import wait_for
@@ -44,14 +45,10 @@ def test_a_succeeded_job_keeps_its_result_in_leash_only_and_rq_still_calls_it_fi
 def test_a_succeeded_job_keeps_one_copy_of_its_payload_and_rq_still_reads_its_record(conn, workers):
     payload = {"items": ITEMS[:2], "delay": 0}
     job_id, _ = enqueue(conn, "count", payload, owner="alice")
-    # A job queued by a release that kept no payload copy: RQ's record is its only copy, and stays.
-    only_rq, _ = enqueue(conn, "count", payload, owner="alice")
-    conn.delete(keys.payload(only_rq))
     failing, _ = enqueue(conn, "permanent", {"items": ITEMS[:2]}, owner="alice")
     proc = workers.start("--burst")
     wait_for(lambda: proc.poll() is not None, 60, message="the burst worker to finish")
-    assert [conn.hget(keys.job(i), "state") for i in (job_id, only_rq, failing)] == [b"succeeded", b"succeeded",
-                                                                                      b"failed"]
+    assert [conn.hget(keys.job(i), "state") for i in (job_id, failing)] == [b"succeeded", b"failed"]
 
     rq_job = Job.fetch(job_id, connection=conn, serializer=JSONSerializer)
     assert rq_job.get_status() == JobStatus.FINISHED
@@ -76,12 +73,29 @@ def test_a_succeeded_job_keeps_one_copy_of_its_payload_and_rq_still_reads_its_re
     assert shown["status"] == "finished" and json.loads(shown["metadata"]) == {"leash_done": 2, "leash_total": 2}
     assert client.get(f"/rq/0/view/job/{job_id}", headers=auth).status_code == 200
 
-    old = Job.fetch(only_rq, connection=conn, serializer=JSONSerializer)
-    assert old.args == ["count", payload] and submitted_items(conn, only_rq) == ITEMS[:2]
-
     failed = Job.fetch(failing, connection=conn, serializer=JSONSerializer)
     assert failed.get_status() == JobStatus.FAILED
     assert failed.args == ["permanent", {"items": ITEMS[:2]}]  # a requeue runs it again: RQ's record stays whole
+
+
+def test_rq_keeps_the_payload_of_a_job_that_has_no_other_copy(conn):
+    """A job a release without payload copies queued (the schema's migration gives such jobs
+    a copy; one submitted by such a release's web process meanwhile has none)."""
+    payload = {"items": ITEMS[:2], "labels": ["a", "b"]}
+    job_id, _ = enqueue(conn, "classify", payload, owner="alice")
+    conn.delete(keys.payload(job_id))
+    rq_key = keys.rq_job(job_id)
+    assert lua.run(conn, "compact_finished_rq_job_v1", keys=[rq_key, keys.payload(job_id)],
+                   args=[finished_data("classify")]) == 0
+    assert Job.fetch(job_id, connection=conn, serializer=JSONSerializer).args == ["classify", payload]
+    assert submitted_items(conn, job_id) == ITEMS[:2]
+
+    conn.set(keys.payload(job_id), payload_copy.encode(payload))
+    assert lua.run(conn, "compact_finished_rq_job_v1", keys=[rq_key, keys.payload(job_id)],
+                   args=[finished_data("classify")]) == 1
+    assert Job.fetch(job_id, connection=conn, serializer=JSONSerializer).args == ["classify", {}]
+    assert lua.run(conn, "compact_finished_rq_job_v1", keys=[keys.rq_job("missing"), keys.payload("missing")],
+                   args=[finished_data("classify")]) == -1 and not conn.exists(keys.rq_job("missing"))
 
 
 def test_a_job_finished_by_the_previous_release_keeps_its_full_record_and_reads_the_same(conn):
