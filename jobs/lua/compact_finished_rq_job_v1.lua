@@ -6,9 +6,10 @@
 -- kind, an empty payload) — but only while leash's copy exists: a job from a release that
 -- kept no copy keeps RQ's. Fields RQ leaves empty go (RQ reads a missing one as empty), and
 -- the meta mirror keeps the progress only (the kind and owner are in the description, the
--- last update is ended_at): a fixed ~40 bytes, whatever the kind's name. The hash is deleted and written afresh: Redis never turns a hash
--- table back into a listpack, and with every value within hash-max-listpack-value (64 bytes
--- by default) the new one is a listpack, without ~70 bytes of overhead per field.
+-- last update is ended_at): a fixed ~40 bytes, whatever the kind's name. The hash is deleted
+-- and written afresh (its expiry kept): Redis never turns a hash table back into a listpack,
+-- and with every value within hash-max-listpack-value (64 bytes by default) the new one is a
+-- listpack, without ~70 bytes of overhead per field.
 -- KEYS[1] RQ's job hash  KEYS[2] leash's payload copy
 -- ARGV[1] the stub `data`
 -- Returns 1 if the payload went, 0 if RQ's copy was kept, -1 if there is no such job.

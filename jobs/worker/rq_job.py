@@ -10,8 +10,8 @@ copy: the job is ``finished`` in RQ, in its finished registry for the result TTL
 (``compact_finished_rq_job_v1.lua``): its ``data`` becomes ``jobs.runner.execute(kind, {})``,
 since leash's copy of the payload (``keys.payload``) is what leash reads and nothing runs a
 succeeded job again, and the hash becomes a listpack. rq-dashboard's job page and ``rq`` show
-the job finished, its kind and owner in its description, its progress in its meta; its items and results are read with
-``leash results <id>`` or ``GET /jobs/<id>/results``. Failures keep RQ's full record: its
+the job finished, its kind and owner in its description, its progress in its meta; its items
+and results are read with ``leash results <id>`` or ``GET /jobs/<id>/results``. Failures keep RQ's full record: its
 stream holds the traceback rq-dashboard shows, and a requeue runs the payload in ``data``.
 Plain RQ jobs on a leash queue are untouched.
 """
