@@ -282,6 +282,13 @@ declare("LEASH_MODEL_PRICES", "str", None,
 declare("LEASH_OWNER_DAILY_TOKENS", "int", 0, "tokens an owner's jobs may use per UTC day (0: no limit)", 0)
 declare("LEASH_OWNER_DAILY_USD", "float", 0.0, "USD an owner's jobs may spend per UTC day (0: no limit)", 0.0)
 
+# --- batch mode: a job's items through the provider's batch API (jobs/core/provider_batch.py) -------
+declare("LEASH_BATCH_POLL_SECONDS", "float", 60.0, "how often a batch job looks at its provider's batch (seconds)", 0.1)
+declare("LEASH_BATCH_MAX_WAIT", "float", 24 * 3600.0,
+        "the longest a batch job waits for its provider; then its batch is canceled and the rest run direct", 1.0)
+declare("LEASH_BATCH_FALLBACK", "str", "direct",
+        "requests the provider failed or expired: `direct` (asked again one by one) or `fail` (the job fails)")
+
 # --- the web app -------------------------------------------------------------------------------
 declare("SECRET_KEY", "str", None, "signs browser sessions; required outside `leash dev`")
 declare("LEASH_SECRET_KEY", "str", None, "the same as SECRET_KEY (either may be set)")

@@ -21,8 +21,10 @@ from jobs import keys, kinds
 from jobs.config import Settings, settings
 from jobs.core import clock, payload_copy
 from jobs.core.rq_side import new_job_id, rq_job_for, rq_queue
-from jobs.errors import InvalidJob
+from jobs.errors import InvalidJob, PermanentError
+from jobs.intake import modes
 from jobs.intake.limits import check_payload
+from jobs.models import backends
 from jobs.usage import budget
 
 _SAFE = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
@@ -110,7 +112,21 @@ def _validate(kind: str, payload, owner: str, max_attempts: int, idempotency_key
     if idempotency_key is not None and not _is_key(idempotency_key):
         raise InvalidJob("idempotency key must be 1-200 characters of letters, digits and _.:@-")
     budget.parse(payload.get(budget.BUDGET_FIELD))
-    return definition.validate(payload)
+    total = definition.validate(payload)
+    modes.check_mode(payload, kind, definition.batch, batch_backend_problem)
+    return total
+
+
+def batch_backend_problem() -> str | None:
+    """Why the configured model backend cannot run batch jobs (no batch API), or None."""
+    name = backends.backend_name()
+    try:
+        factory = backends._factory(name)  # the backend's class: nothing is built or connected
+    except PermanentError as exc:
+        return str(exc)
+    if not getattr(factory, "supports_batch", False):
+        return f"the configured model backend ({name}, LEASH_MODEL_BACKEND) has no batch API"
+    return None
 
 
 def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
@@ -213,7 +229,7 @@ def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str
         "params": submitted_params(payload, tuple(f.name for f in kinds.get(kind).fields)),
         # What the job may spend (model_admit_v1 reads it; a replay may raise it).
         **(budget.parse(payload.get(budget.BUDGET_FIELD)) or budget.Budget()).hash_fields(),
-    } | ({"name": name} if name else {}))
+    } | ({"name": name} if name else {}) | ({"mode": "batch"} if modes.mode_of(payload) == "batch" else {}))
     # The copy expires like the idempotency key unless the job's end sets its record's expiry:
     # a worker of the previous release ends jobs without knowing this key (docs/OPERATIONS.md).
     pipe.set(keys.payload(job_id), payload_copy.encode(payload), ex=s.result_ttl)

@@ -48,6 +48,19 @@ class RetryLater(LeashError):
         self.seconds = seconds
 
 
+class NeedsDirect(LeashError):
+    """A batch's answer for an item cannot be used as it is (a label outside the list): the
+    item is asked again directly, where the kind's own correction runs."""
+
+
+class Parked(LeashError):
+    """The job's batch is at its provider and the job is parked (``Attempt.park``): the
+    worker is given back until the next look, at ``look_at``."""
+
+    def __init__(self, look_at: float):
+        super().__init__(f"waiting at the provider until {look_at:.0f}")
+        self.look_at = look_at
+
 
 class PlainWorker(LeashError):
     """A leash job was taken by a plain RQ worker, which holds no lease; start `leash worker`."""

@@ -293,3 +293,9 @@ PERMANENT = (
 def is_permanent(key: str) -> bool:
     """Whether ``key`` is one of PERMANENT (kept without an expiry on purpose)."""
     return any(fnmatch.fnmatchcase(key, pattern) for pattern in PERMANENT)
+
+
+def provider_batches(job_id: str) -> str:
+    """Hash of a batch job's provider batches: each part's intent (before the create call) and
+    id (after it), which parts were read to their end, when the first was created."""
+    return f"{PREFIX}batches:{job_id}"

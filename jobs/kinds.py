@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from jobs import config
-from jobs.errors import InvalidJob, ItemError
+from jobs.errors import InvalidJob, ItemError, NeedsDirect
+from jobs.intake import modes
 from jobs.intake.limits import (  # check_fields: for kinds that write their own validator
     check_fields,
     check_items,
@@ -34,6 +35,9 @@ from jobs.intake.limits import (  # check_fields: for kinds that write their own
     check_template,
     validate_concurrency,
 )
+from jobs.intake.modes import BatchSpec
+from jobs.models.prompts import CLASSIFY_MAX_TOKENS, classify_messages, match_label
+from jobs.models.provider import CallRequest
 
 if TYPE_CHECKING:
     from jobs.core.context import JobContext
@@ -70,6 +74,8 @@ class Kind:
     func: Callable[[JobContext, dict], dict]
     fields: tuple[Field, ...] = ()
     validate: Callable[[dict], int] | None = None
+    #: How its items go through a provider's batch API (payload ``mode: "batch"``); None: it cannot.
+    batch: BatchSpec | None = None
 
     def __post_init__(self):
         if self.validate is None:  # a kind with neither fields nor a validator checks nothing
@@ -160,6 +166,14 @@ def _is_error(result: Any) -> bool:
     return isinstance(result, dict) and "error" in result
 
 
+def _run_items(ctx: JobContext, payload: dict, one: Callable[[Any], Any]) -> list[Any]:
+    """Each item through ``one`` (direct), or, in batch mode, through the provider's batch API
+    with ``one`` for the items the batch does not answer."""
+    if modes.mode_of(payload) == "batch":
+        return ctx.through_batch(get(ctx.attempt.kind).batch, one)
+    return ctx.for_each(payload["items"], one)
+
+
 LABELS = Field("labels", "Labels", "Comma-separated, e.g. positive, negative, neutral; each item gets one of them",
                check=check_labels, from_text=comma_list, placeholder="positive, negative, neutral",
                missing="give the labels to choose from: --labels positive,negative (classify picks one per item)")
@@ -174,9 +188,22 @@ def classify(ctx: JobContext, payload: dict) -> dict[str, Any]:
     one correction) becomes that item's error."""
     backend = ctx.model
     labels = payload["labels"]
-    results = ctx.for_each(payload["items"], _item_or_error(lambda text: backend.classify(text, labels)))
+    results = _run_items(ctx, payload, _item_or_error(lambda text: backend.classify(text, labels)))
     answered = [r for r in results if not _is_error(r)]
     return {"items": len(results), "labels": dict(Counter(answered)), "errors": len(results) - len(answered)}
+
+
+def _classify_label(payload: dict, item: str, text: str) -> str:
+    label = match_label(text, payload["labels"])
+    if label is None:
+        raise NeedsDirect()  # asked directly, where the correction round runs
+    return label
+
+
+classify.batch = BatchSpec(
+    request=lambda payload, item, max_tokens: CallRequest(
+        classify_messages(item, payload["labels"]), min(CLASSIFY_MAX_TOKENS, max_tokens), truncation_ok=True),
+    read=_classify_label)
 
 
 @kind("prompt", fields=(TEMPLATE,))
@@ -187,7 +214,13 @@ def prompt(ctx: JobContext, payload: dict) -> dict[str, Any]:
     template = payload["template"]
     # str.replace, not str.format: braces elsewhere in a template (JSON examples) are text.
     complete = _item_or_error(lambda item: backend.complete(template.replace("{item}", item)))
-    results = ctx.for_each(payload["items"], complete)
+    results = _run_items(ctx, payload, complete)
     answered = [r for r in results if not _is_error(r)]
     return {"items": len(results), "errors": len(results) - len(answered),
             "characters": sum(len(r) for r in answered)}
+
+
+prompt.batch = BatchSpec(
+    request=lambda payload, item, max_tokens: CallRequest(
+        [{"role": "user", "content": payload["template"].replace("{item}", item)}], max_tokens),
+    read=lambda payload, item, text: text)

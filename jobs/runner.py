@@ -11,6 +11,8 @@ how the kind's function ended onto a fenced transition, then lets RQ do its book
     HandOff          -> release  (front of the queue, attempt not counted)
     RetryLater(s)    -> release  (RQ's scheduler brings it back after s seconds, attempt not
                                   counted; after LEASH_MAX_DEFERS deferrals it counts as a failure)
+    Parked           -> park     (a batch job's batch is at its provider: running, waiting; RQ's
+                                  scheduler brings it back for a look, which is not an attempt)
     Redis went away  -> release  (front of the queue, attempt not counted: a failover is not
                                   the job's fault; bounded by LEASH_MAX_DEFERS like deferrals)
     LeaseLost        -> nothing  (another attempt owns the job; this one writes nothing)
@@ -27,10 +29,10 @@ from rq import Retry, get_current_job
 
 from jobs import keys, kinds
 from jobs.config import settings
-from jobs.core import consistency
+from jobs.core import clock, consistency, provider_batch
 from jobs.core.context import JobContext
 from jobs.core.lease import Attempt, Outcome, describe
-from jobs.errors import Canceled, HandOff, InvalidJob, LeaseLost, PermanentError, PlainWorker, RetryLater
+from jobs.errors import Canceled, HandOff, InvalidJob, LeaseLost, Parked, PermanentError, PlainWorker, RetryLater
 from jobs.intake.limits import check_summary, json_size
 from jobs.models import backends
 from jobs.usage.budget import BudgetReached
@@ -45,7 +47,7 @@ def execute(kind_name: str, payload: dict, attempt: Attempt | None = None) -> di
     if attempt is None:
         _refuse_plain_worker()
     kind = kinds.get(kind_name)
-    ctx = JobContext(attempt, payload, model_factory=backends.get_backend)
+    ctx = JobContext(attempt, payload, model_factory=backends.get_backend, batch_runner=provider_batch.run)
     try:
         try:
             summary = kind.func(ctx, payload) or {}
@@ -62,6 +64,8 @@ def execute(kind_name: str, payload: dict, attempt: Attempt | None = None) -> di
         raise
     except RetryLater as exc:
         return _defer(attempt, exc)
+    except Parked as exc:
+        return _look_later(exc)
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
         _hand_back_after_redis_blip(attempt, exc)
         raise
@@ -118,7 +122,20 @@ def _defer(attempt: Attempt, exc: RetryLater) -> Retry:
         raise error
     if attempt.release(requeue=False) == 0:
         raise LeaseLost()
-    return Retry(max=limit + 1, interval=max(1, math.ceil(exc.seconds)))
+    return Retry(max=_rq_retries() + limit + 1, interval=max(1, math.ceil(exc.seconds)))
+
+
+def _rq_retries() -> int:
+    """Retries RQ has counted for this job (a batch job's looks are Retry results too): RQ's
+    own cap must stay beyond them, leash's counters bound deferrals and looks."""
+    job = get_current_job()
+    return int(getattr(job, "number_of_retries", 0) or 0) if job is not None else 0
+
+
+def _look_later(exc: Parked) -> Retry:
+    """The job is parked (``Attempt.park``, done by the batch flow): RQ's scheduler (in every
+    ``leash worker``) brings it back at the next look; its owner's slot is free meanwhile."""
+    return Retry(max=_rq_retries() + 2, interval=max(1, math.ceil(exc.look_at - clock.wall())))
 
 
 def _hand_back_after_redis_blip(attempt: Attempt, exc: Exception) -> None:

@@ -33,9 +33,11 @@ from jobs.usage.meter import flush as flush_usage
 log = logging.getLogger("leash.context")
 
 class JobContext:
-    def __init__(self, attempt: Attempt, payload: dict, model_factory: Callable[[JobContext], Any] | None = None):
+    def __init__(self, attempt: Attempt, payload: dict, model_factory: Callable[[JobContext], Any] | None = None,
+                 batch_runner: Callable[..., list] | None = None):
         self.attempt = attempt
         self._model_factory = model_factory  # the runner's: the configured backend (jobs.models)
+        self._batch_runner = batch_runner  # the runner's: jobs.core.provider_batch.run
         self._model = None
         self.payload = payload
         self.connection = attempt.connection
@@ -53,6 +55,14 @@ class JobContext:
                 raise RuntimeError("this context was made without a model backend")
             self._model = self._model_factory(self)
         return self._model
+
+    def through_batch(self, spec, direct: Callable[[Any], Any]) -> list[Any]:
+        """Batch mode (payload ``mode: "batch"``): the items through the provider's batch API as
+        ``spec`` (the kind's ``BatchSpec``) says, ``direct`` for those it does not answer; all
+        results in order, like ``for_each``. May park the job (``Parked``) until its next look."""
+        if self._batch_runner is None:
+            raise RuntimeError("this context was made without a batch runner")
+        return self._batch_runner(self, self.model, spec, self.payload, direct)
 
     def _after_heartbeat(self, cancel_requested: bool) -> None:
         if cancel_requested:

@@ -12,33 +12,45 @@ from jobs.config import settings
 from jobs.core import clock, lua, state_index
 from jobs.core.lease import error_entry
 from jobs.errors import CANCELED, NoSuchJob
+from jobs.usage.meter import utc_day
+
+#: What ``cancel`` returns for a batch job that was waiting at its provider (ended at once).
+WAITING = "waiting"
 
 
 def cancel(connection: Redis, job_id: str, now: float | None = None) -> str:
     """Cancel a job. Queued: failed at once with "canceled". Running: the next heartbeat
     stops it (failed, "canceled"); if it does not heartbeat within ``LEASH_CANCEL_GRACE``
-    seconds the reaper sends RQ's stop command. Terminal: nothing changes.
-    Returns the state the job was in."""
+    seconds the reaper sends RQ's stop command. A batch job waiting at its provider: failed at
+    once (the caller then cancels its provider batch: ``provider_batch.cancel_at_provider``).
+    Terminal: nothing changes.
+    Returns the state the job was in, or ``WAITING`` for a batch job that was waiting."""
     now = clock.wall() if now is None else now
     s = settings()
-    attempts, kind, before, owner = connection.hmget(keys.job(job_id), "attempts", "kind", "state", "owner")
+    attempts, kind, before, owner, phase, reserved_day = connection.hmget(
+        keys.job(job_id), "attempts", "kind", "state", "owner", "phase", "reserved_day")
     kind = (kind or b"").decode()
-    if before == b"queued":
+    if before == b"queued" or phase == b"waiting":
         # RQ's side first: should this process die between the two steps, the job is canceled
         # in RQ and still queued in leash, which the consistency sweep records as canceled; the
         # other order would leave a job failed in leash but queued in RQ, which reads as a requeue.
         _cancel_in_rq(connection, job_id)
     state = lua.run(
-        connection, "cancel_v2",
+        connection, "cancel_v3",
         keys=[keys.job(job_id), keys.CANCELS, keys.items(job_id), keys.errors(job_id)]
         + keys.outcome_keys("canceled", kind, now) + [keys.FAILED_INDEX, keys.payload(job_id)]
-        + keys.owner_state_indexes((owner or b"").decode()),
+        + keys.owner_state_indexes((owner or b"").decode())
+        + [keys.LEASES, keys.usage_owner_day((owner or b"").decode(), (reserved_day or b"").decode() or utc_day(now))],
         args=[job_id, now, now + s.cancel_grace, s.result_ttl,
               error_entry(int(attempts or 0), CANCELED, now), f"canceled:{kind}", keys.STATS_MINUTE_TTL],
     )
     state = state.decode() if isinstance(state, bytes) else state
     if state == "missing":
         raise NoSuchJob(f"no such job: {job_id}")
+    if state == "waiting":
+        if phase != b"waiting":
+            _cancel_in_rq(connection, job_id)  # parked since we looked: RQ has it scheduled
+        return WAITING  # the caller cancels its provider batch (provider_batch.cancel_at_provider)
     if state == "queued" and before != b"queued":
         _cancel_in_rq(connection, job_id)  # it went back to the queue since we looked
     if state == "queued":

@@ -10,7 +10,8 @@ holds (the job hash, RQ's status, the error and attempt history lists); no extra
     eta_seconds      at that rate, for the items left (running jobs only)
     submitted        the kind's declared fields as submitted (labels/template also alone)
     results_url      the per-item results, readable while the job runs
-    waiting          why a queued job is not running: the owner's limit, a retry, the queue
+    waiting          why a queued job is not running: the owner's limit, a retry, the queue;
+                     for a batch job waiting at its provider: its progress there, the next look
     next_retry_at    when a job waiting for a retry comes back
     history          one entry per attempt: when, worker, how it ended
 """
@@ -133,7 +134,13 @@ def _after(started_at: str | None, entry: dict[str, Any]) -> bool:
     return start is not None and ended is not None and clock.iso(start) > ended
 
 
-def waiting(state: str, rq_status: str | None, retry_at: float | None) -> str | None:
+def waiting(state: str, rq_status: str | None, retry_at: float | None, h: dict | None = None) -> str | None:
+    h = h or {}
+    if state == "running" and h.get("phase") == "waiting":
+        look_at = _float(h.get("look_at"))
+        when = clock.iso(look_at)[11:19] + " UTC" if look_at else "soon"
+        return (f"at the provider: {int(h.get('batch_done') or 0)} of {int(h.get('batch_total') or 0)} requests "
+                f"done, {int(h.get('batch_failed') or 0)} failed; leash looks next at {when} (no worker held)")
     if state != "queued":
         return None
     if rq_status == "rate_limited":
@@ -186,7 +193,7 @@ def details(job_id: str, h: dict, state: str, error: str | None, rq_status: str 
         "labels": params.get("labels"),
         "template": params.get("template"),
         "results_url": f"/jobs/{job_id}/result",
-        "waiting": waiting(state, rq_status, retry_at),
+        "waiting": waiting(state, rq_status, retry_at, h),
         "next_retry_at": clock.iso(retry_at) if state == "queued" and retry_at else None,
         "history": history(errors, starts, state, error, ended_at, h),
     }

@@ -24,7 +24,7 @@ from rq.utils import now as rq_now
 from rq.utils import utcformat
 
 from jobs import keys
-from jobs.config import settings
+from jobs.config import get, settings
 from jobs.core import clock, lua
 from jobs.core.connection import is_out_of_memory
 from jobs.core.memory_wait import MemoryWait
@@ -86,6 +86,7 @@ class Outcome(StrEnum):
     HANDED_OFF = "handed_off"  # given back to the front of its queue (deploy, Redis blip): not counted
     DEFERRED = "deferred"  # given back to wait (RetryLater): not counted
     RECLAIMED = "reclaimed"  # its work-horse died and its worker reclaimed the job at once
+    PARKED = "parked"  # a batch job waiting at its provider, given back until its next look: not counted
 
 
 @dataclass
@@ -103,6 +104,7 @@ class Attempt:
     worker_pid: int = 0  # the worker process that claimed; its death orphans the work-horse
     owner: str = ""  # whose usage this attempt's calls count against (read when first needed)
     handoff_requested: bool = False
+    look: bool = False  # a look at a batch waiting at its provider (claim_v4): not an attempt
     outcome: Outcome | None = None  # set by settle()
     done: int = 0
     extra: dict = field(default_factory=dict)
@@ -182,21 +184,39 @@ class Attempt:
         Returns whether a cancel was requested. Raises LeaseLost for a superseded attempt.
         """
         now = clock.wall() if now is None else now
+        reply, _ = self._run("heartbeat_v2", *self._heartbeat_call(done, total, item, now, usage))
+        if int(reply[0]) != 1:
+            self.settle(Outcome.SUPERSEDED)
+            raise LeaseLost()
+        self.done = int(reply[2])
+        return reply[1] in (b"1", "1")
+
+    def _heartbeat_call(self, done, total, item, now, usage) -> tuple[list, list]:
         usage_keys, usage_args = write_args(self, usage, now)
+        return self._heartbeat_keys + usage_keys, [
+            self.job_id, self.token, now, self.lease_seconds,
+            "" if done is None else int(done),
+            "" if total is None else int(total),
+            "" if item is None else int(item[0]),
+            "" if item is None else item[1],
+            self.rq_started_member,
+            "0" if self.orphaned() else "1",
+            *usage_args,
+        ]
+
+    def store_items(self, entries: list[tuple[int, str, str]], usage: Pending | None,
+                    now: float | None = None) -> bool:
+        """Many items' results in one fenced write (store_items_v1): each ``(index, result
+        JSON, "calls,input,output")``, with ``usage``, the calls behind them all, counted even
+        if the write is refused. A batch job stores thousands of answers this way. Returns
+        whether a cancel was requested; raises LeaseLost for a superseded attempt."""
+        now = clock.wall() if now is None else now
+        usage_keys, usage_args = write_args(self, usage, now)
+        items = [value for entry in entries for value in entry]
         reply, _ = self._run(
-            "heartbeat_v2",
-            self._heartbeat_keys + usage_keys,
-            [
-                self.job_id, self.token, now, self.lease_seconds,
-                "" if done is None else int(done),
-                "" if total is None else int(total),
-                "" if item is None else int(item[0]),
-                "" if item is None else item[1],
-                self.rq_started_member,
-                "0" if self.orphaned() else "1",
-                *usage_args,
-            ],
-        )
+            "store_items_v1", self._heartbeat_keys + usage_keys,
+            [self.job_id, self.token, now, self.lease_seconds, self.rq_started_member,
+             "0" if self.orphaned() else "1", *usage_args, *items])
         if int(reply[0]) != 1:
             self.settle(Outcome.SUPERSEDED)
             raise LeaseLost()
@@ -255,7 +275,7 @@ class Attempt:
         later (deferral). Returns 0 if superseded, else 1 / the job's deferral count."""
         now = clock.wall() if now is None else now
         ok, retried = self._run(
-            "release_v2",
+            "release_v3",
             self._common_keys() + [
                 keys.rq_job(self.job_id),
                 keys.rq_queue(self.queue),
@@ -264,7 +284,7 @@ class Attempt:
                 keys.REJECTED_WRITES,
                 keys.history(self.job_id),
             ] + self._indexes(),
-            [self.job_id, self.token, now, utcformat(rq_now()), "1" if requeue else "0"],
+            [self.job_id, self.token, now, utcformat(rq_now()), "1" if requeue else "0", look_grace()],
         )
         if int(ok) == 0 and retried and self.landed("queued"):
             ok = 1
@@ -273,6 +293,21 @@ class Attempt:
         else:
             self.settle(Outcome.HANDED_OFF if requeue else Outcome.DEFERRED)
         return int(ok)
+
+    def park(self, look_at: float, progress: tuple[int, int, int, int], now: float | None = None) -> int:
+        """Give the worker back while the provider works on the job's batch (park_v1): the
+        job stays running, waiting, until a look at ``look_at``. ``progress`` is the provider's
+        (done, failed, total, batches). Returns 1 parked, 2 a cancel was asked for, 0 superseded."""
+        now = clock.wall() if now is None else now
+        reply, retried = self._run(
+            "park_v1", [keys.job(self.job_id), keys.LEASES, keys.REJECTED_WRITES],
+            [self.job_id, self.token, now, look_at, look_grace(), *progress])
+        if int(reply) == 0 and retried:
+            phase = self.connection.hget(keys.job(self.job_id), "phase")
+            reply = 1 if phase == b"waiting" else 0
+        if int(reply) in (0, 1):
+            self.settle(Outcome.PARKED if int(reply) == 1 else Outcome.SUPERSEDED)
+        return int(reply)
 
     def abandon(self, message: str, now: float | None = None) -> str | None:
         """The work-horse running this attempt died: reclaim at once instead of waiting for
@@ -293,11 +328,11 @@ def claim(connection: Redis, job_id: str, queue: str, worker: str,
     lease_seconds = settings().lease_seconds
     owner = owner_of(connection, job_id)  # never changes: safe to read before the claim
     reply = lua.run(
-        connection, "claim_v3",
+        connection, "claim_v4",
         keys=[keys.job(job_id), keys.LEASES, keys.history(job_id)] + keys.owner_state_indexes(owner),
         # The history outlives the job's record by a margin: the record's TTL starts when the
         # job ends, which is after its last claim. The last two make the token unique even
-        # when a failover loses this claim (see claim_v3.lua).
+        # when a failover loses this claim (see claim_v4.lua).
         args=[job_id, now, lease_seconds, worker, 2 * settings().result_ttl,
               int(now * 1_000_000), secrets.randbelow(1 << 20)],
     )
@@ -305,7 +340,14 @@ def claim(connection: Redis, job_id: str, queue: str, worker: str,
         return None
     kind = reply[3].decode() if isinstance(reply[3], bytes) else reply[3]
     return Attempt(connection, job_id, token=str(int(reply[1])), number=int(reply[2]),
-                   queue=queue, lease_seconds=lease_seconds, kind=kind, worker_pid=os.getpid(), owner=owner)
+                   queue=queue, lease_seconds=lease_seconds, kind=kind, worker_pid=os.getpid(), owner=owner,
+                   look=reply[4] in (b"1", "1"))
+
+
+def look_grace() -> float:
+    """How late a look at a waiting batch may be before the job reads as stale: a worker may
+    be busy with another job when the look is due (one lease, and at least a poll interval)."""
+    return max(settings().lease_seconds, get("LEASH_BATCH_POLL_SECONDS"), 30.0)
 
 
 def reclaim(connection: Redis, job_id: str, queue: str, message: str,

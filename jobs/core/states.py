@@ -52,7 +52,9 @@ FIELDS = ("job_id", "kind", "state", "done", "total", "result", "error", "stale"
           # What its model calls used and cost, and the budget it runs under (jobs/usage).
           "usage", "cost_usd", "budget",
           # What people call it (``leash submit --name``).
-          "name")
+          "name",
+          # Direct calls or the provider's batch API, and where a batch job's batch is.
+          "mode", "batch")
 
 
 def _float(value: str | None) -> float | None:
@@ -144,4 +146,20 @@ def from_raw(job_id: str, raw: dict, rq_status: str | None, now: float | None = 
         "updated_at": clock.iso(_float(h.get("updated_at"))),
         "lease_expires_at": clock.iso(lease_expires_at) if state == State.RUNNING else None,
     } | details(job_id, h, state.value, error, rq_status, now, errors or [], history or [], retry_at) \
-      | job_usage(h) | {"name": h.get("name")}
+      | job_usage(h) | {"name": h.get("name")} | batch_status(h, state.value)
+
+
+def batch_status(h: dict, state: str) -> dict[str, Any]:
+    """``mode``, and for a batch job ``batch``: its phase (``waiting`` at the provider with no
+    worker held, ``looking`` while a worker reads it), the provider's requests done / failed /
+    total as of the last look, the next look, and the items asked directly (counted apart)."""
+    if h.get("mode") != "batch":
+        return {"mode": "direct", "batch": None}
+    phase = h.get("phase") if state == State.RUNNING else None
+    look_at = _float(h.get("look_at"))
+    return {"mode": "batch", "batch": {
+        "phase": phase or ("sending" if state == State.RUNNING else None),
+        "done": int(h.get("batch_done") or 0), "failed": int(h.get("batch_failed") or 0),
+        "total": int(h.get("batch_total") or 0), "batches": int(h.get("batches") or 0),
+        "next_look_at": clock.iso(look_at) if phase == "waiting" else None,
+        "direct": int(h.get("batch_direct") or 0)}}

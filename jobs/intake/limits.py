@@ -66,9 +66,10 @@ def check_payload(payload: Any) -> None:
                          "LEASH_MAX_PAYLOAD_BYTES): send fewer or shorter items, or split the batch")
 
 
-#: Payload fields every kind with items accepts: how many items may run at once (jobs/core/batch.py)
-#: and what the job may spend (jobs/usage/budget.py).
-ITEM_OPTIONS = ("item_concurrency", "budget")
+#: Payload fields every kind with items accepts: how many items may run at once (jobs/core/batch.py),
+#: what the job may spend (jobs/usage/budget.py) and whether its items go through the provider's
+#: batch API (jobs/core/provider_batch.py).
+ITEM_OPTIONS = ("item_concurrency", "budget", "mode")
 
 
 def check_fields(payload: dict, known: Iterable[str]) -> None:

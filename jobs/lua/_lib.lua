@@ -132,3 +132,46 @@ local function index_state(first, job_key, job_id, state, now, ttl)
     redis.call('ZREM', expiries, job_id)
   end
 end
+
+-- What a heartbeat records beyond the job hash: the reaper's index (leases), RQ's own liveness
+-- kept in step with the lease (so RQ's abandoned-job sweep only ever acts after leash's reaper
+-- would have; RQ adds 60 s of slack to its scores too), and progress mirrored into RQ's meta
+-- blob (JSON serializer) for rq-dashboard, keeping its other keys. started_member '' = none.
+local function mirror_liveness(leases_key, started_key, rq_job_key, job_key, job_id, expires, started_member,
+                               done, now)
+  redis.call('ZADD', leases_key, expires, job_id)
+  if started_member ~= '' then
+    redis.call('ZADD', started_key, 'XX', expires + 60, started_member)
+  end
+  local raw = redis.call('HGET', rq_job_key, 'meta')
+  local ok, meta = pcall(cjson.decode, raw or '{}')
+  if not ok or type(meta) ~= 'table' then meta = {} end
+  meta['leash_done'] = tonumber(done)
+  meta['leash_total'] = tonumber(redis.call('HGET', job_key, 'total') or '0')
+  meta['leash_updated_at'] = now
+  redis.call('HSET', rq_job_key, 'meta', cjson.encode(meta))
+end
+
+-- Put a job at the FRONT of its RQ queue, its executions out of RQ's started registry (a
+-- hand-off: another worker takes it next).
+local function to_queue_front(started_key, executions_key, rq_job_key, queue_key, job_id, enqueued_at)
+  for _, execution_id in ipairs(redis.call('ZRANGE', executions_key, 0, -1)) do
+    redis.call('ZREM', started_key, job_id .. ':' .. execution_id)
+  end
+  redis.call('HSET', rq_job_key, 'status', 'queued', 'enqueued_at', enqueued_at)
+  redis.call('LREM', queue_key, 0, job_id)
+  redis.call('LPUSH', queue_key, job_id)
+end
+
+-- A job no worker holds ends canceled at once: cancel_v2 and cancel_v3, whose KEYS[1..14] and
+-- ARGV[1..7] are the same (job hash, cancels, items, errors, the outcome counters, the failed
+-- index, the payload copy, the owner's state indexes; job id, now, ..., ttl, error entry, ...).
+local function cancel_now()
+  redis.call('HSET', KEYS[1], 'state', 'failed', 'error', 'canceled', 'updated_at', ARGV[2],
+    'ended_at', ARGV[2], 'cancel_requested', '1')
+  redis.call('RPUSH', KEYS[4], ARGV[5])
+  keep_for(ARGV[4], KEYS[1], KEYS[3], KEYS[4], KEYS[9])
+  count_outcome(KEYS[5], KEYS[6], KEYS[7], ARGV[6], ARGV[7])
+  redis.call('ZADD', KEYS[8], tonumber(ARGV[2]), ARGV[1])
+  index_state(10, KEYS[1], ARGV[1], 'failed', ARGV[2], ARGV[4])
+end

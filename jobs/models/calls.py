@@ -44,7 +44,6 @@ The two hooks, the only places the loop looks at the cost of a call:
 
 from __future__ import annotations
 
-import re
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -56,6 +55,9 @@ from jobs.errors import ItemError, LeaseLost, PermanentError, RetryLater
 from jobs.models.concurrency import OK, ConcurrencyGate, SharedLimit
 from jobs.models.concurrency import RATE_LIMITED as GATE_RATE_LIMITED
 from jobs.models.concurrency import TIMED_OUT as GATE_TIMED_OUT
+
+# match_label: the provider modules import it from here.
+from jobs.models.prompts import CLASSIFY_MAX_TOKENS, classify_messages, match_label  # noqa: F401
 from jobs.models.provider import (
     CUT_OFF,
     RATE_LIMITED,
@@ -77,8 +79,6 @@ if TYPE_CHECKING:
 MAX_INLINE_429 = 5
 #: Wait after a 429 that names no delay.
 DEFAULT_RETRY_AFTER = 5.0
-#: The most tokens ``classify`` asks for: a label is a few words.
-CLASSIFY_MAX_TOKENS = 32
 
 
 class ModelUnavailable(Exception):
@@ -123,26 +123,6 @@ class ModelSettings:
             )
         except ValueError as exc:  # a setting no retry can fix
             raise PermanentError(str(exc)) from None
-
-
-_THINKING = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
-_LIST_MARKER = re.compile(r"^(?:[-*\u2022]|\d+[.)])\s+")
-
-
-def match_label(answer: str, labels: list[str]) -> str | None:
-    """The label an answer names, tolerating case, quotes, a list marker ("- no"), a trailing
-    period and a reasoning model's <think> block, or a label that opens a sentence ("No, ice is
-    not hot."); None if it names none, or opens with more than one label."""
-    cleaned = _THINKING.sub("", answer or "").strip(" \t\r\n\"'`*.")
-    cleaned = _LIST_MARKER.sub("", cleaned).strip(" \t\r\n\"'`*.")
-    if cleaned in labels:
-        return cleaned
-    by_lower = {label.lower(): label for label in labels}
-    if cleaned.lower() in by_lower:
-        return by_lower[cleaned.lower()]
-    opening = [label for label in labels
-               if re.match(re.escape(label.lower()) + r"[,.;:!\n]", cleaned.lower())]
-    return opening[0] if len(opening) == 1 else None
 
 
 # --- the backend every provider builds on -------------------------------------------------------
@@ -191,12 +171,7 @@ class ModelBackend:
     # --- the two operations ---------------------------------------------------------------
 
     def classify(self, text: str, labels: list[str]) -> str:
-        listing = "\n".join(f"- {label}" for label in labels)
-        messages = [
-            {"role": "system", "content": "Classify the user's text. Reply with exactly one label from "
-                                          f"this list, written as it appears, and nothing else:\n{listing}"},
-            {"role": "user", "content": text},
-        ]
+        messages = classify_messages(text, labels)
         # A label is a few tokens; a cut-off answer is judged like any other (it names a label
         # or it gets the correction), so truncation is fine here.
         budget = min(CLASSIFY_MAX_TOKENS, self.settings.max_tokens)

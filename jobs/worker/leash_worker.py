@@ -188,9 +188,11 @@ class LeashWorker(Shutdown, FullRedis, Worker):
             self.kill_horse()
             return
         try:
-            state, token = self.connection.hmget(keys.job(attempt.job_id), "state", "token")
+            state, token, phase = self.connection.hmget(keys.job(attempt.job_id), "state", "token", "phase")
         except redis.exceptions.RedisError:
             return
+        if phase == b"waiting":
+            return  # the work-horse parked the batch job (a new token) and is finishing RQ's bookkeeping
         if state != b"running" or (token or b"").decode() != attempt.token:
             if self._handoff_deadline is not None:
                 # Handing off: the work-horse has just released the job and is finishing up

@@ -1,0 +1,375 @@
+"""Batch mode: a job's items through the provider's batch API, without holding a worker while
+the provider works (payload ``mode: "batch"``; kinds that make one call per item declare how,
+with a ``BatchSpec``).
+
+One batch job's life, each step a short turn on a worker under a lease:
+
+    create   the attempt reserves the batch's worst case against the job's and the owner's
+             budgets, records its intent (attempt, part, time, items) in the job's batch record,
+             then asks the provider for the batch and records its id; the job is parked
+             (``Attempt.park``: running, phase ``waiting``, no lease, no worker)
+    look     every LEASH_BATCH_POLL_SECONDS RQ's scheduler brings the job back for a look (not
+             an attempt: claim_v4); a part the provider has ended is read, each answer stored
+             with the same fenced item write as a direct call's, its usage at the batch price
+    end      requests the provider failed, or let expire, are asked again directly (or fail the
+             job: LEASH_BATCH_FALLBACK), counted apart; after LEASH_BATCH_MAX_WAIT the batch is
+             canceled and what is left runs direct
+
+Exactly one batch per job and attempt: creating a batch and recording its id are two steps, so
+an attempt that finds an intent without an id (its worker died between them, or a deploy took
+it) asks the provider (``batch_find``) before it creates another.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from jobs import keys
+from jobs.config import get, settings
+from jobs.core import clock, lua
+from jobs.core.lease import Outcome
+from jobs.errors import Canceled, ItemError, LeaseLost, NeedsDirect, Parked, PermanentError
+from jobs.usage import budget
+from jobs.usage.meter import Pending
+
+if TYPE_CHECKING:
+    from jobs.core.context import JobContext
+    from jobs.intake.modes import BatchSpec
+    from jobs.models.provider import CallRequest
+
+log = logging.getLogger("leash.batch")
+
+def custom_id(job_id: str, index: int) -> str:
+    """Names the job and the item in the provider's batch (its results come back by it), in
+    the characters every provider accepts (jobs.models.batching's form)."""
+    return f"{job_id}-{index}"
+
+
+def index_of(job_id: str, name: str) -> int | None:
+    head, _, tail = name.rpartition("-")
+    return int(tail) if head == job_id and tail.isdigit() else None
+
+
+def _ranges(indexes: list[int]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for i in indexes:
+        if out and out[-1][1] == i - 1:
+            out[-1][1] = i
+        else:
+            out.append([i, i])
+    return out
+
+
+def _expand(ranges: list[list[int]]) -> list[int]:
+    return [i for a, b in ranges for i in range(a, b + 1)]
+
+
+@dataclass
+class Part:
+    """One provider batch of the job, as its record says."""
+
+    number: int
+    attempt: int
+    intent_at: float
+    indexes: list[int]
+    batch_id: str | None = None
+    ended: bool = False
+
+
+class Record:
+    """The job's batch record (keys.provider_batches): fenced writes, read once per turn."""
+
+    def __init__(self, ctx: JobContext):
+        self.ctx = ctx
+        self.key = keys.provider_batches(ctx.job_id)
+        raw = {k.decode(): v.decode() for k, v in ctx.connection.hgetall(self.key).items()}
+        self.first_at = float(raw["first_at"]) if raw.get("first_at") else None
+        self.parts: dict[int, Part] = {}
+        for name, value in raw.items():
+            if name.startswith("intent:"):
+                entry = json.loads(value)
+                number = int(name.split(":")[1])
+                self.parts[number] = Part(number, entry["attempt"], entry["at"], _expand(entry["items"]),
+                                          raw.get(f"id:{number}"), raw.get(f"ended:{number}") == "1")
+        self.direct = int(raw.get("direct") or 0)
+
+    def note(self, *pairs: Any, job_hash: bool = False) -> None:
+        """Fenced: written only while this attempt holds the lease (batch_note_v1)."""
+        ttl = "" if job_hash else 2 * settings().result_ttl
+        target = keys.job(self.ctx.job_id) if job_hash else self.key
+        written = lua.run(self.ctx.connection, "batch_note_v1",
+                          keys=[keys.job(self.ctx.job_id), target, keys.REJECTED_WRITES],
+                          args=[self.ctx.attempt.token, ttl, *pairs])
+        if int(written) != 1:
+            self.ctx.attempt.settle(Outcome.SUPERSEDED)
+            raise LeaseLost()
+
+    def intend(self, part: Part) -> None:
+        pairs: list[Any] = [f"intent:{part.number}", json.dumps(
+            {"attempt": part.attempt, "at": part.intent_at, "count": len(part.indexes),
+             "items": _ranges(part.indexes)}, separators=(",", ":"))]
+        if self.first_at is None:
+            self.first_at = part.intent_at
+            pairs += ["first_at", part.intent_at]
+        self.note(*pairs)
+        self.parts[part.number] = part
+
+
+class BatchRun:
+    """One turn of a batch job on a worker: create its batch(es), or look at them."""
+
+    def __init__(self, ctx: JobContext, backend, spec: BatchSpec, payload: dict, direct: Callable[[Any], Any]):
+        self.ctx, self.backend, self.spec, self.payload, self.direct = ctx, backend, spec, payload, direct
+        self.items: list = list(payload["items"])
+        self.price = backend.price  # a batch's tokens: this price at its batch multiplier
+        self.model = backend.settings.name
+        self.max_tokens = backend.settings.max_tokens
+        self.record = Record(ctx)
+
+    def request(self, index: int) -> CallRequest:
+        return self.spec.request(self.payload, self.items[index], self.max_tokens)
+
+    def run(self) -> list[Any]:
+        done = self.ctx.items_done()
+        self.ctx.progress(len(done), total=len(self.items))
+        try:
+            if not self.record.parts or any(p.batch_id is None for p in self.record.parts.values()):
+                self._create(done)
+                self._park()
+            if not self.ctx.attempt.look:
+                # A new attempt (the last one failed or its worker died): the batch still at the
+                # provider is reserved again under this attempt, whose writes settle it.
+                self._reserve([i for p in self.record.parts.values() if not p.ended
+                               for i in p.indexes if i not in done])
+            return self._look(done)
+        except Canceled:
+            self.cancel_open()
+            raise
+
+    # --- create ---------------------------------------------------------------------------
+
+    def _create(self, done: dict) -> None:
+        todo = [(custom_id(self.ctx.job_id, i), self.request(i)) for i in range(len(self.items)) if i not in done]
+        try:
+            planned = [[index_of(self.ctx.job_id, name) for name, _ in part] for part in self.backend.batch_split(todo)]
+        except ValueError as exc:  # one request larger than any batch may be
+            raise PermanentError(f"the job cannot be sent as a batch: {exc}; submit it with mode \"direct\"") from None
+        for number, indexes in enumerate(planned):
+            part = self.record.parts.get(number)
+            if part is not None and part.batch_id is not None:
+                continue
+            if part is not None:
+                indexes = part.indexes  # the intent's items, whichever attempt recorded it
+            self._reserve(indexes)
+            if part is not None and self._find(part):
+                continue
+            part = Part(number, self.ctx.attempt.number, clock.wall(), indexes)
+            self.record.intend(part)
+            requests = [(custom_id(self.ctx.job_id, i), self.request(i)) for i in indexes]
+            with self.ctx.keepalive(self.backend.settings.timeout * 4):
+                part.batch_id = self.backend.batch_create(self.ctx.job_id, part.attempt, number, requests)
+            self.record.note(f"id:{number}", part.batch_id)
+            log.info("job %s: batch %s created at the provider (part %d, %d requests)", self.ctx.job_id,
+                     part.batch_id, number, len(indexes))
+
+    def _find(self, part: Part) -> bool:
+        """Did the attempt that recorded this intent create the batch before it could record
+        the id? Ask the provider: never a second batch for one intent."""
+        names = [custom_id(self.ctx.job_id, i) for i in part.indexes]
+        with self.ctx.keepalive(self.backend.settings.timeout * 4):
+            found = self.backend.batch_find(self.ctx.job_id, part.attempt, part.number, part.intent_at,
+                                            custom_ids=names)
+            if len(found) > 1:  # a provider without metadata may not tell same-sized batches apart yet
+                found = [b for b in found if self.backend.batch_confirm(b, names) is not False] or found
+        if not found:
+            return False
+        part.batch_id = found[0]
+        self.record.note(f"id:{part.number}", part.batch_id)
+        log.info("job %s: batch %s found at the provider (created by attempt %d before it could record it)",
+                 self.ctx.job_id, part.batch_id, part.attempt)
+        return True
+
+    def _reserve(self, indexes: list[int]) -> None:
+        """The part's worst case, reserved against the job's and the owner's budgets before
+        the provider is asked (model_admit_v1, with no rate-limit turn: a batch is one call)."""
+        tokens, nusd = self._worst(indexes)
+        try:
+            admission = budget.admit(self.ctx.connection, self.backend.limit.keys, 0, 0, 10**9, self.ctx.attempt,
+                                     tokens, nusd, daily_limits=self.backend.daily_limits)
+        except Exception:
+            self.cancel_open()
+            raise
+        if admission.code == budget.LEASE_LOST:
+            raise LeaseLost()
+        if admission.code == budget.OVER_BUDGET:
+            self.cancel_open()
+            raise budget.BudgetReached(admission.refusal)
+
+    def _worst(self, indexes: Iterable[int]) -> tuple[int, int | None]:
+        tokens, nusd = 0, 0 if self.price is not None else None
+        for i in indexes:
+            request = self.request(i)
+            worst = request.worst_case_tokens()
+            tokens += worst
+            if nusd is not None:
+                nusd += self.price.nano_usd(worst - request.max_tokens, request.max_tokens, batch=True)
+        return tokens, nusd
+
+    # --- look -----------------------------------------------------------------------------
+
+    def _look(self, done: dict) -> list[Any]:
+        counts = [0, 0, 0]
+        for part in sorted(self.record.parts.values(), key=lambda p: p.number):
+            if part.ended:
+                counts[2] += len(part.indexes)
+                continue
+            with self.ctx.keepalive(self.backend.settings.timeout + 5):
+                progress = self.backend.batch_poll(part.batch_id)
+            if progress.ended:
+                log.info("job %s: batch %s ended at the provider (%s%s)", self.ctx.job_id, part.batch_id,
+                         progress.status, f": {progress.message}" if getattr(progress, "message", None) else "")
+                self._read(part, done)
+                self.record.note(f"ended:{part.number}", "1")
+                part.ended = True
+            counts = [counts[0] + int(progress.done or 0), counts[1] + int(progress.failed or 0),
+                      counts[2] + int(progress.total or len(part.indexes))]
+        if all(p.ended for p in self.record.parts.values()):
+            return self._finish()
+        if clock.wall() - (self.record.first_at or clock.wall()) > get("LEASH_BATCH_MAX_WAIT"):
+            log.warning("job %s: waited LEASH_BATCH_MAX_WAIT for the provider; its batch is canceled and the "
+                        "items left run direct", self.ctx.job_id)
+            self.cancel_open()
+            return self._finish()
+        self._park(counts)
+
+    def _read(self, part: Part, done: dict) -> None:
+        """Store every answer of an ended part, STORE_CHUNK items a fenced write (store_items_v1)
+        with the usage of their calls. What it did not answer (failed, expired or unusable) is
+        left unstored, for the end to ask directly."""
+        answered: set[int] = set()
+        chunk: list[tuple[int, str, str]] = []
+        usage = Pending(self.model, self.ctx.attempt.kind)
+        requests = {custom_id(self.ctx.job_id, i): self.request(i) for i in part.indexes}
+        for name, outcome, used in self.backend.batch_results(part.batch_id, requests):
+            index = index_of(self.ctx.job_id, name)
+            if index is None or index in answered:
+                continue
+            answered.add(index)
+            if index in done:
+                continue  # stored by an earlier look that was cut short
+            request = requests[name]
+            value = self._value(index, request, outcome)
+            self._count(request, used)
+            if value is _AGAIN:
+                self.ctx.flush_usage()  # its calls were paid for all the same
+                continue
+            mine = self.ctx.meter.take()
+            chunk.append((index, json.dumps(value), f"{mine.calls},{mine.input},{mine.output}" if mine else ""))
+            _add(usage, mine)
+            done[index] = value
+            if len(chunk) >= STORE_CHUNK:
+                usage = self._store(chunk, usage)
+        self._store(chunk, usage)
+        # What was reserved for the requests that brought nothing back is given back.
+        tokens, nusd = self._worst(i for i in part.indexes if i not in answered)
+        if tokens:
+            self.ctx.meter.reserved(self.model, tokens, nusd)
+            self.ctx.flush_usage()
+
+    def _store(self, chunk: list, usage: Pending) -> Pending:
+        if chunk and self.ctx.attempt.store_items(chunk, usage if usage.calls or usage.res_tokens else None):
+            raise Canceled()
+        chunk.clear()  # a hand-off waits for the park: every answer read is stored first
+        return Pending(self.model, self.ctx.attempt.kind)
+
+    def _value(self, index: int, request: CallRequest, outcome) -> Any:
+        if not hasattr(outcome, "finish"):  # a Failure, not an Answer (jobs.models.provider)
+            return _AGAIN
+        try:
+            text = self.backend._text(outcome, request)  # judged as a direct answer is
+            return self.spec.read(self.payload, self.items[index], text)
+        except ItemError as exc:
+            return {"error": str(exc)}
+        except NeedsDirect:
+            return _AGAIN
+
+    def _count(self, request: CallRequest, usage) -> None:
+        worst = request.worst_case_tokens()
+        nusd = self.price.nano_usd(worst - request.max_tokens, request.max_tokens, batch=True) if self.price else None
+        self.ctx.meter.reserved(self.model, worst, nusd)  # this item's write settles its share
+        if usage is not None:
+            self.backend.record_usage(usage)  # priced at the batch multiplier (usage.batch)
+
+    # --- end ------------------------------------------------------------------------------
+
+    def _finish(self) -> list[Any]:
+        stored = self.ctx.items_done()
+        left = [i for i in range(len(self.items)) if i not in stored]
+        if left and get("LEASH_BATCH_FALLBACK") == "fail":
+            raise PermanentError(f"{len(left)} of {len(self.items)} requests were not answered by the provider's "
+                                 "batch (failed or expired; LEASH_BATCH_FALLBACK=fail): replay the job to ask "
+                                 "them again")
+        if not left:
+            return [stored[i] for i in range(len(self.items))]
+        log.info("job %s: %d request(s) the provider did not answer are asked directly", self.ctx.job_id, len(left))
+        self.record.note("batch_direct", len(left), job_hash=True)
+        return self.ctx.for_each(self.items, self.direct)
+
+    def _park(self, counts: list[int] | None = None) -> None:
+        counts = counts or [0, 0, sum(len(p.indexes) for p in self.record.parts.values())]
+        look_at = clock.wall() + get("LEASH_BATCH_POLL_SECONDS")
+        parked = self.ctx.attempt.park(look_at, (*counts, len(self.record.parts)))
+        if parked == 0:
+            raise LeaseLost()
+        if parked == 2:
+            raise Canceled()
+        raise Parked(look_at)
+
+    def cancel_open(self) -> None:
+        cancel_parts(self.backend, [p.batch_id for p in self.record.parts.values() if p.batch_id and not p.ended],
+                     self.ctx.job_id)
+
+
+_AGAIN = object()
+
+
+def _add(total: Pending, one: Pending | None) -> None:
+    """One item's calls into the chunk's usage (one write carries them all)."""
+    if one is not None:
+        for name in ("calls", "input", "output", "cached", "nusd", "unpriced", "estimated", "res_tokens", "res_nusd"):
+            setattr(total, name, getattr(total, name) + getattr(one, name))
+#: Item writes sent in one round trip when a part's answers are stored.
+STORE_CHUNK = 500
+
+
+def cancel_parts(backend, batch_ids: list[str], job_id: str) -> None:
+    """Ask the provider to stop the job's batches (best effort: each is tried)."""
+    for batch_id in batch_ids:
+        try:
+            backend.batch_cancel(batch_id)
+            log.info("job %s: batch %s canceled at the provider", job_id, batch_id)
+        except Exception as exc:
+            log.warning("job %s: batch %s not canceled at the provider: %s", job_id, batch_id, exc)
+
+
+def open_batch_ids(connection, job_id: str) -> list[str]:
+    raw = {k.decode(): v.decode() for k, v in connection.hgetall(keys.provider_batches(job_id)).items()}
+    return [v for k, v in raw.items() if k.startswith("id:") and raw.get(f"ended:{k[3:]}") != "1"]
+
+
+def cancel_at_provider(connection, job_id: str, backend) -> None:
+    """After ``cancel`` of a waiting batch job (``control.WAITING``): its provider batches are
+    canceled, through ``backend`` (the door's: ``jobs.models.backends.get_backend()``)."""
+    ids = open_batch_ids(connection, job_id)
+    if ids:
+        cancel_parts(backend, ids, job_id)
+
+
+def run(ctx: JobContext, backend, spec: BatchSpec, payload: dict, direct: Callable[[Any], Any]) -> list[Any]:
+    if not getattr(backend, "supports_batch", False):
+        raise PermanentError(f"the {backend.name} backend has no batch API: submit the job with mode \"direct\"")
+    return BatchRun(ctx, backend, spec, payload, direct).run()

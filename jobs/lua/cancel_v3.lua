@@ -1,0 +1,38 @@
+-- cancel_v3: cancel_v2 (ask a job to stop: a queued job fails at once with "canceled"; a
+-- running job gets a flag its next heartbeat sees, and a hard-stop deadline for the reaper),
+-- plus a batch job waiting at its provider (park_v1): no worker holds it, so it fails at once
+-- too, and the answer 'waiting' tells the caller to cancel the provider's batch.
+-- KEYS[1] job hash  KEYS[2] cancels zset  KEYS[3] items hash  KEYS[4] errors list
+-- ARGV[1] job_id  ARGV[2] now  ARGV[3] hard-stop deadline  ARGV[4] ttl seconds
+-- ARGV[5] error-history entry JSON
+-- KEYS[5] failed-this-minute counter for the kind  KEYS[6] same for all kinds
+-- KEYS[7] all-time totals hash  KEYS[8] failed index zset  KEYS[9] payload copy
+-- ARGV[6] totals field ("failed:<kind>")  ARGV[7] per-minute counter ttl
+-- Returns the state the job was in ('missing' when unknown; 'waiting' for a waiting batch job).
+-- KEYS[15] leases zset  KEYS[16] the owner's usage for the day of the job's reservation
+-- (a waiting job's reservation for its batch is given back: it will never be settled)
+-- KEYS[10..14] the owner's state indexes: queued, running, succeeded, failed zsets and
+-- the expiries zset (jobs.keys.owner_state_indexes); the job moves between them here.
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return 'missing' end
+local phase = redis.call('HGET', KEYS[1], 'phase')
+local waiting = state == 'running' and phase == 'waiting'
+if state == 'queued' or waiting then
+  cancel_now()
+  if waiting then
+    redis.call('ZREM', KEYS[15], ARGV[1])
+    redis.call('HSET', KEYS[1], 'lease_expires_at', '')
+    for _, f in ipairs({'reserved_tokens', 'reserved_nusd'}) do
+      local n = tonumber(redis.call('HGET', KEYS[1], f) or '0') or 0
+      if n > 0 and redis.call('EXISTS', KEYS[16]) == 1 then
+        if redis.call('HINCRBY', KEYS[16], f, -n) < 0 then redis.call('HSET', KEYS[16], f, 0) end
+      end
+      redis.call('HSET', KEYS[1], f, 0)
+    end
+    return 'waiting'
+  end
+elseif state == 'running' then
+  redis.call('HSET', KEYS[1], 'cancel_requested', '1')
+  redis.call('ZADD', KEYS[2], tonumber(ARGV[3]), ARGV[1])
+end
+return state

@@ -1,0 +1,24 @@
+-- park_v1: a batch job gives its worker back while the provider works. The job stays
+-- `running` (its attempt goes on at the provider) in the phase `waiting`: it leaves the
+-- leases (no worker renews it, the reaper leaves it alone), its `lease_expires_at` becomes
+-- the time leash looks next plus a grace (status: stale only if that look did not happen),
+-- and the fencing token moves on, so nothing the parking attempt might still send lands.
+-- The caller lets RQ's scheduler bring the job back at `look_at` (claim_v4 then hands out a
+-- look, not an attempt). Refused when a cancel was asked for: the caller stops instead.
+-- KEYS[1] job hash  KEYS[2] leases zset  KEYS[3] rejected-writes counter
+-- ARGV[1] job_id  ARGV[2] token  ARGV[3] now  ARGV[4] next look (unix seconds)
+-- ARGV[5] grace (seconds)  ARGV[6] requests done at the provider  ARGV[7] failed there
+-- ARGV[8] requests sent  ARGV[9] batches at the provider
+-- Returns 1 parked, 2 a cancel was asked for (nothing changed), 0 superseded.
+if not holds_lease(KEYS[1], ARGV[2], KEYS[3]) then return 0 end
+if redis.call('HGET', KEYS[1], 'cancel_requested') == '1' then return 2 end
+local token = redis.call('HINCRBY', KEYS[1], 'token', 1)
+if redis.call('HGET', KEYS[1], 'reserved_by') == ARGV[2] then
+  redis.call('HSET', KEYS[1], 'reserved_by', tostring(token))
+end
+redis.call('HSET', KEYS[1], 'phase', 'waiting', 'look_at', ARGV[4], 'updated_at', ARGV[3],
+  'lease_expires_at', tostring(tonumber(ARGV[4]) + tonumber(ARGV[5])),
+  'batch_done', ARGV[6], 'batch_failed', ARGV[7], 'batch_total', ARGV[8], 'batches', ARGV[9])
+redis.call('HDEL', KEYS[1], 'looking_worker')
+redis.call('ZREM', KEYS[2], ARGV[1])
+return 1
