@@ -18,12 +18,14 @@ import sys
 import click
 
 from jobs import config, kinds
-from jobs.core import control, states
+from jobs.core import control, provider_batch, states
 from jobs.core.batch import CONCURRENCY_FIELD
 from jobs.core.text import printable
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob, NoSuchJob
 from jobs.intake import admission
+from jobs.intake.modes import MODE_FIELD, MODES
+from jobs.models.backends import get_backend
 from jobs.read import humane, listing, results
 from jobs.read.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens
 from jobs.usage.budget import BUDGET_FIELD
@@ -94,7 +96,7 @@ def in_flags(message: str, given: dict) -> str:
         message = re.sub(rf"\b{field.name}\[(\d+)\]",
                          lambda m, e=entry, f=field: f"{e} {int(m.group(1)) + 1} of {_flag(f)}", message)
         message = message.replace(f"'{field.name}'", _flag(field))
-    return message
+    return message.replace("'mode'", "--mode")
 
 
 def kind_field_options(command):
@@ -118,10 +120,13 @@ def kind_field_options(command):
               help="Stop the job (failed, replayable) before its model calls pass this many tokens.")
 @click.option("--budget-usd", type=click.FloatRange(min=0, min_open=True),
               help="Stop the job before its model calls cost more than this (needs a known price).")
+@click.option("--mode", type=click.Choice(MODES), default="direct", show_default=True,
+              help="batch: the items go through the provider's batch API (half the price, within 24 h; "
+                   "no worker is held while it works).")
 @click.option("--json", "as_json", is_flag=True, help='Print {"job_id": ..., "created": ..., "url": ...}.')
 @click.argument("source", type=click.File("r"), default="-")
 def submit(kind, name, owner, token, idempotency_key, max_attempts, queue, item_concurrency,
-           budget_tokens, budget_usd, as_json, source, **field_texts):
+           budget_tokens, budget_usd, mode, as_json, source, **field_texts):
     """Enqueue one job; items are read one per line from SOURCE (a file, or - for stdin).
     Prints the job id, and its web address on stderr."""
     owner = acting_owner(owner, token)
@@ -135,6 +140,8 @@ def submit(kind, name, owner, token, idempotency_key, max_attempts, queue, item_
             payload[field.name] = field.from_text(field_texts[field.name])
     if item_concurrency is not None:
         payload[CONCURRENCY_FIELD] = item_concurrency
+    if mode != "direct":
+        payload[MODE_FIELD] = mode
     budget = {"tokens": budget_tokens, "usd": budget_usd}
     if any(v is not None for v in budget.values()):
         payload[BUDGET_FIELD] = {k: v for k, v in budget.items() if v is not None}
@@ -222,6 +229,10 @@ def cancel_command(job_id):
     if previous in (states.State.SUCCEEDED, states.State.FAILED):
         click.echo(f"the job has already {previous}; only queued or running jobs can be canceled", err=True)
         sys.exit(1)
+    if previous == control.WAITING:
+        provider_batch.cancel_at_provider(conn, job_id, get_backend())
+        click.echo("canceled, and its batch at the provider too")
+        return
     click.echo("canceled" if previous == states.State.QUEUED
                else "cancel requested: the job stops at its next heartbeat")
 

@@ -27,9 +27,26 @@ def _progress(f: dict) -> str | None:
 
 def _state(f: dict) -> str:
     state = listing.view_of(f)
-    if f["stale"]:
+    waiting_at_provider = (f.get("batch") or {}).get("phase") == "waiting"
+    if f["stale"] and waiting_at_provider:
+        state += " (stale: leash did not look at its batch when it said it would; is a worker running?)"
+    elif f["stale"]:
         state += " (stale: the worker stopped reporting; the job will be retried)"
+    elif waiting_at_provider:
+        state += ", waiting at the provider (no worker held)"
     return state
+
+
+def _mode(f: dict) -> str | None:
+    batch = f.get("batch")
+    if not batch:
+        return None
+    text = f"batch: {batch['batches']} provider batch(es), {batch['done']} of {batch['total']} requests done there"
+    if batch["failed"]:
+        text += f", {batch['failed']} failed"
+    if batch["direct"]:
+        text += f"; {batch['direct']} asked directly"
+    return text
 
 
 def _attempt(a: dict) -> str:
@@ -45,6 +62,7 @@ def lines(f: dict, page: str, columns: int = 100, full: bool = False) -> list[st
         ("state", _state(f)),
         ("kind", f["kind"]),
         ("progress", _progress(f)),
+        ("mode", _mode(f)),
         ("waiting", f.get("waiting")),
         ("attempts", humane.attempts(f)),
         ("next retry", humane.when(f["next_retry_at"]) if f.get("next_retry_at") else None),

@@ -35,11 +35,14 @@ def clock_text(seconds: float | None) -> str:
 def facts(fields: dict) -> str:
     """What follows the bar: state, speed, ETA, elapsed, then what is wrong if anything."""
     parts = ["canceled" if fields.get("canceled") else fields["state"]]
+    at_provider = (fields.get("batch") or {}).get("phase") == "waiting"
     if fields.get("stale"):  # first: it is what a person must not miss
-        parts.append("STALE: no heartbeat, will be retried")
+        parts.append("STALE: no look at its batch when due" if at_provider else "STALE: no heartbeat, will be retried")
     if fields.get("items_per_second"):
         parts.append(f"{fields['items_per_second']:.1f} items/s")
-    if fields["state"] == "running":
+    if at_provider:
+        parts.append(fields.get("waiting") or "waiting at the provider")
+    elif fields["state"] == "running":
         parts.append(f"ETA {clock_text(fields.get('eta_seconds'))}")
     if fields.get("elapsed_seconds") is not None:
         parts.append(f"elapsed {clock_text(fields['elapsed_seconds'])}")

@@ -25,10 +25,11 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify, redirect, request, stream_with_context, url_for
 
 from jobs import kinds
-from jobs.core import control, states
+from jobs.core import control, provider_batch, states
 from jobs.enqueue import check_name, enqueue
 from jobs.errors import InvalidJob, NoSuchJob
 from jobs.intake import admission
+from jobs.models.backends import get_backend
 from jobs.read import listing, results
 from jobs.usage.meter import DAYS_KEPT
 from jobs.usage.report import owner_usage
@@ -171,6 +172,8 @@ def cancel(job_id: str):
     connection = redis_conn()
     read_status(connection, job_id, owner)  # 404 unless it is the caller's job
     previous = control.cancel(connection, job_id)
+    if previous == control.WAITING:  # a batch job waiting at its provider: its batch is canceled too
+        provider_batch.cancel_at_provider(connection, job_id, get_backend())
     if wants_html():
         # A running job stops at its next heartbeat: until then its page says the cancel is on its way.
         asked = {"cancel": "requested"} if previous == states.State.RUNNING else {}

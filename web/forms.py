@@ -12,6 +12,7 @@ import secrets
 from flask_wtf import FlaskForm
 from flask_wtf.file import FileAllowed, FileField
 from wtforms import DecimalField, HiddenField, IntegerField, SelectField, StringField, TextAreaField
+from wtforms.fields import SelectChoice
 from wtforms.validators import NumberRange, Optional, Regexp
 
 from jobs import kinds
@@ -29,6 +30,9 @@ class BaseSubmitForm(FlaskForm):
     items = TextAreaField("Items", description="One per line")
     items_file = FileField("…or upload a file", validators=[
         FileAllowed(["txt", "csv"], "upload a .txt (one item per line) or .csv file")])
+    mode = SelectField("Mode", default="direct", choices=[
+        SelectChoice("direct", "Direct: each item is one model call, now"),
+        SelectChoice("batch", "Batch: through the provider's batch API, half the price, within 24 h")])
     budget_tokens = IntegerField("Tokens", validators=[
         Optional(), NumberRange(min=1, message="a token budget is a whole number of at least 1")])
     budget_usd = DecimalField("USD", places=None, validators=[

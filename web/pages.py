@@ -28,9 +28,10 @@ from flask import Blueprint, jsonify, make_response, redirect, render_template, 
 from jobs import deadletter, kinds
 from jobs.core import clock, states
 from jobs.core.text import printable
-from jobs.enqueue import check_name, enqueue
+from jobs.enqueue import batch_backend_problem, check_name, enqueue
 from jobs.errors import InvalidJob
 from jobs.intake import admission, limits
+from jobs.intake.modes import MODE_FIELD, check_mode
 from jobs.read import humane, listing, poll_schedule, results
 from jobs.usage.budget import BUDGET_FIELD
 from jobs.usage.report import spend_text
@@ -45,7 +46,7 @@ bp = Blueprint("pages", __name__)
 RESULTS_PER_PAGE = 50
 JOBS_PER_PAGE = 25
 STALE_TEXT = "stale — the worker stopped reporting, the job will be retried"
-FORM_FIELDS = ("items", "items_file", "kind", "budget_tokens", "budget_usd", "name")  # and each kind's fields
+FORM_FIELDS = ("items", "items_file", "kind", "mode", "budget_tokens", "budget_usd", "name")  # and each kind's fields
 
 
 def plain(message: str) -> str:
@@ -64,7 +65,7 @@ def plain(message: str) -> str:
                          "{item}, where each item goes"),
                         ("'labels' contains duplicates", "A label is given twice; give each label once")):
         message = message.replace(name, words)
-    for field in ("items", "name", *(f.name for f, _ in kinds.fields())):
+    for field in ("items", "name", "mode", *(f.name for f, _ in kinds.fields())):
         message = message.replace(f"'{field}'", f"the {field}")
     return message[:1].upper() + message[1:]
 
@@ -85,6 +86,8 @@ def _check_each_field(form: BaseSubmitForm, kind: str, payload: dict) -> None:
     checks = [("items", limits.check_items)]
     if kind in kinds.KINDS:
         checks += [(field.name, field.check) for field in kinds.KINDS[kind].fields]
+        checks.append(("mode", lambda payload: check_mode(payload, kind, kinds.KINDS[kind].batch,
+                                                          batch_backend_problem)))
     for name, check in checks:
         try:
             check(payload)
@@ -98,6 +101,8 @@ def _payload(form: BaseSubmitForm, items: list[str]) -> dict:
     payload: dict = {"items": items, **form.payload_fields()}
     if form.budget():
         payload[BUDGET_FIELD] = form.budget()
+    if form.mode.data == "batch":
+        payload[MODE_FIELD] = "batch"
     return payload
 
 
