@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from rq import Queue, Worker  # noqa: E402
 from rq.job import Job  # noqa: E402
+from rq.serializers import JSONSerializer  # noqa: E402
 
 from tests.fake_openai import MODEL, FakeOpenAI  # noqa: E402
 
@@ -73,7 +74,7 @@ def run_leash(url: str, server: FakeOpenAI, items: int, wait: float, poll: float
     creating = wait_until(lambda: worker_time(client), 30)  # the create turn, as RQ recorded it
     time.sleep(max(0.0, created + wait - time.time()))
     held_during_wait = worker_time(client) - creating  # the looks: each ended before the batch did
-    looks = (int(client.hget(keys.job(job_id), "token") or 0) - 2) // 2  # a token per claim or look, and per park
+    looks = (Job.fetch(job_id, connection=client, serializer=JSONSerializer).number_of_retries or 1) - 1  # a Retry per park: create + looks
     completed_at = time.time()
     server.batches.complete(batch_id)
     wait_until(lambda: client.hget(keys.job(job_id), "state") in (b"succeeded", b"failed"), 600)
