@@ -271,23 +271,18 @@ declare("LEASH_MODEL_API_KEY", "str", None, "the provider's API key, sent as `Au
 declare("LEASH_MODEL_TIMEOUT", "float", 60.0, "seconds one call may take", 0.1)
 declare("LEASH_MODEL_RPM", "float", 0.0, "requests per minute, shared by every worker (0: no limit)", 0.0)
 declare("LEASH_MODEL_TPM", "float", 0.0, "tokens per minute, shared by every worker (0: no limit)", 0.0)
-declare("LEASH_MODEL_MAX_INLINE_WAIT", "float", 30.0,
-        "the longest `Retry-After` a job waits out in place", 0.0)
+declare("LEASH_MODEL_MAX_INLINE_WAIT", "float", 30.0, "the longest `Retry-After` a job waits out in place", 0.0)
 declare("LEASH_MODEL_TEMPERATURE", "float", None, "sampling temperature (default: the server's)", 0.0)
 declare("LEASH_MODEL_MAX_TOKENS", "int", 1024, "tokens one answer may take", 1)
+declare("LEASH_BATCH_POLL_SECONDS", "float", 60.0, "seconds between a waiting batch job's looks at its provider", 0.1)
+declare("LEASH_BATCH_MAX_WAIT", "float", 86400.0, "seconds a batch job may wait; then the rest run direct", 1)
+declare("LEASH_BATCH_FALLBACK", "str", "direct", "requests a batch did not answer: `direct` (asked again) or `fail`")
 
 # --- cost: usage, prices, budgets ---------------------------------------------------------------
 declare("LEASH_MODEL_PRICES", "str", None,
         'JSON `{"<model>": {"input": USD per 1M tokens, "output": ...}}`; other models: the genai-prices table')
 declare("LEASH_OWNER_DAILY_TOKENS", "int", 0, "tokens an owner's jobs may use per UTC day (0: no limit)", 0)
 declare("LEASH_OWNER_DAILY_USD", "float", 0.0, "USD an owner's jobs may spend per UTC day (0: no limit)", 0.0)
-
-# --- batch mode: a job's items through the provider's batch API (jobs/core/provider_batch.py) -------
-declare("LEASH_BATCH_POLL_SECONDS", "float", 60.0, "how often a batch job looks at its provider's batch (seconds)", 0.1)
-declare("LEASH_BATCH_MAX_WAIT", "float", 24 * 3600.0,
-        "the longest a batch job waits for its provider; then its batch is canceled and the rest run direct", 1.0)
-declare("LEASH_BATCH_FALLBACK", "str", "direct",
-        "requests the provider failed or expired: `direct` (asked again one by one) or `fail` (the job fails)")
 
 # --- the web app -------------------------------------------------------------------------------
 declare("SECRET_KEY", "str", None, "signs browser sessions; required outside `leash dev`")
