@@ -29,15 +29,13 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from jobs.models.batching import (
-    BATCH_SDK_RETRIES,
     NOT_RUN,
     BatchLimits,
     BatchProgress,
+    BatchSide,
     Item,
     check_items,
-    json_size,
     sdk_status_error,
-    split_items,
     unknown_request,
 )
 from jobs.models.provider import Answer, CallRequest, Failure, Usage
@@ -52,32 +50,23 @@ STATUS_OF_ERROR_TYPE = {"invalid_request_error": 400, "authentication_error": 40
 CLOCK_SLACK = 300
 
 
-class AnthropicBatches:
+class AnthropicBatches(BatchSide):
     """Mixed into ``AnthropicBackend``: uses its ``client``, ``_params``, ``_read`` and
     ``_failure``."""
 
-    supports_batch = True
     batch_limits = BatchLimits(max_requests=100_000, max_bytes=256 * 1024 * 1024)
 
     @property
     def _batches(self):
-        # The direct client sends once (the queue retries calls); batch endpoints are plain
-        # HTTP resources, retried by the SDK on transient errors.
-        return self.client.with_options(max_retries=BATCH_SDK_RETRIES).messages.batches
+        return self._batch_sdk.messages.batches
 
-    def _batch_request(self, item: Item) -> dict:
+    def _batch_line(self, item: Item) -> dict:
         name, request = item
         return {"custom_id": name, "params": self._params(request)}
 
-    def _line_size(self, item: Item) -> int:
-        return json_size(self._batch_request(item))
-
-    def batch_split(self, items: list[Item]) -> list[list[Item]]:
-        return split_items(items, self.batch_limits, self._line_size)
-
     def batch_create(self, job_id: str, attempt: int, part: int, items: list[Item]) -> str:
         check_items(items, self.batch_limits, self._line_size)
-        return self._batches.create(requests=[self._batch_request(item) for item in items]).id
+        return self._batches.create(requests=[self._batch_line(item) for item in items]).id
 
     def batch_find(self, job_id: str, attempt: int, part: int, since: float, custom_ids=()) -> list[str]:
         wanted = set(custom_ids)

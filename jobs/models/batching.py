@@ -141,6 +141,30 @@ def sdk_status_error(client, status: int, body, path: str):
     return client._make_status_error_from_response(response)  # the SDK's reading of an error answer
 
 
+class BatchSide:
+    """What both providers' batch sides share. A subclass (mixed into its backend, which has the
+    SDK ``client``) gives ``batch_limits`` and ``_batch_line(item)``: one request as its batch
+    takes it."""
+
+    supports_batch = True
+    batch_limits: BatchLimits
+
+    @property
+    def _batch_sdk(self):
+        # The direct client sends once (the queue retries calls); batch endpoints are plain
+        # HTTP resources, retried by the SDK on transient errors.
+        return self.client.with_options(max_retries=BATCH_SDK_RETRIES)
+
+    def _batch_line(self, item: Item) -> dict:
+        raise NotImplementedError
+
+    def _line_size(self, item: Item) -> int:
+        return json_size(self._batch_line(item))
+
+    def batch_split(self, items: list[Item]) -> list[list[Item]]:
+        return split_items(items, self.batch_limits, self._line_size)
+
+
 def unknown_request() -> CallRequest:
     """Stands in for a result's request when the caller did not pass it (only usage estimates,
     for a server reporting none, read it)."""

@@ -25,15 +25,13 @@ from dataclasses import replace
 from openai.types.chat import ChatCompletion
 
 from jobs.models.batching import (
-    BATCH_SDK_RETRIES,
     NOT_RUN,
     BatchLimits,
     BatchProgress,
+    BatchSide,
     Item,
     check_items,
-    json_size,
     sdk_status_error,
-    split_items,
     unknown_request,
 )
 from jobs.models.provider import UNAVAILABLE, Answer, CallRequest, Failure, Usage
@@ -46,33 +44,20 @@ NOT_RUN_CODES = {"batch_expired", "batch_cancelled"}
 CLOCK_SLACK = 300
 
 
-class OpenAIBatches:
+class OpenAIBatches(BatchSide):
     """Mixed into ``OpenAIBackend``: uses its ``client``, ``settings``, ``_body``, ``_read`` and
     ``_failure``."""
 
-    supports_batch = True
     batch_limits = BatchLimits(max_requests=50_000, max_bytes=200 * 1024 * 1024)
-
-    @property
-    def _batches_client(self):
-        # The direct client sends once (the queue retries calls); batch endpoints are plain
-        # HTTP resources, retried by the SDK on transient errors.
-        return self.client.with_options(max_retries=BATCH_SDK_RETRIES)
 
     def _batch_line(self, item: Item) -> dict:
         name, request = item
         return {"custom_id": name, "method": "POST", "url": ENDPOINT, "body": self._body(request)}
 
-    def _line_size(self, item: Item) -> int:
-        return json_size(self._batch_line(item))
-
-    def batch_split(self, items: list[Item]) -> list[list[Item]]:
-        return split_items(items, self.batch_limits, self._line_size)
-
     def batch_create(self, job_id: str, attempt: int, part: int, items: list[Item]) -> str:
         check_items(items, self.batch_limits, self._line_size)
         data = "".join(json.dumps(self._batch_line(item), separators=(",", ":")) + "\n" for item in items)
-        client = self._batches_client
+        client = self._batch_sdk
         name = f"leash-{job_id}-{attempt}-{part}.jsonl"
         upload = client.files.create(file=(name, data.encode(), "application/jsonl"), purpose="batch")
         batch = client.batches.create(input_file_id=upload.id, endpoint=ENDPOINT, completion_window="24h",
@@ -82,7 +67,7 @@ class OpenAIBatches:
     def batch_find(self, job_id: str, attempt: int, part: int, since: float, custom_ids=()) -> list[str]:
         wanted = _metadata(job_id, attempt, part)
         found = []
-        for batch in self._batches_client.batches.list(limit=100):  # newest first; pages on demand
+        for batch in self._batch_sdk.batches.list(limit=100):  # newest first; pages on demand
             if batch.created_at < since - CLOCK_SLACK:
                 break
             if all((batch.metadata or {}).get(k) == v for k, v in wanted.items()):
@@ -94,7 +79,7 @@ class OpenAIBatches:
         return True
 
     def batch_poll(self, batch_id: str) -> BatchProgress:
-        batch = self._batches_client.batches.retrieve(batch_id)
+        batch = self._batch_sdk.batches.retrieve(batch_id)
         counts = batch.request_counts
         errors = batch.errors.data if batch.errors and batch.errors.data else []
         message = "; ".join(f"{e.code}: {e.message}" + (f" (line {e.line})" if e.line else "") for e in errors)
@@ -106,7 +91,7 @@ class OpenAIBatches:
 
     def batch_results(self, batch_id: str, requests: dict[str, CallRequest] | None = None
                       ) -> Iterator[tuple[str, Answer | Failure, Usage | None]]:
-        client = self._batches_client
+        client = self._batch_sdk
         batch = client.batches.retrieve(batch_id)
         for file_id in (batch.output_file_id, batch.error_file_id):
             if not file_id:
@@ -117,7 +102,7 @@ class OpenAIBatches:
                         yield self._batch_result(json.loads(line), requests or {})
 
     def batch_cancel(self, batch_id: str) -> None:
-        self._batches_client.batches.cancel(batch_id)
+        self._batch_sdk.batches.cancel(batch_id)
 
     def _batch_result(self, line: dict, requests: dict) -> tuple[str, Answer | Failure, Usage | None]:
         name = line.get("custom_id", "")
