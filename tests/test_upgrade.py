@@ -1,4 +1,4 @@
-"""An upgrade in place, with work in flight: the previous release (the tag ``PREVIOUS``,
+"""An upgrade in place, with work in flight: the previous release (``PREVIOUS``, from its commit,
 installed from ``git archive`` into a virtual environment of its own) runs workers against
 Redis and takes submissions; this release's workers join while the old ones still run, the old
 ones are stopped by SIGTERM (a deploy), and this release finishes everything.
@@ -29,8 +29,11 @@ from jobs.core import clock, details, state_index, states
 from .conftest import ROOT, wait_for
 from .fake_openai import Error
 
-#: The release this one promises to upgrade from in place.
+#: The release this one promises to upgrade from in place, and the commit it was made from.
+#: The commit is what the test uses: it is in main's history, so every clone of main has it,
+#: while a tag travels only when tags are pushed and fetched.
 PREVIOUS = "v0.2.0"
+PREVIOUS_COMMIT = "31b80626470381891c29b00964d744f7f77f5b83"
 
 pytestmark = pytest.mark.slow
 
@@ -39,22 +42,27 @@ def _git(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=timeout)
 
 
-def _ensure_tag() -> None:
-    """The previous release's tag in this repository (fetched once if a shallow clone left it
-    out). Never skipped: without the tag the test fails and says why."""
-    if _git("rev-parse", "--verify", "--quiet", f"{PREVIOUS}^{{commit}}").returncode != 0:
-        fetched = _git("fetch", "--no-tags", "origin", "tag", PREVIOUS, timeout=120)
-        if fetched.returncode != 0 or _git("rev-parse", "--verify", "--quiet", f"{PREVIOUS}^{{commit}}").returncode:
-            pytest.fail(f"the release tag {PREVIOUS} is not in this repository and `git fetch origin tag {PREVIOUS}` "
-                        f"failed ({fetched.stderr.strip()[:300]}): fetch the tags (a clone with --no-tags or a "
-                        "shallow one leaves them out)")
+def _has_previous() -> bool:
+    return _git("cat-file", "-e", f"{PREVIOUS_COMMIT}^{{commit}}").returncode == 0
+
+
+def _ensure_previous() -> None:
+    """The previous release's commit in this repository (fetched once if a shallow clone left it
+    out). Never skipped: without it the test fails and says why."""
+    if _has_previous():
+        return
+    fetched = _git("fetch", "--no-tags", "origin", PREVIOUS_COMMIT, timeout=120)
+    if fetched.returncode != 0 or not _has_previous():
+        pytest.fail(f"the commit of release {PREVIOUS} ({PREVIOUS_COMMIT[:12]}) is not in this repository and "
+                    f"`git fetch origin {PREVIOUS_COMMIT[:12]}` failed ({fetched.stderr.strip()[:300]}): a shallow "
+                    "clone leaves it out; clone with full history")
 
 
 def _previous_tree(dest: Path) -> Path:
-    """The previous release's files, from its tag."""
-    _ensure_tag()
+    """The previous release's files, from its commit."""
+    _ensure_previous()
     archive = dest / "previous.tar"
-    made = _git("archive", "--format=tar", "-o", str(archive), PREVIOUS)
+    made = _git("archive", "--format=tar", "-o", str(archive), PREVIOUS_COMMIT)
     assert made.returncode == 0, made.stderr
     tree = dest / "tree"
     with tarfile.open(archive) as tar:
@@ -291,15 +299,15 @@ REDEFINED_SINCE_PREVIOUS = {"cancel_v1", "claim_v1", "fail_v1", "finish_v1", "mo
 
 
 def test_no_script_the_previous_release_shipped_means_something_else_here():
-    _ensure_tag()
-    listed = _git("ls-tree", "--name-only", f"{PREVIOUS}:jobs/lua")
+    _ensure_previous()
+    listed = _git("ls-tree", "--name-only", f"{PREVIOUS_COMMIT}:jobs/lua")
     assert listed.returncode == 0, listed.stderr
     changed = set()
     for name in listed.stdout.split():
         if name.startswith("_") or not name.endswith(".lua"):
             continue
         here = ROOT / "jobs" / "lua" / name
-        if not here.exists() or here.read_text() != _git("show", f"{PREVIOUS}:jobs/lua/{name}").stdout:
+        if not here.exists() or here.read_text() != _git("show", f"{PREVIOUS_COMMIT}:jobs/lua/{name}").stdout:
             changed.add(name.removesuffix(".lua"))
     assert changed == REDEFINED_SINCE_PREVIOUS
 
