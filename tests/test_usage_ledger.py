@@ -1,11 +1,13 @@
 """Usage is recorded with the item it produced, and a budget is checked before a call is sent:
-the Lua side (heartbeat_v2, usage_record_v1, model_admit_v1) against a real Redis."""
+the Lua side (heartbeat_v3, usage_record_v1, model_admit_v1) against a real Redis."""
 
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
+import redis
 
 from jobs import keys
 from jobs.core import lease, lua, states
@@ -66,6 +68,85 @@ def test_a_refused_write_stores_no_item_but_still_counts_the_calls_that_were_pai
     assert used(conn, job_id)["usage"]["calls"] == 1
     successor.heartbeat(item=(0, '"x"'), now=NOW, usage=Pending("m", "classify", calls=1, input=10, output=2))
     assert used(conn, job_id)["usage"]["input_tokens"] == 20
+
+
+def _lose_first_reply(monkeypatch, script: str) -> list[str]:
+    """The first run of ``script`` lands in Redis, then its reply is lost (the connection
+    drops, as in a failover): the attempt sends the same write again. Returns the runs made."""
+    real, runs = lua.run, []
+
+    def run(connection, name, *args, **kwargs):
+        reply = real(connection, name, *args, **kwargs)
+        if name == script:
+            runs.append(name)
+            if len(runs) == 1:
+                raise redis.exceptions.ConnectionError("Connection closed by server.")
+        return reply
+
+    monkeypatch.setattr(lua, "run", run)
+    return runs
+
+
+def test_an_item_write_sent_again_after_its_reply_was_lost_counts_its_calls_once(conn, env, monkeypatch):
+    job_id = submit(conn)
+    attempt = lease.claim(conn, job_id, "leash", "w", now=NOW)
+    admit(conn, attempt, tokens=500)
+    runs = _lose_first_reply(monkeypatch, "heartbeat_v3")
+    attempt.heartbeat(item=(0, '"x"'), now=NOW,
+                      usage=Pending("m", "classify", calls=2, input=100, output=7, nusd=5_000, res_tokens=500))
+    assert len(runs) == 2  # the write was sent twice
+    assert conn.hget(keys.items(job_id), "0") == b'"x"'
+    fields = used(conn, job_id)
+    assert fields["usage"]["calls"] == 2 and fields["usage"]["input_tokens"] == 100
+    assert conn.hget(keys.usage(job_id), "a1:calls") == b"2"
+    assert conn.hget(keys.usage_owner_day("alice", DAY), "cost_nusd") == b"5000"
+    assert conn.hget(keys.usage_model("m"), "calls") == b"2"
+    # The reservation was settled once, not twice (it would go below what other calls hold).
+    assert int(conn.hget(keys.job(job_id), "reserved_tokens") or 0) == 0
+    # The next write of the same thread is a new one and counts.
+    attempt.heartbeat(item=(1, '"y"'), now=NOW, usage=Pending("m", "classify", calls=1, input=10, output=1))
+    assert used(conn, job_id)["usage"]["calls"] == 3
+
+
+def test_many_items_written_again_after_a_lost_reply_count_their_calls_once(conn, env, monkeypatch):
+    job_id = submit(conn)
+    attempt = lease.claim(conn, job_id, "leash", "w", now=NOW)
+    runs = _lose_first_reply(monkeypatch, "store_items_v1")
+    attempt.store_items([(0, '"x"', "1,5,2"), (1, '"y"', "1,5,2")], Pending("m", "classify", calls=2, input=10,
+                                                                             output=4), now=NOW)
+    assert len(runs) == 2
+    assert used(conn, job_id)["usage"]["calls"] == 2
+    assert conn.hget(keys.usage_model("m"), "input_tokens") == b"10"
+
+
+def test_writes_of_different_threads_or_attempts_are_never_taken_for_a_repeat(conn, env):
+    """Only a write's own repeat is skipped: threads of one attempt land their writes in any
+    order, and a later attempt numbers its writes afresh."""
+    job_id = submit(conn, items=[str(i) for i in range(41)])
+    attempt = lease.claim(conn, job_id, "leash", "w", now=NOW)
+    attempt.heartbeat(item=(40, '"r"'), now=NOW, usage=Pending("m", "classify", calls=1, input=3))
+
+    def write(start: int) -> None:
+        for index in range(start, 40, 4):
+            attempt.heartbeat(item=(index, '"r"'), now=NOW, usage=Pending("m", "classify", calls=1, input=3))
+
+    threads = [threading.Thread(target=write, args=(start,)) for start in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not any(thread.is_alive() for thread in threads)
+    assert used(conn, job_id)["usage"]["calls"] == 41 and conn.hlen(keys.items(job_id)) == 41
+    # A later claim under the same attempt number (a hand-off, a replay), in a process whose
+    # thread ids may be the same, numbers its writes from 1 again and is counted.
+    raw = conn.hgetall(keys.usage(job_id))
+    slots = {field for field in raw if field.startswith(b"w" + attempt.token.encode() + b":")}
+    assert len(slots) == 5  # one field per thread of the claim
+    conn.hset(keys.job(job_id), mapping={"state": "queued", "attempts": "0"})
+    successor = lease.claim(conn, job_id, "leash", "w2", now=NOW)
+    assert successor.number == attempt.number
+    successor.heartbeat(item=(0, '"again"'), now=NOW, usage=Pending("m", "classify", calls=1, input=3))
+    assert used(conn, job_id)["usage"]["calls"] == 42
 
 
 def test_usage_with_no_item_is_flushed_and_an_unpriced_call_makes_the_cost_unknown(conn, env):
@@ -187,7 +268,8 @@ def test_prices_come_from_the_operator_then_the_maintained_table_and_never_from_
 
 def test_the_new_scripts_keep_the_old_ones_for_workers_of_the_previous_release():
     names = lua.names()
-    assert {"heartbeat_v1", "heartbeat_v2", "usage_record_v1", "model_admit_v1", "model_rate_v1"} <= set(names)
+    assert {"heartbeat_v1", "heartbeat_v2", "heartbeat_v3", "usage_record_v1", "model_admit_v1",
+            "model_rate_v1"} <= set(names)
 
 
 def test_the_cli_and_the_page_show_tokens_and_cost_beside_progress(conn, env, client):

@@ -8,12 +8,15 @@ nothing it writes lands; it learns so from ``LeaseLost`` at its next heartbeat.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
 import secrets
+import threading
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
@@ -108,6 +111,15 @@ class Attempt:
     outcome: Outcome | None = None  # set by settle()
     done: int = 0
     extra: dict = field(default_factory=dict)
+    # Numbers this attempt's usage writes (next_write_id); next() on it is atomic in CPython.
+    _write_numbers: Iterator[int] = field(default_factory=lambda: itertools.count(1), init=False, repr=False)
+
+    def next_write_id(self) -> str:
+        """The id of a usage write: this thread and a number that only grows. A thread sends
+        its writes one at a time, so a number at or below the last one counted for the thread
+        (under this claim's token) is a write sent again after its reply was lost, and is not
+        counted twice."""
+        return f"{threading.get_ident():x}:{next(self._write_numbers)}"
 
     def settle(self, outcome: Outcome) -> None:
         """Record how this attempt ended (the one place it is set)."""
@@ -184,7 +196,7 @@ class Attempt:
         Returns whether a cancel was requested. Raises LeaseLost for a superseded attempt.
         """
         now = clock.wall() if now is None else now
-        reply, _ = self._run("heartbeat_v2", *self._heartbeat_call(done, total, item, now, usage))
+        reply, _ = self._run("heartbeat_v3", *self._heartbeat_call(done, total, item, now, usage))
         if int(reply[0]) != 1:
             self.settle(Outcome.SUPERSEDED)
             raise LeaseLost()

@@ -69,6 +69,26 @@ local function add_usage(job_key, usage_key, day_key, model_key, u, token, day, 
   end
 end
 
+-- add_usage, once per write: a worker whose reply was lost (a Redis blip, a failover) sends the
+-- same write again, and its first try may have landed. The usage JSON's "w" is
+-- "<thread>:<seq>": a thread of one claim (its token) sends its writes one at a time and its
+-- seq only grows, so a seq at or below the last one counted for that thread and token was
+-- counted already. The token, not the attempt number, tells claims apart: a hand-off or a
+-- replay claims again under the same number, in a process whose thread ids may repeat. The
+-- last seq is a field of the job's usage hash ("w<token>:<thread>", one per thread per claim)
+-- and expires with it. A write without "w" is counted as add_usage counts.
+local function add_usage_once(job_key, usage_key, day_key, model_key, u, token, day, attempt, ttl, day_ttl)
+  if type(u.w) == 'string' then
+    local slot, seq = string.match(u.w, '^(%w+):(%d+)$')
+    if slot then
+      local field = 'w' .. token .. ':' .. slot
+      if tonumber(seq) <= tonumber(redis.call('HGET', usage_key, field) or '0') then return end
+      redis.call('HSET', usage_key, field, seq)
+    end
+  end
+  add_usage(job_key, usage_key, day_key, model_key, u, token, day, attempt, ttl, day_ttl)
+end
+
 -- The model rate limit's clock: ARGV's now in ms, or Redis TIME (one clock for every worker).
 local function now_ms(given)
   local now = tonumber(given)

@@ -2,7 +2,8 @@
 -- of its provider batch (jobs/core/provider_batch.py). What heartbeat_v2 does for one item, done
 -- for each (the item's result, its calls and tokens), then once for all: the usage of their calls
 -- added to the job, the attempt, the owner's day and the model (counted even when the write is
--- refused: the calls were paid for), the lease renewed, progress recorded and mirrored into
+-- refused: the calls were paid for; once, even when a lost reply made the worker send the
+-- write again: see add_usage_once), the lease renewed, progress recorded and mirrored into
 -- RQ's job.meta for rq-dashboard.
 -- KEYS[1] job hash  KEYS[2] leases zset  KEYS[3] items hash  KEYS[4] rq job hash
 -- KEYS[5] rq started registry  KEYS[6] rejected-writes counter
@@ -10,12 +11,12 @@
 -- KEYS[9] the model's usage totals
 -- ARGV[1] job_id  ARGV[2] token  ARGV[3] now  ARGV[4] lease_seconds  ARGV[5] rq started member
 -- ('' = none)  ARGV[6] renew ('1' extends the lease; '0': an orphaned work-horse)
--- ARGV[7] usage JSON of all the items' calls ('' = none; see add_usage)  ARGV[8] UTC day
+-- ARGV[7] usage JSON of all the items' calls ('' = none; see add_usage_once)  ARGV[8] UTC day
 -- ARGV[9] attempt number  ARGV[10] usage hash ttl  ARGV[11] owner day ttl
 -- ARGV[12..] per item: index, result JSON, "calls,input,output" ('' = none)
 -- Returns {1, cancel_requested, done} or {0} when the token is superseded (zombie write).
 if ARGV[7] ~= '' then
-  add_usage(KEYS[1], KEYS[7], KEYS[8], KEYS[9], cjson.decode(ARGV[7]), ARGV[2], ARGV[8], ARGV[9], ARGV[10], ARGV[11])
+  add_usage_once(KEYS[1], KEYS[7], KEYS[8], KEYS[9], cjson.decode(ARGV[7]), ARGV[2], ARGV[8], ARGV[9], ARGV[10], ARGV[11])
 end
 if not holds_lease(KEYS[1], ARGV[2], KEYS[6]) then return {0} end
 for i = 12, #ARGV, 3 do

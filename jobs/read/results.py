@@ -72,7 +72,7 @@ USAGE_COLUMNS = ("calls", "input_tokens", "output_tokens")
 
 
 def parse_item_usage(raw: bytes | str) -> dict[str, int]:
-    """An item's usage as heartbeat_v2 stores it: "calls,input,output"."""
+    """An item's usage as heartbeat_v3 stores it: "calls,input,output"."""
     return dict(zip(USAGE_COLUMNS, (int(n) for n in decoded(raw).split(",")), strict=True))
 
 

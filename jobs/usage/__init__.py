@@ -6,7 +6,7 @@ before it spends past a line.
                          against the job's budget and the owner's daily budget
     the call returns     its usage (the server's figures, or an estimate marked as such) and
                          its cost (jobs.usage.prices) wait on the item's thread (Meter)
-    the item is stored   heartbeat_v2 writes the item, its usage, and adds the usage to the
+    the item is stored   heartbeat_v3 writes the item, its usage, and adds the usage to the
                          job, the attempt, the owner's UTC day and the model, settling the
                          reservation -- one script, one round trip, as before
     no item to store     usage_record_v1 counts it all the same (paid is paid)

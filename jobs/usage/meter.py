@@ -1,5 +1,5 @@
 """Usage on its way to Redis: each item's calls wait here, on the item's thread, until the
-write that stores the item carries them (heartbeat_v2) -- so accounting costs no extra round
+write that stores the item carries them (heartbeat_v3) -- so accounting costs no extra round
 trip. Calls with no item to ride on are written by ``flush`` (usage_record_v1).
 """
 
@@ -47,10 +47,12 @@ class Pending:
     res_tokens: int = 0
     res_nusd: int = 0
 
-    def encode(self) -> str:
+    def encode(self, write_id: str = "") -> str:
+        """The usage JSON the scripts read; ``write_id`` names the write so that a write sent
+        twice (its first reply lost) is counted once (add_usage_once in jobs/lua/_lib.lua)."""
         # By hand, not dataclasses.asdict: this runs on every item write (the hot path).
-        return json.dumps({"model": self.model, "kind": self.kind, "calls": self.calls, "input": self.input,
-                           "output": self.output, "cached": self.cached, "nusd": self.nusd,
+        return json.dumps({"w": write_id, "model": self.model, "kind": self.kind, "calls": self.calls,
+                           "input": self.input, "output": self.output, "cached": self.cached, "nusd": self.nusd,
                            "unpriced": self.unpriced, "estimated": self.estimated,
                            "res_tokens": self.res_tokens, "res_nusd": self.res_nusd}, separators=(",", ":"))
 
@@ -111,14 +113,14 @@ class Meter:
 
 def write_args(attempt, pending: Pending | None, now: float) -> tuple[list[str], list]:
     """KEYS and ARGV that add ``pending`` to the job, its attempt, the owner's day and the
-    model (heartbeat_v2's KEYS[7..9] and ARGV[11..15]; usage_record_v1's)."""
+    model (heartbeat_v3's KEYS[7..9] and ARGV[11..15]; usage_record_v1's)."""
     if pending is None:
         # Nothing to count: the keys are passed but not touched.
         return [keys.usage(attempt.job_id)] * 3, ["", "", attempt.number, 0, 0]
     day = utc_day(now)
     usage_keys = [keys.usage(attempt.job_id), keys.usage_owner_day(attempt.owner_name(), day),
                   keys.usage_model(pending.model)]
-    return (usage_keys, [pending.encode(), day, attempt.number, attempt.usage_ttl, DAY_TTL])
+    return (usage_keys, [pending.encode(attempt.next_write_id()), day, attempt.number, attempt.usage_ttl, DAY_TTL])
 
 
 def flush(connection: Redis, attempt, pending: list[Pending], now: float | None = None) -> None:
