@@ -21,7 +21,7 @@ from jobs import keys, kinds
 from jobs.config import Settings, settings
 from jobs.core import clock, payload_copy
 from jobs.core.rq_side import new_job_id, rq_job_for, rq_queue
-from jobs.errors import InvalidJob, PermanentError
+from jobs.errors import InvalidJob
 from jobs.intake import modes
 from jobs.intake.limits import check_payload
 from jobs.models import backends
@@ -113,20 +113,8 @@ def _validate(kind: str, payload, owner: str, max_attempts: int, idempotency_key
         raise InvalidJob("idempotency key must be 1-200 characters of letters, digits and _.:@-")
     budget.parse(payload.get(budget.BUDGET_FIELD))
     total = definition.validate(payload)
-    modes.check_mode(payload, kind, definition.batch, batch_backend_problem)
+    modes.check_mode(payload, kind, definition.batch, backends.batch_problem)
     return total
-
-
-def batch_backend_problem() -> str | None:
-    """Why the configured model backend cannot run batch jobs (no batch API), or None."""
-    name = backends.backend_name()
-    try:
-        factory = backends._factory(name)  # the backend's class: nothing is built or connected
-    except PermanentError as exc:
-        return str(exc)
-    if not getattr(factory, "supports_batch", False):
-        return f"the configured model backend ({name}, LEASH_MODEL_BACKEND) has no batch API"
-    return None
 
 
 def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",

@@ -28,10 +28,11 @@ from flask import Blueprint, jsonify, make_response, redirect, render_template, 
 from jobs import deadletter, kinds
 from jobs.core import clock, states
 from jobs.core.text import printable
-from jobs.enqueue import batch_backend_problem, check_name, enqueue
+from jobs.enqueue import check_name, enqueue
 from jobs.errors import InvalidJob
 from jobs.intake import admission, limits
 from jobs.intake.modes import MODE_FIELD, check_mode
+from jobs.models import backends
 from jobs.read import humane, listing, poll_schedule, results
 from jobs.usage.budget import BUDGET_FIELD
 from jobs.usage.report import spend_text
@@ -87,7 +88,7 @@ def _check_each_field(form: BaseSubmitForm, kind: str, payload: dict) -> None:
     if kind in kinds.KINDS:
         checks += [(field.name, field.check) for field in kinds.KINDS[kind].fields]
         checks.append(("mode", lambda payload: check_mode(payload, kind, kinds.KINDS[kind].batch,
-                                                          batch_backend_problem)))
+                                                          backends.batch_problem)))
     for name, check in checks:
         try:
             check(payload)

@@ -120,6 +120,19 @@ def _factory(name: str):
         raise PermanentError(f"LEASH_MODEL_BACKEND={name!r} is unknown; choose one of {known}") from None
 
 
+def batch_problem() -> str | None:
+    """Why the configured backend cannot run batch jobs (no batch API, or unknown), or None.
+    Asks its class: nothing is built or connected, so the door can ask on every submission."""
+    name = backend_name()
+    try:
+        factory = _factory(name)
+    except PermanentError as exc:
+        return str(exc)
+    if not getattr(factory, "supports_batch", False):
+        return f"the configured model backend ({name}, LEASH_MODEL_BACKEND) has no batch API"
+    return None
+
+
 def get_backend(ctx: JobContext | None = None) -> Backend:
     return _factory(backend_name())(ctx)
 
