@@ -99,17 +99,32 @@ def in_flags(message: str, given: dict) -> str:
     return message.replace("'mode'", "--mode")
 
 
-def kind_field_options(command):
-    """An option for every field a kind declares (jobs.kinds.Field), named after it."""
-    for field, kind_names in reversed(kinds.fields()):
-        command = click.option(_flag(field), field.name, help=f"{field.help} ({', '.join(kind_names)}).")(command)
-    return command
+def _field_option(field: kinds.Field, kind_names: list[str]) -> click.Option:
+    return click.Option([_flag(field), field.name], help=f"{field.help} ({', '.join(kind_names)}).")
 
 
-@click.command()
+class KindFieldsCommand(click.Command):
+    """A command with an option for every field a kind declares (jobs.kinds.Field), named after
+    it -- the built-in kinds' and those of your own modules (LEASH_IMPORTS), which are imported
+    when the command line is read, not when the CLI is imported, so ``leash submit --kind
+    summarise --tone formal`` and its --help know them."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        try:
+            kinds.import_from_env()
+        except ImportError as exc:
+            raise BadInput(f"cannot import job kinds (LEASH_IMPORTS): {exc}") from None
+        known = {param.name for param in self.params}
+        new = [_field_option(field, names) for field, names in kinds.fields() if field.name not in known]
+        if new:  # after --kind and --name, where a reader of --help looks for them
+            at = next((i + 1 for i, param in enumerate(self.params) if param.name == "name"), len(self.params))
+            self.params[at:at] = new
+        return super().get_params(ctx)
+
+
+@click.command(cls=KindFieldsCommand)
 @click.option("--kind", default="classify", show_default=True)
 @click.option("--name", help="A name to find the job by in lists and searches (at most 100 characters).")
-@kind_field_options
 @owner_option
 @click.option("--idempotency-key", help="Submitting again with the same key returns the first job.")
 @click.option("--max-attempts", type=int, help="Attempts before the job fails (default LEASH_MAX_ATTEMPTS).")

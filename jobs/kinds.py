@@ -118,10 +118,13 @@ def fields() -> list[tuple[Field, list[str]]]:
 _env_imported = False
 
 
-def _import_from_env() -> None:
+def import_from_env() -> None:
+    """Import LEASH_IMPORTS's modules once per process (a kind or field they declare is then
+    known to whoever asks: the CLI's options, a submission's check)."""
     global _env_imported
-    _env_imported = True
-    import_kinds()
+    if not _env_imported:
+        _env_imported = True
+        import_kinds()
 
 
 def import_kinds(modules: list[str] | tuple[str, ...] | None = None) -> None:
@@ -135,8 +138,8 @@ def import_kinds(modules: list[str] | tuple[str, ...] | None = None) -> None:
 
 
 def get(name: str) -> Kind:
-    if name not in KINDS and not _env_imported:
-        _import_from_env()
+    if name not in KINDS:
+        import_from_env()
     try:
         return KINDS[name]
     except KeyError:

@@ -1,15 +1,22 @@
 """A kind declares its fields once: the API checks them, the form has a box for each, the job
-page shows what was submitted, and the built-in kinds' fields are options of ``leash submit``."""
+page shows what was submitted, and every kind's fields -- the built-in ones' and those of your
+own modules in LEASH_IMPORTS -- are options of ``leash submit``."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
 
 from jobs import kinds
+from jobs.core import states
 from jobs.errors import InvalidJob
+from tests.conftest import REDIS_URL, ROOT
 from tests.web_support import HTML, csrf_from
 
 
@@ -75,3 +82,48 @@ def test_every_built_in_field_is_an_option_of_leash_submit():
     assert {f.name for f in declared} >= {"labels", "template"}
     for field in declared:
         assert f"--{field.name}" in usage
+
+
+_OWN_KINDS = '''
+from jobs.errors import InvalidJob
+from jobs.kinds import Field, kind
+
+def _check_tone(payload):
+    if payload.get("tone") not in ("plain", "formal"):
+        raise InvalidJob("'tone' must be plain or formal")
+
+TONE = Field("tone", "Tone", "plain or formal", check=_check_tone, missing="give --tone plain or --tone formal")
+
+@kind("summarise", fields=(TONE,))
+def summarise(ctx, payload):
+    return {"items": len(payload["items"])}
+'''
+
+
+def _leash(tmp_path, imports: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
+    """The ``leash`` command in a process of its own, with the user's module in LEASH_IMPORTS:
+    what a user types, where the CLI is imported before their kinds are."""
+    env = {**os.environ, "REDIS_URL": REDIS_URL, "LEASH_IMPORTS": imports,
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    return subprocess.run([sys.executable, "-m", "cli", *args], input=stdin, capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=60)
+
+
+def test_a_field_of_your_own_kind_is_an_option_of_leash_submit(tmp_path, conn):
+    (tmp_path / "my_kinds.py").write_text(_OWN_KINDS)
+    usage = _leash(tmp_path, "my_kinds", "submit", "--help")
+    assert usage.returncode == 0 and "--tone" in usage.stdout and "(summarise)" in usage.stdout
+    made = _leash(tmp_path, "my_kinds", "submit", "--kind", "summarise", "--tone", "formal", "--json", "-",
+                  stdin="one\ntwo\n")
+    assert made.returncode == 0, made.stderr
+    job_id = json.loads(made.stdout)["job_id"]
+    assert states.status(conn, job_id)["submitted"].get("tone") == "formal"
+    wrong = _leash(tmp_path, "my_kinds", "submit", "--kind", "summarise", "--tone", "loud", "-", stdin="one\n")
+    assert wrong.returncode == 2 and "--tone must be plain or formal" in wrong.stderr, wrong.stderr
+    assert "Traceback" not in wrong.stderr
+
+
+def test_a_module_in_leash_imports_that_cannot_be_imported_is_one_line_and_exit_2(tmp_path):
+    broken = _leash(tmp_path, "no_such_module_here", "submit", "--labels", "a,b", "-", stdin="x\n")
+    assert broken.returncode == 2 and "cannot import job kinds (LEASH_IMPORTS)" in broken.stderr
+    assert "no_such_module_here" in broken.stderr and "Traceback" not in broken.stderr
