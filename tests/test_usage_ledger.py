@@ -1,5 +1,5 @@
 """Usage is recorded with the item it produced, and a budget is checked before a call is sent:
-the Lua side (heartbeat_v3, usage_record_v1, model_admit_v1) against a real Redis."""
+the Lua side (heartbeat_v3, usage_record_v2, model_admit_v1) against a real Redis."""
 
 from __future__ import annotations
 
@@ -154,9 +154,20 @@ def test_usage_with_no_item_is_flushed_and_an_unpriced_call_makes_the_cost_unkno
     attempt = lease.claim(conn, job_id, "leash", "w", now=NOW)
     meter = Meter("classify")
     meter.record("m", 10, 5, price=None)
-    flush(conn, attempt, meter.take_all(), now=NOW)
+    flush(attempt, meter.take_all(), now=NOW)
     fields = used(conn, job_id)
     assert fields["usage"]["calls"] == 1 and fields["cost_usd"] is None
+
+
+def test_usage_with_no_item_rides_out_a_lost_reply_and_counts_once(conn, env, monkeypatch):
+    job_id = submit(conn)
+    attempt = lease.claim(conn, job_id, "leash", "w", now=NOW)
+    meter = Meter("classify")
+    meter.record("m", 10, 5, price=None)
+    runs = _lose_first_reply(monkeypatch, "usage_record_v2")
+    flush(attempt, meter.take_all(), now=NOW)
+    assert len(runs) == 2  # sent again, not given up on
+    assert used(conn, job_id)["usage"]["calls"] == 1
 
 
 def test_a_job_budget_refuses_the_call_that_would_pass_it_counting_calls_in_flight(conn, env):
@@ -268,7 +279,7 @@ def test_prices_come_from_the_operator_then_the_maintained_table_and_never_from_
 
 def test_the_new_scripts_keep_the_old_ones_for_workers_of_the_previous_release():
     names = lua.names()
-    assert {"heartbeat_v1", "heartbeat_v2", "heartbeat_v3", "usage_record_v1", "model_admit_v1",
+    assert {"heartbeat_v1", "heartbeat_v2", "heartbeat_v3", "usage_record_v1", "usage_record_v2", "model_admit_v1",
             "model_rate_v1"} <= set(names)
 
 

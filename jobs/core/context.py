@@ -87,7 +87,7 @@ class JobContext:
         that ends): they were paid for."""
         pending = self.meter.take_all() if all_threads else [p for p in [self.meter.take()] if p]
         if pending:
-            flush_usage(self.connection, self.attempt, pending)
+            flush_usage(self.attempt, pending)
 
     def items_done(self) -> dict[int, Any]:
         """Results already stored by earlier attempts (the resume point)."""

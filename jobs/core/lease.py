@@ -153,7 +153,7 @@ class Attempt:
             self.owner = (self.connection.hget(keys.job(self.job_id), "owner") or b"").decode()
         return self.owner
 
-    def _run(self, name: str, keys_: list[str], args: list) -> tuple[object, bool]:
+    def run_lua(self, name: str, keys_: list[str], args: list) -> tuple[object, bool]:
         """Run a fenced script, riding out a Redis blip (failover, restart) for as long as the
         lease lasts — after that the lease is gone anyway — and a full Redis (refused writes)
         until memory is freed or the job's timeout stops the work-horse: the write lands then,
@@ -196,7 +196,7 @@ class Attempt:
         Returns whether a cancel was requested. Raises LeaseLost for a superseded attempt.
         """
         now = clock.wall() if now is None else now
-        reply, _ = self._run("heartbeat_v3", *self._heartbeat_call(done, total, item, now, usage))
+        reply, _ = self.run_lua("heartbeat_v3", *self._heartbeat_call(done, total, item, now, usage))
         if int(reply[0]) != 1:
             self.settle(Outcome.SUPERSEDED)
             raise LeaseLost()
@@ -225,7 +225,7 @@ class Attempt:
         now = clock.wall() if now is None else now
         usage_keys, usage_args = write_args(self, usage, now)
         items = [value for entry in entries for value in entry]
-        reply, _ = self._run(
+        reply, _ = self.run_lua(
             "store_items_v1", self._heartbeat_keys + usage_keys,
             [self.job_id, self.token, now, self.lease_seconds, self.rq_started_member,
              "0" if self.orphaned() else "1", *usage_args, *items])
@@ -243,7 +243,7 @@ class Attempt:
 
     def finish(self, result: dict, now: float | None = None) -> None:
         now = clock.wall() if now is None else now
-        ok, retried = self._run(
+        ok, retried = self.run_lua(
             "finish_v3",
             self._common_keys() + [keys.items(self.job_id), keys.errors(self.job_id), keys.REJECTED_WRITES]
             + keys.outcome_keys("succeeded", self.kind, now) + [keys.payload(self.job_id)] + self._indexes(),
@@ -260,7 +260,7 @@ class Attempt:
         now = clock.wall() if now is None else now
         # A cancel ends in failed too, but is counted apart: alerts are about failures.
         outcome = "canceled" if message == CANCELED else "failed"
-        reply, retried = self._run(
+        reply, retried = self.run_lua(
             "fail_v2",
             self._common_keys() + [keys.items(self.job_id), keys.errors(self.job_id), keys.REJECTED_WRITES]
             + keys.outcome_keys(outcome, self.kind, now) + [keys.FAILED_INDEX, keys.payload(self.job_id)]
@@ -286,7 +286,7 @@ class Attempt:
         (deploy hand-off), or, with ``requeue=False``, for RQ's scheduler to bring back
         later (deferral). Returns 0 if superseded, else 1 / the job's deferral count."""
         now = clock.wall() if now is None else now
-        ok, retried = self._run(
+        ok, retried = self.run_lua(
             "release_v3",
             self._common_keys() + [
                 keys.rq_job(self.job_id),
@@ -311,7 +311,7 @@ class Attempt:
         job stays running, waiting, until a look at ``look_at``. ``progress`` is the provider's
         (done, failed, total, batches). Returns 1 parked, 2 a cancel was asked for, 0 superseded."""
         now = clock.wall() if now is None else now
-        reply, retried = self._run(
+        reply, retried = self.run_lua(
             "park_v1", [keys.job(self.job_id), keys.LEASES, keys.REJECTED_WRITES],
             [self.job_id, self.token, now, look_at, look_grace(), *progress])
         if int(reply) == 0 and retried:

@@ -9,7 +9,7 @@ before it spends past a line.
     the item is stored   heartbeat_v3 writes the item, its usage, and adds the usage to the
                          job, the attempt, the owner's UTC day and the model, settling the
                          reservation -- one script, one round trip, as before
-    no item to store     usage_record_v1 counts it all the same (paid is paid)
+    no item to store     usage_record_v2 counts it all the same (paid is paid)
 
 Costs are integers in nano-USD (1e-9 USD) so Redis adds them exactly; a price "per 1M tokens"
 is micro-USD per token, i.e. 1,000 nano-USD per token per dollar of price.

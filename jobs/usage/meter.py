@@ -1,6 +1,6 @@
 """Usage on its way to Redis: each item's calls wait here, on the item's thread, until the
 write that stores the item carries them (heartbeat_v3) -- so accounting costs no extra round
-trip. Calls with no item to ride on are written by ``flush`` (usage_record_v1).
+trip. Calls with no item to ride on are written by ``flush`` (usage_record_v2).
 """
 
 from __future__ import annotations
@@ -12,10 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from redis import Redis
-
 from jobs import keys
-from jobs.core import lua
 
 if TYPE_CHECKING:
     from jobs.usage.prices import Price
@@ -113,7 +110,7 @@ class Meter:
 
 def write_args(attempt, pending: Pending | None, now: float) -> tuple[list[str], list]:
     """KEYS and ARGV that add ``pending`` to the job, its attempt, the owner's day and the
-    model (heartbeat_v3's KEYS[7..9] and ARGV[11..15]; usage_record_v1's)."""
+    model (heartbeat_v3's KEYS[7..9] and ARGV[11..15]; usage_record_v2's)."""
     if pending is None:
         # Nothing to count: the keys are passed but not touched.
         return [keys.usage(attempt.job_id)] * 3, ["", "", attempt.number, 0, 0]
@@ -123,16 +120,16 @@ def write_args(attempt, pending: Pending | None, now: float) -> tuple[list[str],
     return (usage_keys, [pending.encode(attempt.next_write_id()), day, attempt.number, attempt.usage_ttl, DAY_TTL])
 
 
-def flush(connection: Redis, attempt, pending: list[Pending], now: float | None = None) -> None:
-    """Write usage that has no item to ride on. Best effort at an attempt's end: a Redis
-    error is logged, not raised over the attempt's own outcome."""
+def flush(attempt, pending: list[Pending], now: float | None = None) -> None:
+    """Write usage that has no item to ride on (usage_record_v2), riding out a Redis blip as
+    the attempt's other writes do (a repeat after a lost reply counts once). Best effort at an
+    attempt's end: a write that still fails is logged, not raised over the attempt's outcome."""
     now = time.time() if now is None else now
     for entry in pending:
         if not entry.calls and not entry.res_tokens:
             continue
         usage_keys, args = write_args(attempt, entry, now)
         try:
-            lua.run(connection, "usage_record_v1", keys=[keys.job(attempt.job_id)] + usage_keys,
-                        args=[attempt.token] + args)
+            attempt.run_lua("usage_record_v2", [keys.job(attempt.job_id)] + usage_keys, [attempt.token] + args)
         except Exception as exc:
             log.warning("job %s: could not record the usage of %d call(s): %s", attempt.job_id, entry.calls, exc)

@@ -1,0 +1,12 @@
+-- usage_record_v2: count the usage of model calls that came with no item write (an item
+-- that failed, a call outside ``for_each``, an attempt that is ending). Not fenced: a call a
+-- superseded attempt made was paid for all the same. Unlike usage_record_v1 (kept for workers
+-- of the release before), a write sent again after its reply was lost counts once: the worker
+-- now retries it through a Redis blip, and add_usage_once knows the repeat.
+-- KEYS[1] job hash  KEYS[2] job usage hash  KEYS[3] owner's usage for the UTC day
+-- KEYS[4] the model's usage totals
+-- ARGV[1] token  ARGV[2] usage JSON (see add_usage_once)  ARGV[3] UTC day  ARGV[4] attempt number
+-- ARGV[5] usage hash ttl  ARGV[6] owner day ttl
+-- Returns 1.
+add_usage_once(KEYS[1], KEYS[2], KEYS[3], KEYS[4], cjson.decode(ARGV[2]), ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+return 1
