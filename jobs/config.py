@@ -9,7 +9,7 @@ variable. Every default suits minutes-long AI jobs."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -352,22 +352,14 @@ class Settings:
         return self.queues[0]
 
 
+def _read(snapshot: type, renamed: dict[str, str] | None = None):
+    """``snapshot`` filled from the variables its fields name: ``max_items`` is LEASH_MAX_ITEMS."""
+    names = renamed or {}
+    return snapshot(**{f.name: get(names.get(f.name, "LEASH_" + f.name.upper())) for f in fields(snapshot)})
+
+
 def settings() -> Settings:
-    return Settings(
-        queues=get("LEASH_QUEUE"),
-        lease_seconds=get("LEASH_LEASE_SECONDS"),
-        max_attempts=get("LEASH_MAX_ATTEMPTS"),
-        owner_concurrency=get("LEASH_OWNER_CONCURRENCY"),
-        result_ttl=get("LEASH_RESULT_TTL"),
-        job_timeout=get("LEASH_JOB_TIMEOUT"),
-        retry_backoff=get("LEASH_RETRY_BACKOFF"),
-        handoff_grace=get("LEASH_HANDOFF_GRACE"),
-        cancel_grace=get("LEASH_CANCEL_GRACE"),
-        local_delay_ms=get("LEASH_LOCAL_DELAY_MS"),
-        error_max_chars=get("LEASH_ERROR_MAX_CHARS"),
-        max_defers=get("LEASH_MAX_DEFERS"),
-        item_concurrency=get("LEASH_ITEM_CONCURRENCY"),
-    )
+    return _read(Settings, {"queues": "LEASH_QUEUE"})
 
 
 @dataclass(frozen=True)
@@ -387,14 +379,4 @@ class Limits:
 
 
 def limits() -> Limits:
-    return Limits(
-        max_items=get("LEASH_MAX_ITEMS"),
-        max_item_chars=get("LEASH_MAX_ITEM_CHARS"),
-        max_labels=get("LEASH_MAX_LABELS"),
-        max_label_chars=get("LEASH_MAX_LABEL_CHARS"),
-        max_template_chars=get("LEASH_MAX_TEMPLATE_CHARS"),
-        max_payload_bytes=get("LEASH_MAX_PAYLOAD_BYTES"),
-        max_payload_depth=get("LEASH_MAX_PAYLOAD_DEPTH"),
-        max_summary_bytes=get("LEASH_MAX_SUMMARY_BYTES"),
-        max_csv_columns=get("LEASH_MAX_CSV_COLUMNS"),
-    )
+    return _read(Limits)
