@@ -80,7 +80,14 @@ class JobContext:
 
     def checkpoint_encoded(self, index: int, encoded: str) -> None:
         # The usage of the calls that produced this item rides on the same write.
-        self._after_heartbeat(self.attempt.heartbeat(item=(index, encoded), usage=self.meter.take()))
+        usage = self.meter.take()
+        try:
+            cancel_requested = self.attempt.heartbeat(item=(index, encoded), usage=usage)
+        except BaseException:
+            if usage is not None:
+                self.meter.keep(usage)  # paid for: the closing flush counts it (once, if this landed)
+            raise
+        self._after_heartbeat(cancel_requested)
 
     def flush_usage(self, all_threads: bool = False) -> None:
         """Write the usage of calls no item write carried (an item that failed, an attempt

@@ -229,6 +229,10 @@ class Attempt:
             "store_items_v1", self._heartbeat_keys + usage_keys,
             [self.job_id, self.token, now, self.lease_seconds, self.rq_started_member,
              "0" if self.orphaned() else "1", *usage_args, *items])
+        if usage is not None:
+            # /metrics lists the models of this set: direct calls join it through their
+            # concurrency gate, a model used only through its batch API joins it here.
+            self.connection.sadd(keys.MODELS, usage.model)
         if int(reply[0]) != 1:
             self.settle(Outcome.SUPERSEDED)
             raise LeaseLost()

@@ -148,9 +148,7 @@ def replay(connection: Redis, candidates: list[Candidate], actor: str, selector:
         selector = selector | {"budget": budget.as_dict()}
     for start in range(0, len(candidates), batch):
         chunk = candidates[start:start + batch]
-        if budget is not None:
-            _set_budget(connection, [c.job_id for c in chunk], budget)
-        results = _replay_batch(connection, [c.job_id for c in chunk], now, position=start)
+        results = _replay_batch(connection, [c.job_id for c in chunk], now, position=start, budget=budget)
         for candidate, result in zip(chunk, results, strict=True):
             if result == "replayed":
                 replayed.append(candidate)
@@ -161,19 +159,6 @@ def replay(connection: Redis, candidates: list[Candidate], actor: str, selector:
     return ReplayOutcome(replayed, skipped, audit_id)
 
 
-def _set_budget(connection: Redis, job_ids: list[str], budget: Budget) -> None:
-    """The new budget, written before the jobs are queued again (so no worker can start one
-    under the old budget). Only onto job records that exist: never recreate an expired one."""
-    with connection.pipeline(transaction=False) as pipe:
-        for job_id in job_ids:
-            pipe.exists(keys.job(job_id))
-        present = pipe.execute()
-        for job_id, exists in zip(job_ids, present, strict=True):
-            if exists:
-                pipe.hset(keys.job(job_id), mapping=budget.hash_fields())
-        pipe.execute()
-
-
 def _read_rq_sides(connection: Redis, job_ids: list[str]) -> list:
     with connection.pipeline(transaction=False) as pipe:
         for job_id in job_ids:
@@ -182,7 +167,8 @@ def _read_rq_sides(connection: Redis, job_ids: list[str]) -> list:
         return pipe.execute()
 
 
-def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: int) -> list[str]:
+def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: int,
+                  budget: Budget | None = None) -> list[str]:
     rows = _read_rq_sides(connection, job_ids)
     # RQ's record deleted behind leash's back (rq-dashboard Delete, `rq empty`): rebuild it
     # from leash's copy of the payload, then replay it like any failed job.
@@ -190,7 +176,10 @@ def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: i
     if deleted and rebuild_rq_jobs(connection, deleted):
         rows = _read_rq_sides(connection, job_ids)
     script_keys = [keys.FAILED_INDEX, keys.ACTIVE]
-    args: list = [now, utcformat(rq_now()), position]
+    # The budget is written by the script onto the jobs it replays, in the same step: so no
+    # worker starts one under the old budget, and a job it skips keeps its own.
+    args: list = [now, utcformat(rq_now()), position,
+                  json.dumps({k: str(v) for k, v in budget.hash_fields().items()}) if budget else ""]
     limits: dict[str, int] = {}
     origins: set[str] = set()
     for n, job_id in enumerate(job_ids):
@@ -208,7 +197,7 @@ def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: i
         else:
             script_keys += [keys.rq_queue(origin), *keys.owner_state_indexes(owner or "")]
             args += [job_id, "list"]
-    results = [decoded(r) for r in lua.run(connection, "replay_v2", keys=script_keys, args=args)]
+    results = [decoded(r) for r in lua.run(connection, "replay_v3", keys=script_keys, args=args)]
     # What RQ's enqueue does for a rate-limited job after saving it as waiting: register the
     # limit, then fill free slots (oldest waiting first) onto the queue.
     with connection.pipeline(transaction=False) as pipe:

@@ -10,10 +10,11 @@ Each call goes through these steps (``ModelBackend._call``)::
     before     _before_call(request, worst_case_tokens): wait for the shared rate turn
                (jobs.models.rate), renewing the lease meanwhile
     send       the provider's _send(request), inside ctx.keepalive so a slow answer keeps the lease
+    after      _after_call(request, usage): the call's usage (the provider's _read(response)),
+               counted at once, still inside the keepalive (a cancel it learned cannot lose it)
     classify   the outcome: ok, or the provider's _failure(exc) for an SDK exception:
                RATE_LIMITED (wait), UNAVAILABLE, TIMED_OUT, PERMANENT or RESEND (changed request)
-    release    give the slot back, reporting ok / 429 / timeout to the shared limit
-    after      _after_call(request, usage): the call's usage (the provider's _read(response))
+    release    give the slot back, reporting ok / 429 / timeout to the shared limit (best effort)
     answer     the text; an answer cut off at max_tokens is an ItemError unless truncation_ok
 
 How an outcome maps onto the job's state machine (the SDK's own retries are off: the queue owns
@@ -44,10 +45,13 @@ The two hooks, the only places the loop looks at the cost of a call:
 
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import redis
 
 from jobs.config import get, settings
 from jobs.core.connection import connect
@@ -74,6 +78,8 @@ from jobs.usage import budget, prices
 
 if TYPE_CHECKING:
     from jobs.core.context import JobContext
+
+log = logging.getLogger("leash.models")
 
 #: 429s answered in place, per call, before the job is rescheduled instead.
 MAX_INLINE_429 = 5
@@ -207,13 +213,21 @@ class ModelBackend:
         wait = DEFAULT_RETRY_AFTER
         for _ in range(MAX_INLINE_429 + 1):
             epoch = self.gate.acquire(self.ctx.stopping() if self.ctx else None)
-            outcome = None
+            outcome = answer = None
             try:
                 self._before_call(request, worst_case)
                 try:
                     with self._keepalive():
                         response = self._send(request)
+                        # Counted the moment it arrives, before anything that can still fail
+                        # (the keepalive raising a cancel it learned as this block ends, a
+                        # Redis blip on the limits' bookkeeping): it was paid for.
+                        answer = self._read(response, request)
+                        self._after_call(request, answer.usage)
                 except BaseException as exc:
+                    if answer is not None:
+                        outcome = OK
+                        raise  # answered and counted; what the keepalive learned goes on
                     self._after_call(request, None)
                     failure = self._failure(exc) if isinstance(exc, Exception) else None
                     if failure is None:
@@ -235,8 +249,6 @@ class ModelBackend:
                 outcome = OK
             finally:
                 self.gate.release(epoch, outcome)
-            answer = self._read(response, request)
-            self._after_call(request, answer.usage)
             return self._text(answer, request)
         raise RetryLater(wait, f"the model server kept answering 429 (last Retry-After {wait:g}s)")
 
@@ -276,8 +288,13 @@ class ModelBackend:
         count the call on its item's thread, priced, until the item's write carries it."""
         if usage is None:
             return  # nothing was answered: the reservation is released when the item is written
-        self.limit.spend(usage.total_tokens)
-        self.record_usage(usage)
+        self.record_usage(usage)  # first: what follows may fail, and the call was paid for
+        try:
+            self.limit.spend(usage.total_tokens)
+        except redis.exceptions.RedisError as exc:
+            # The shared TPM bucket misses one answer's tokens; the answer itself is kept.
+            log.warning("model %s: could not spend %d tokens on the shared TPM limit: %s",
+                        self.settings.name, usage.total_tokens, exc)
 
     def record_usage(self, usage: Usage) -> None:
         """Count an answered call's usage on this thread's item, priced (at the batch discount

@@ -17,6 +17,7 @@ import threading
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import redis
 from redis import Redis
 
 from jobs import keys
@@ -98,6 +99,9 @@ class ConcurrencyGate:
                 self._learn(self.shared.answered(), cause="")
             elif outcome in (RATE_LIMITED, TIMED_OUT):
                 self._learn(self.shared.overloaded(epoch, outcome), cause=outcome)
+        except redis.exceptions.RedisError as exc:
+            # Best effort: the shared limit misses one report; the call's answer is kept.
+            log.warning("model %s: could not report a call's outcome to the shared limit: %s", self.shared.model, exc)
         finally:
             with self._changed:
                 self.in_flight -= 1

@@ -43,12 +43,15 @@ class Pending:
     estimated: int = 0
     res_tokens: int = 0
     res_nusd: int = 0
+    #: Names the write that first carried these calls (Attempt.next_write_id): sent again --
+    #: after a lost reply, or by the attempt's closing flush after the write gave up -- it is
+    #: counted once (add_usage_once in jobs/lua/_lib.lua).
+    write_id: str = ""
 
-    def encode(self, write_id: str = "") -> str:
-        """The usage JSON the scripts read; ``write_id`` names the write so that a write sent
-        twice (its first reply lost) is counted once (add_usage_once in jobs/lua/_lib.lua)."""
+    def encode(self) -> str:
+        """The usage JSON the scripts read."""
         # By hand, not dataclasses.asdict: this runs on every item write (the hot path).
-        return json.dumps({"w": write_id, "model": self.model, "kind": self.kind, "calls": self.calls,
+        return json.dumps({"w": self.write_id, "model": self.model, "kind": self.kind, "calls": self.calls,
                            "input": self.input, "output": self.output, "cached": self.cached, "nusd": self.nusd,
                            "unpriced": self.unpriced, "estimated": self.estimated,
                            "res_tokens": self.res_tokens, "res_nusd": self.res_nusd}, separators=(",", ":"))
@@ -101,6 +104,12 @@ class Meter:
         with self._lock:
             return self._pending.pop(threading.get_ident(), None)
 
+    def keep(self, pending: Pending) -> None:
+        """Give back usage whose write did not land (it raised): the attempt's closing flush
+        sends it again, under its first write id."""
+        with self._lock:
+            self._spilled.append(pending)
+
     def take_all(self) -> list[Pending]:
         with self._lock:
             pending = list(self._pending.values()) + self._spilled
@@ -117,7 +126,9 @@ def write_args(attempt, pending: Pending | None, now: float) -> tuple[list[str],
     day = utc_day(now)
     usage_keys = [keys.usage(attempt.job_id), keys.usage_owner_day(attempt.owner_name(), day),
                   keys.usage_model(pending.model)]
-    return (usage_keys, [pending.encode(attempt.next_write_id()), day, attempt.number, attempt.usage_ttl, DAY_TTL])
+    if not pending.write_id:
+        pending.write_id = attempt.next_write_id()
+    return (usage_keys, [pending.encode(), day, attempt.number, attempt.usage_ttl, DAY_TTL])
 
 
 def flush(attempt, pending: list[Pending], now: float | None = None) -> None:
