@@ -27,11 +27,14 @@ def _progress(f: dict) -> str | None:
 
 def _state(f: dict) -> str:
     state = listing.view_of(f)
-    waiting_at_provider = (f.get("batch") or {}).get("phase") == "waiting"
+    phase = (f.get("batch") or {}).get("phase")
+    waiting_at_provider = phase in ("waiting", "canceling")
     if f["stale"] and waiting_at_provider:
         state += " (stale: leash did not look at its batch when it said it would; is a worker running?)"
     elif f["stale"]:
         state += " (stale: the worker stopped reporting; the job will be retried)"
+    elif phase == "canceling":
+        state += ", its canceled batch ending at the provider (no worker held)"
     elif waiting_at_provider:
         state += ", waiting at the provider (no worker held)"
     return state
@@ -46,6 +49,8 @@ def _mode(f: dict) -> str | None:
         text += f", {batch['failed']} failed"
     if batch["direct"]:
         text += f"; {batch['direct']} asked directly"
+    if batch.get("failed_looks"):
+        text += f"; the last {batch['failed_looks']} look(s) at the provider failed, it looks again"
     return text
 
 

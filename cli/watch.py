@@ -35,7 +35,7 @@ def clock_text(seconds: float | None) -> str:
 def facts(fields: dict) -> str:
     """What follows the bar: state, speed, ETA, elapsed, then what is wrong if anything."""
     parts = ["canceled" if fields.get("canceled") else fields["state"]]
-    at_provider = (fields.get("batch") or {}).get("phase") == "waiting"
+    at_provider = (fields.get("batch") or {}).get("phase") in ("waiting", "canceling")
     if fields.get("stale"):  # first: it is what a person must not miss
         parts.append("STALE: no look at its batch when due" if at_provider else "STALE: no heartbeat, will be retried")
     if fields.get("items_per_second"):

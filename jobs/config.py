@@ -1,10 +1,9 @@
 """Every setting, in one place: the only module that reads the environment.
 
-Each variable is declared once below with its type, default, lower bound and meaning (the
-tables of docs/SETTINGS.md list exactly these; tests/test_codebase.py keeps the two in step and
-fails if another module reads ``os.environ``). Values are read each time they are asked for
-(tests and workers can change them per process); a bad value is a ValueError naming the
-variable. Every default suits minutes-long AI jobs."""
+Each variable is declared once below with its type, default, lower bound and meaning (the tables of
+docs/SETTINGS.md list exactly these; tests/test_codebase.py keeps the two in step and fails if another module
+reads ``os.environ``). Values are read each time they are asked for (tests and workers can change them per
+process); a bad value is a ValueError naming the variable. Every default suits minutes-long AI jobs."""
 
 from __future__ import annotations
 
@@ -276,6 +275,7 @@ declare("LEASH_MODEL_TEMPERATURE", "float", None, "sampling temperature (default
 declare("LEASH_MODEL_MAX_TOKENS", "int", 1024, "tokens one answer may take", 1)
 declare("LEASH_BATCH_POLL_SECONDS", "float", 60.0, "seconds between a waiting batch job's looks at its provider", 0.1)
 declare("LEASH_BATCH_MAX_WAIT", "float", 86400.0, "seconds a batch job may wait; then the rest run direct", 1)
+declare("LEASH_BATCH_CANCEL_GRACE", "float", 600.0, "seconds a canceled batch may take to end; then direct", 0)
 declare("LEASH_BATCH_FALLBACK", "str", "direct", "requests a batch did not answer: `direct` (asked again) or `fail`")
 
 # --- cost: usage, prices, budgets ---------------------------------------------------------------

@@ -124,6 +124,8 @@ class AnthropicBatchAPI(BatchAPI):
                      for name, result in batch.results.items()]
             return send_bytes(handler, "".join(lines).encode(), "application/binary") or True
         else:
+            if self.poll_error(handler):
+                return True
             self.polled(batch)
         return send_json(handler, 200, self.shape(batch)) or True
 

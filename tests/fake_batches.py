@@ -14,8 +14,11 @@ How a batch moves on (``BatchAPI``): with ``auto`` (the default) each poll of th
 one step (validating -> in progress -> finalizing -> ended, every ``polls_per_step`` polls), or
 after ``seconds_per_step`` each; with ``auto = False`` only the test moves it: ``advance(id)``,
 ``complete(id)``, ``expire(id, done=k)`` (the first k ran, the rest expired),
-``run_first(id, k)`` (before a cancel: the first k ran), ``fail(custom_ids, status)`` (those
-requests answer that HTTP error). ``created`` counts the batches created.
+``run_first(id, k)`` (before a cancel: the first k ran; a canceled batch ends, those k answered
+and billed, the rest canceled, at its next ``advance``), ``fail(custom_ids, status)`` (those
+requests answer that HTTP error). ``fail_polls(statuses)``: the next reads of a batch answer
+those HTTP errors, one each (with ``retry-after-ms: 1``, so the SDK's own retries go fast);
+``forget(id)``: the batch is gone (404). ``created`` counts the batches created.
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ class BatchAPI:
         self.polls_per_step = 1
         self.seconds_per_step: float | None = None
         self.failing: dict[str, Error] = {}
+        self.poll_errors: list[Error] = []
+        self.poll_errors_sent = 0
         self.batch_billed: list[tuple[int, int]] = []
 
     @property
@@ -100,6 +105,25 @@ class BatchAPI:
     def run_first(self, batch_id: str, count: int) -> None:
         with self.lock:
             self.batches[batch_id].ran = count
+
+    def fail_polls(self, statuses: list[int]) -> None:
+        with self.lock:
+            self.poll_errors += [Error(s, f"the server had an error ({s})", headers={"retry-after-ms": "1"})
+                                 for s in statuses]
+
+    def forget(self, batch_id: str) -> None:
+        with self.lock:
+            del self.batches[batch_id]
+
+    def poll_error(self, handler) -> bool:
+        """Answer a read of a batch with the next error ``fail_polls`` queued, if any."""
+        with self.lock:
+            if not self.poll_errors:
+                return False
+            error = self.poll_errors.pop(0)
+            self.poll_errors_sent += 1
+        error.respond(self.server, handler, None)
+        return True
 
     def cancel(self, batch_id: str) -> None:
         with self.lock:
@@ -211,6 +235,8 @@ class OpenAIBatchAPI(BatchAPI):
             if match[2] and method == "POST":
                 self.cancel(batch.id)
             elif method == "GET":
+                if self.poll_error(handler):
+                    return True
                 self.polled(batch)
             return send_json(handler, 200, self.shape(batch)) or True
         return False

@@ -261,6 +261,7 @@ def test_a_superseded_attempt_stores_no_batch_answer_but_its_calls_are_counted(c
 def test_past_the_longest_wait_the_batch_is_canceled_and_the_items_run_direct(conn, workers, batch_env, env):
     server = batch_env
     env.setenv("LEASH_BATCH_MAX_WAIT", "3")
+    env.setenv("LEASH_BATCH_CANCEL_GRACE", "0")  # the canceled batch's answers are not waited for
     job_id, _ = submit_batch(conn, "w", 8)
     workers.start()
     final = ended(conn, job_id)  # the provider never finishes

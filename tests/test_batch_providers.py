@@ -10,7 +10,7 @@ import time
 import pytest
 
 from jobs.models import backends
-from jobs.models.batching import NOT_RUN, BatchLimits, custom_id, item_index
+from jobs.models.batching import BATCH_GONE, LOOK_AGAIN, NOT_RUN, BatchLimits, custom_id, item_index
 from jobs.models.provider import COMPLETE, CUT_OFF, PERMANENT, RATE_LIMITED, UNAVAILABLE, Answer, CallRequest, Failure
 from tests.fake_openai import Error, Reply
 
@@ -214,3 +214,28 @@ def test_the_batch_list_pages_newest_first_through_the_sdk(backend, provider_ser
     else:
         listed = [batch.id for batch in backend.client.messages.batches.list(limit=1)]
     assert listed == created[::-1]
+
+
+def test_a_failed_look_is_judged_like_a_direct_call_after_the_sdks_own_retries(backend, provider_server):
+    provider_server.batches.auto = False
+    batch_id = backend.batch_create(JOB, 1, 0, items(2))
+
+    def judged(statuses: list[int]) -> tuple[str, str]:
+        provider_server.batches.fail_polls(statuses)
+        with pytest.raises(Exception) as raised:
+            backend.batch_poll(batch_id)
+        return backend.look_failure(raised.value)
+
+    assert judged([500] * 4)[0] == LOOK_AGAIN and provider_server.batches.poll_errors_sent == 4
+    assert judged([429] * 4)[0] == LOOK_AGAIN
+    kind, message = judged([401])
+    assert kind == PERMANENT and "API key" in message
+    assert judged([403])[0] == PERMANENT
+    assert provider_server.batches.poll_errors_sent == 10  # a refusal is not retried by the SDK
+    assert not backend.batch_poll(batch_id).ended  # the errors passed: the batch is there
+    backend.batch_cancel(batch_id)
+    assert backend.batch_poll(batch_id).canceling
+    provider_server.batches.forget(batch_id)
+    kind, message = judged([])
+    assert kind == BATCH_GONE and "404" in message
+    assert backend.look_failure(ValueError("not the provider's")) is None

@@ -139,8 +139,14 @@ def waiting(state: str, rq_status: str | None, retry_at: float | None, h: dict |
     if state == "running" and h.get("phase") == "waiting":
         look_at = _float(h.get("look_at"))
         when = clock.iso(look_at)[11:19] + " UTC" if look_at else "soon"
-        return (f"at the provider: {int(h.get('batch_done') or 0)} of {int(h.get('batch_total') or 0)} requests "
-                f"done, {int(h.get('batch_failed') or 0)} failed; leash looks next at {when} (no worker held)")
+        canceling = h.get("batch_stage") == "canceling"
+        failed_looks = int(h.get("batch_failed_looks") or 0)
+        return (("canceled at the provider after LEASH_BATCH_MAX_WAIT, leash reads what it answered once it "
+                 "ends: " if canceling else "at the provider: ")
+                + f"{int(h.get('batch_done') or 0)} of {int(h.get('batch_total') or 0)} requests "
+                f"done, {int(h.get('batch_failed') or 0)} failed; "
+                + (f"the last {failed_looks} look(s) failed at the provider; " if failed_looks else "")
+                + f"leash looks next at {when} (no worker held)")
     if state != "queued":
         return None
     if rq_status == "rate_limited":

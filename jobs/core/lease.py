@@ -310,14 +310,18 @@ class Attempt:
             self.settle(Outcome.HANDED_OFF if requeue else Outcome.DEFERRED)
         return int(ok)
 
-    def park(self, look_at: float, progress: tuple[int, int, int, int], now: float | None = None) -> int:
+    def park(self, look_at: float, progress: tuple, now: float | None = None, stage: str = "waiting",
+             failed_looks: int = 0) -> int:
         """Give the worker back while the provider works on the job's batch (park_v1): the
         job stays running, waiting, until a look at ``look_at``. ``progress`` is the provider's
-        (done, failed, total, batches). Returns 1 parked, 2 a cancel was asked for, 0 superseded."""
+        (done, failed, total, batches), '' for a count that stays as it was; ``stage`` is
+        ``waiting`` or ``canceling`` (its batch canceled, read once it ends), ``failed_looks``
+        the looks in a row the provider did not answer. Returns 1 parked, 2 a cancel was asked
+        for, 0 superseded."""
         now = clock.wall() if now is None else now
         reply, retried = self.run_lua(
             "park_v1", [keys.job(self.job_id), keys.LEASES, keys.REJECTED_WRITES],
-            [self.job_id, self.token, now, look_at, look_grace(), *progress])
+            [self.job_id, self.token, now, look_at, look_grace(), *progress, stage, failed_looks])
         if int(reply) == 0 and retried:
             phase = self.connection.hget(keys.job(self.job_id), "phase")
             reply = 1 if phase == b"waiting" else 0

@@ -10,10 +10,12 @@ One batch job's life, each step a short turn on a worker under a lease:
              (``Attempt.park``: running, phase ``waiting``, no lease, no worker)
     look     every LEASH_BATCH_POLL_SECONDS RQ's scheduler brings the job back for a look (not
              an attempt: claim_v4); a part the provider has ended is read, each answer stored
-             with the same fenced item write as a direct call's, its usage at the batch price
+             with the same fenced item write as a direct call's, its usage at the batch price;
+             a look the provider failed to answer is looked at again (jobs/core/batch_looks.py)
     end      requests the provider failed, or let expire, are asked again directly (or fail the
              job: LEASH_BATCH_FALLBACK), counted apart; after LEASH_BATCH_MAX_WAIT the batch is
-             canceled and what is left runs direct
+             canceled, what it answered before the cancel is read once it has ended (within
+             LEASH_BATCH_CANCEL_GRACE), and what is left runs direct
 
 Exactly one batch per job and attempt: creating a batch and recording its id are two steps, so
 an attempt that finds an intent without an id (its worker died between them, or a deploy took
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobs import keys
 from jobs.config import get, settings
-from jobs.core import clock, lua
+from jobs.core import batch_looks, clock, lua
 from jobs.core.lease import Outcome
 from jobs.errors import Canceled, ItemError, LeaseLost, NeedsDirect, Parked, PermanentError
 from jobs.usage import budget
@@ -96,6 +98,8 @@ class Record:
                 self.parts[number] = Part(number, entry["attempt"], entry["at"], _expand(entry["items"]),
                                           raw.get(f"id:{number}"), raw.get(f"ended:{number}") == "1")
         self.direct = int(raw.get("direct") or 0)
+        self.canceled_at = float(raw["canceled_at"]) if raw.get("canceled_at") else None  # past the longest wait
+        self.failed_looks = int(raw.get("failed_looks") or 0)  # in a row
 
     def note(self, *pairs: Any, job_hash: bool = False) -> None:
         """Fenced: written only while this attempt holds the lease (batch_note_v1)."""
@@ -139,13 +143,13 @@ class BatchRun:
         try:
             if not self.record.parts or any(p.batch_id is None for p in self.record.parts.values()):
                 self._create(done)
-                self._park()
+                self._park([0, 0, sum(len(p.indexes) for p in self.record.parts.values())])
             if not self.ctx.attempt.look:
                 # A new attempt (the last one failed or its worker died): the batch still at the
                 # provider is reserved again under this attempt, whose writes settle it.
                 self._reserve([i for p in self.record.parts.values() if not p.ended
                                for i in p.indexes if i not in done])
-            return self._look(done)
+            return batch_looks.look(self, done)
         except Canceled:
             self.cancel_open()
             raise
@@ -221,31 +225,6 @@ class BatchRun:
 
     # --- look -----------------------------------------------------------------------------
 
-    def _look(self, done: dict) -> list[Any]:
-        counts = [0, 0, 0]
-        for part in sorted(self.record.parts.values(), key=lambda p: p.number):
-            if part.ended:
-                counts[2] += len(part.indexes)
-                continue
-            with self.ctx.keepalive(self.backend.settings.timeout + 5):
-                progress = self.backend.batch_poll(part.batch_id)
-            if progress.ended:
-                log.info("job %s: batch %s ended at the provider (%s%s)", self.ctx.job_id, part.batch_id,
-                         progress.status, f": {progress.message}" if getattr(progress, "message", None) else "")
-                self._read(part, done)
-                self.record.note(f"ended:{part.number}", "1")
-                part.ended = True
-            counts = [counts[0] + int(progress.done or 0), counts[1] + int(progress.failed or 0),
-                      counts[2] + int(progress.total or len(part.indexes))]
-        if all(p.ended for p in self.record.parts.values()):
-            return self._finish()
-        if clock.wall() - (self.record.first_at or clock.wall()) > get("LEASH_BATCH_MAX_WAIT"):
-            log.warning("job %s: waited LEASH_BATCH_MAX_WAIT for the provider; its batch is canceled and the "
-                        "items left run direct", self.ctx.job_id)
-            self.cancel_open()
-            return self._finish()
-        self._park(counts)
-
     def _read(self, part: Part, done: dict) -> None:
         """Store every answer of an ended part, STORE_CHUNK items a fenced write (store_items_v1)
         with the usage of their calls. What it did not answer (failed, expired or unusable) is
@@ -254,28 +233,39 @@ class BatchRun:
         chunk: list[tuple[int, str, str]] = []
         usage = Pending(self.model, self.ctx.attempt.kind)
         requests = {custom_id(self.ctx.job_id, i): self.request(i) for i in part.indexes}
-        for name, outcome, used in self.backend.batch_results(part.batch_id, requests):
-            index = index_of(self.ctx.job_id, name)
-            if index is None or index in answered:
-                continue
-            answered.add(index)
-            if index in done:
-                continue  # stored by an earlier look that was cut short
-            request = requests[name]
-            value = self._value(index, request, outcome)
-            self._count(request, used)
-            if value is _AGAIN:
-                self.ctx.flush_usage()  # its calls were paid for all the same
-                continue
-            mine = self.ctx.meter.take()
-            chunk.append((index, json.dumps(value), f"{mine.calls},{mine.input},{mine.output}" if mine else ""))
-            _add(usage, mine)
-            done[index] = value
-            if len(chunk) >= STORE_CHUNK:
-                usage = self._store(chunk, usage)
+        reading = True
+        try:
+            for name, outcome, used in self.backend.batch_results(part.batch_id, requests):
+                index = index_of(self.ctx.job_id, name)
+                if index is None or index in answered:
+                    continue
+                answered.add(index)
+                if index in done:
+                    continue  # stored by an earlier look that was cut short
+                request = requests[name]
+                value = self._value(index, request, outcome)
+                self._count(request, used)
+                if value is _AGAIN:
+                    self.ctx.flush_usage()  # its calls were paid for all the same
+                    continue
+                mine = self.ctx.meter.take()
+                chunk.append((index, json.dumps(value), f"{mine.calls},{mine.input},{mine.output}" if mine else ""))
+                _add(usage, mine)
+                done[index] = value
+                if len(chunk) >= STORE_CHUNK:
+                    reading = False
+                    usage = self._store(chunk, usage)
+                    reading = True
+        except Exception:
+            if reading:  # the provider failed mid-read: what was read is kept, the next look reads on
+                self._store(chunk, usage)
+            raise
         self._store(chunk, usage)
         # What was reserved for the requests that brought nothing back is given back.
-        tokens, nusd = self._worst(i for i in part.indexes if i not in answered)
+        self._give_back([i for i in part.indexes if i not in answered])
+
+    def _give_back(self, indexes: list[int]) -> None:
+        tokens, nusd = self._worst(indexes)
         if tokens:
             self.ctx.meter.reserved(self.model, tokens, nusd)
             self.ctx.flush_usage()
@@ -319,19 +309,20 @@ class BatchRun:
         self.record.note("batch_direct", len(left), job_hash=True)
         return self.ctx.for_each(self.items, self.direct)
 
-    def _park(self, counts: list[int] | None = None) -> None:
-        counts = counts or [0, 0, sum(len(p.indexes) for p in self.record.parts.values())]
+    def _park(self, counts: list[int] | None, stage: str = batch_looks.WAITING) -> None:
+        """``counts`` the provider's (done, failed, total); None keeps those of the last look."""
         look_at = clock.wall() + get("LEASH_BATCH_POLL_SECONDS")
-        parked = self.ctx.attempt.park(look_at, (*counts, len(self.record.parts)))
+        parked = self.ctx.attempt.park(look_at, (*(counts or ("", "", "")), len(self.record.parts)),
+                                       stage=stage, failed_looks=self.record.failed_looks)
         if parked == 0:
             raise LeaseLost()
         if parked == 2:
             raise Canceled()
         raise Parked(look_at)
 
-    def cancel_open(self) -> None:
-        cancel_parts(self.backend, [p.batch_id for p in self.record.parts.values() if p.batch_id and not p.ended],
-                     self.ctx.job_id)
+    def cancel_open(self, batch_ids: list[str] | None = None) -> None:
+        open_ids = [p.batch_id for p in self.record.parts.values() if p.batch_id and not p.ended]
+        cancel_parts(self.backend, open_ids if batch_ids is None else batch_ids, self.ctx.job_id)
 
 
 _AGAIN = object()

@@ -151,15 +151,20 @@ def from_raw(job_id: str, raw: dict, rq_status: str | None, now: float | None = 
 
 def batch_status(h: dict, state: str) -> dict[str, Any]:
     """``mode``, and for a batch job ``batch``: its phase (``waiting`` at the provider with no
-    worker held, ``looking`` while a worker reads it), the provider's requests done / failed /
-    total as of the last look, the next look, and the items asked directly (counted apart)."""
+    worker held, ``canceling`` the same once its batch was canceled past the longest wait and
+    leash waits for what it answered, ``looking`` while a worker reads it), the provider's
+    requests done / failed / total as of the last look, the next look, the looks in a row the
+    provider did not answer, and the items asked directly (counted apart)."""
     if h.get("mode") != "batch":
         return {"mode": "direct", "batch": None}
     phase = h.get("phase") if state == State.RUNNING else None
+    if phase == "waiting" and h.get("batch_stage") == "canceling":
+        phase = "canceling"
     look_at = _float(h.get("look_at"))
     return {"mode": "batch", "batch": {
         "phase": phase or ("sending" if state == State.RUNNING else None),
         "done": int(h.get("batch_done") or 0), "failed": int(h.get("batch_failed") or 0),
         "total": int(h.get("batch_total") or 0), "batches": int(h.get("batches") or 0),
-        "next_look_at": clock.iso(look_at) if phase == "waiting" else None,
+        "next_look_at": clock.iso(look_at) if phase in ("waiting", "canceling") else None,
+        "failed_looks": int(h.get("batch_failed_looks") or 0),
         "direct": int(h.get("batch_direct") or 0)}}

@@ -98,7 +98,8 @@ class AnthropicBatches(BatchSide):
         failed = counts.errored + counts.canceled + counts.expired
         return BatchProgress(ended=ended, status=batch.processing_status,
                              done=counts.succeeded if ended else total - counts.processing,
-                             failed=failed, total=total, expires_at=batch.expires_at.timestamp())
+                             failed=failed, total=total, expires_at=batch.expires_at.timestamp(),
+                             canceling=batch.processing_status == "canceling")
 
     def batch_results(self, batch_id: str, requests: dict[str, CallRequest] | None = None
                       ) -> Iterator[tuple[str, Answer | Failure, Usage | None]]:

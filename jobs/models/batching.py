@@ -27,6 +27,12 @@ reads with the same code as a direct answer: a per-request 429 or 5xx is a retry
 call. Usage read from a batch has ``batch=True``, priced at the provider's batch discount
 (``jobs.usage.prices``).
 
+A look at a batch (``batch_poll``, ``batch_results``) that raises the SDK's error after the SDK's
+own retries is judged by ``look_failure(exc)``: ``LOOK_AGAIN`` for what passes (connection error,
+timeout, 429, 5xx: the job looks again next time), ``BATCH_GONE`` for a 404 (the provider has no
+such batch), ``PERMANENT`` for any other refusal (401, 403...); None for what is not the
+provider's answer at all.
+
 ``batch_find`` exists because a worker can die between the provider's create call and the
 checkpoint that records the batch id: the next attempt asks before creating, so no second batch
 is paid for. OpenAI's batches carry ``metadata`` (job, attempt, part) and are matched exactly;
@@ -40,13 +46,16 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from jobs.models.provider import CallRequest
+from jobs.models.provider import PERMANENT, CallRequest
 
 #: A result for a request the provider never ran (batch expired or canceled first): retryable.
 NOT_RUN = "not run"
 #: The SDK's own retries for the batch endpoints' transient errors (a create retried carries
 #: the SDK's idempotency key; batch_find covers a create whose answer was lost).
 BATCH_SDK_RETRIES = 3
+
+#: What ``look_failure`` says of an error while looking at a batch (or PERMANENT).
+LOOK_AGAIN, BATCH_GONE = "look again", "batch gone"
 
 _CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -64,7 +73,8 @@ class BatchProgress:
     """Where a batch is. ``ended``: results are final (completed, failed, expired or canceled);
     ``status`` the provider's own word; ``done`` requests answered, ``failed`` those that
     errored, expired or were canceled, of ``total``; ``expires_at`` Unix seconds (None: not said);
-    ``message`` why the provider refused the whole batch, if it did."""
+    ``message`` why the provider refused the whole batch, if it did; ``canceling`` a cancel has
+    reached it and it has not ended yet."""
 
     ended: bool
     status: str
@@ -73,6 +83,7 @@ class BatchProgress:
     total: int
     expires_at: float | None = None
     message: str | None = None
+    canceling: bool = False
 
 
 def custom_id(job_id: str, index: int) -> str:
@@ -163,6 +174,31 @@ class BatchSide:
 
     def batch_split(self, items: list[Item]) -> list[list[Item]]:
         return split_items(items, self.batch_limits, self._line_size)
+
+    def look_failure(self, exc: Exception) -> tuple[str, str] | None:
+        """(LOOK_AGAIN, BATCH_GONE or PERMANENT, what happened) for an SDK error raised while
+        looking at a batch, read by the backend's ``_failure`` as a direct call's error is; None
+        when ``exc`` is not the provider's answer (a bug, leash's own exceptions)."""
+        failure = self._failure(exc)
+        if failure is None:
+            return None
+        status = getattr(exc, "status_code", None)
+        if status == 404:
+            return BATCH_GONE, f"the provider has no such batch (404): {_message(exc)}"
+        if failure.kind == PERMANENT:
+            return PERMANENT, failure.message
+        return LOOK_AGAIN, failure.message or f"{type(exc).__name__}: {_message(exc)}"
+
+
+def _message(exc: Exception) -> str:
+    """The provider's own words (OpenAI's SDK keeps the error object as the body, Anthropic's
+    the whole answer)."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        error = body["error"] if isinstance(body.get("error"), dict) else body
+        if error.get("message"):
+            return str(error["message"])[:300]
+    return str(exc)[:300]
 
 
 def unknown_request() -> CallRequest:

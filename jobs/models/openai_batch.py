@@ -87,7 +87,7 @@ class OpenAIBatches(BatchSide):
                              done=counts.completed if counts else 0, failed=counts.failed if counts else 0,
                              total=counts.total if counts else 0,
                              expires_at=float(batch.expires_at) if batch.expires_at else None,
-                             message=message or None)
+                             message=message or None, canceling=batch.status == "cancelling")
 
     def batch_results(self, batch_id: str, requests: dict[str, CallRequest] | None = None
                       ) -> Iterator[tuple[str, Answer | Failure, Usage | None]]:
