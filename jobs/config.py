@@ -1,9 +1,10 @@
 """Every setting, in one place: the only module that reads the environment.
 
-Each variable is declared once below with its type, default, lower bound and meaning (the tables of
-docs/SETTINGS.md list exactly these; tests/test_codebase.py keeps the two in step and fails if another module
-reads ``os.environ``). Values are read each time they are asked for (tests and workers can change them per
-process); a bad value is a ValueError naming the variable. Every default suits minutes-long AI jobs."""
+Each variable is declared once below with its type, default, lower bound and meaning (the
+tables of docs/SETTINGS.md list exactly these; tests/test_codebase.py keeps the two in step and
+fails if another module reads ``os.environ``). Values are read each time they are asked for
+(tests and workers can change them per process); a bad value is a ValueError naming the
+variable. Every default suits minutes-long AI jobs."""
 
 from __future__ import annotations
 

@@ -117,6 +117,8 @@ class AnthropicBatchAPI(BatchAPI):
         if match[2] == "/cancel" and method == "POST":
             self.cancel(batch.id)
         elif match[2] == "/results":
+            if self.poll_error(handler, results=True):
+                return True
             if batch.stage != ENDED:
                 error = Error(400, "results are not available until the batch has ended")
                 return send_json(handler, 400, self.server.error_body(error)) or True

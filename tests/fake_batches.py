@@ -17,8 +17,8 @@ after ``seconds_per_step`` each; with ``auto = False`` only the test moves it: `
 ``run_first(id, k)`` (before a cancel: the first k ran; a canceled batch ends, those k answered
 and billed, the rest canceled, at its next ``advance``), ``fail(custom_ids, status)`` (those
 requests answer that HTTP error). ``fail_polls(statuses)``: the next reads of a batch answer
-those HTTP errors, one each (with ``retry-after-ms: 1``, so the SDK's own retries go fast);
-``forget(id)``: the batch is gone (404). ``created`` counts the batches created.
+those HTTP errors, one each (with ``retry-after-ms: 1``, so the SDK's own retries go fast),
+``fail_results(statuses)`` the same for reads of an ended batch's results; ``forget(id)``: the batch is gone (404). ``created`` counts the batches created.
 """
 
 from __future__ import annotations
@@ -67,6 +67,8 @@ class BatchAPI:
         self.failing: dict[str, Error] = {}
         self.poll_errors: list[Error] = []
         self.poll_errors_sent = 0
+        self.result_errors: list[Error] = []
+        self.result_errors_sent = 0
         self.batch_billed: list[tuple[int, int]] = []
 
     @property
@@ -108,20 +110,26 @@ class BatchAPI:
 
     def fail_polls(self, statuses: list[int]) -> None:
         with self.lock:
-            self.poll_errors += [Error(s, f"the server had an error ({s})", headers={"retry-after-ms": "1"})
-                                 for s in statuses]
+            self.poll_errors += [_quick_error(s) for s in statuses]
+
+    def fail_results(self, statuses: list[int]) -> None:
+        with self.lock:
+            self.result_errors += [_quick_error(s) for s in statuses]
 
     def forget(self, batch_id: str) -> None:
         with self.lock:
             del self.batches[batch_id]
 
-    def poll_error(self, handler) -> bool:
-        """Answer a read of a batch with the next error ``fail_polls`` queued, if any."""
+    def poll_error(self, handler, results: bool = False) -> bool:
+        """Answer a read of a batch (``results``: of its results) with the next error queued
+        for it, if any."""
+        kind = "result_errors" if results else "poll_errors"
         with self.lock:
-            if not self.poll_errors:
+            queued = getattr(self, kind)
+            if not queued:
                 return False
-            error = self.poll_errors.pop(0)
-            self.poll_errors_sent += 1
+            error = queued.pop(0)
+            setattr(self, f"{kind}_sent", getattr(self, f"{kind}_sent") + 1)
         error.respond(self.server, handler, None)
         return True
 
@@ -190,6 +198,10 @@ class BatchAPI:
         raise NotImplementedError
 
 
+def _quick_error(status: int) -> Error:
+    return Error(status, f"the server had an error ({status})", headers={"retry-after-ms": "1"})
+
+
 def body_of(handler) -> bytes:
     return handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
 
@@ -226,6 +238,8 @@ class OpenAIBatchAPI(BatchAPI):
             if file is None:
                 return send_json(handler, 404, self.server.error_body(Error(404, "No such File object"))) or True
             if match[2]:
+                if file["purpose"] == "batch_output" and self.poll_error(handler, results=True):
+                    return True
                 return send_bytes(handler, file["data"], "application/octet-stream") or True
             return send_json(handler, 200, {k: v for k, v in file.items() if k != "data"}) or True
         if match := re.fullmatch(r"/v1/batches/([\w-]+)(/cancel)?", path):

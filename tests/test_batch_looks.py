@@ -1,11 +1,13 @@
 """Batch mode's looks on real ``leash worker`` processes against the loopback providers' batch
 APIs, through the official SDKs: past the longest wait the canceled batch's answers are read
-(billed once, at the batch price) and only the rest runs direct; a canceled batch that does not
-end within the grace leaves the rest direct; a look the provider fails to answer is looked at
-again without failing the attempt; a batch the provider no longer has fails the job, and a
-replay asks its items directly."""
+(billed once, at the batch price) and only the rest runs direct, also across a deploy; a
+canceled batch that does not end within the grace leaves the rest direct; a look the provider
+fails to answer is looked at again without failing the attempt; a batch the provider no longer
+has fails the job, and a replay asks its items directly."""
 
 from __future__ import annotations
+
+import signal
 
 import pytest
 from click.testing import CliRunner
@@ -65,6 +67,26 @@ def test_past_the_longest_wait_what_the_canceled_batch_answered_is_read_and_only
                                               + _cost(server.billed, 1.0, 2.0))
 
 
+def test_a_deploy_while_the_canceled_batch_ends_changes_nothing(conn, workers, batch_env, env):
+    server = batch_env
+    env.setenv("LEASH_BATCH_MAX_WAIT", "2")
+    job_id, _ = submit_batch(conn, "d", 8)
+    first = workers.start()
+    waiting(conn, job_id)
+    batch_id = only_batch(server)
+    server.batches.run_first(batch_id, 5)
+    _phase(conn, job_id, "canceling")
+    first.send_signal(signal.SIGTERM)  # a deploy: the cancel's time is in the job's batch record
+    assert first.wait(30) == 0
+    server.batches.advance(batch_id)
+    workers.start()
+    final = ended(conn, job_id)
+    assert final["state"] == "succeeded", final["error"]
+    assert final["attempts"] == 1 and final["batch"]["direct"] == 3 and len(server.requests) == 3
+    assert len(server.batches.batch_billed) == 5 and server.batches.created == 1
+    assert stored(conn, job_id) == {i: f"echo: Say d{i}" for i in range(8)}
+
+
 def test_a_canceled_batch_that_does_not_end_within_the_grace_leaves_the_rest_direct(
         conn, workers, batch_env, env, tmp_path):
     server = batch_env
@@ -96,12 +118,14 @@ def test_looks_the_provider_fails_to_answer_are_looked_at_again_without_failing_
     assert seen["state"] == "running" and seen["attempts"] == 1 and not seen["stale"]
     assert "the last 2 look(s) failed" in seen["waiting"]
     assert server.batches.poll_errors_sent == 8
+    server.batches.fail_results([503] * 4)  # the batch has ended, and reading its results fails once
     server.batches.complete(only_batch(server))
     final = ended(conn, job_id)
     assert final["state"] == "succeeded", final["error"]
     assert final["attempts"] == 1 and [h["ended"] for h in final["history"]] == ["succeeded"]
     assert len(server.requests) == 0 and server.batches.created == 1  # no direct call, no second batch
     assert final["batch"]["failed_looks"] == 0 and final["batch"]["direct"] == 0
+    assert server.batches.result_errors_sent == 4 and len(server.batches.batch_billed) == 6
     assert stored(conn, job_id) == {i: f"echo: Say r{i}" for i in range(6)}
 
 
