@@ -275,6 +275,7 @@ declare("LEASH_MODEL_MAX_INLINE_WAIT", "float", 30.0, "the longest `Retry-After`
 declare("LEASH_MODEL_TEMPERATURE", "float", None, "sampling temperature (default: the server's)", 0.0)
 declare("LEASH_MODEL_MAX_TOKENS", "int", 1024, "tokens one answer may take", 1)
 declare("LEASH_BATCH_POLL_SECONDS", "float", 60.0, "seconds between a waiting batch job's looks at its provider", 0.1)
+declare("LEASH_BATCH_POLL_MAX", "float", 900.0, "the longest gap between looks at a batch that has waited long", 0.1)
 declare("LEASH_BATCH_MAX_WAIT", "float", 86400.0, "seconds a batch job may wait; then the rest run direct", 1)
 declare("LEASH_BATCH_CANCEL_GRACE", "float", 600.0, "seconds a canceled batch may take to end; then direct", 0)
 declare("LEASH_BATCH_FALLBACK", "str", "direct", "requests a batch did not answer: `direct` (asked again) or `fail`")

@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from cli import main
-from jobs.core import states
+from jobs import keys
+from jobs.core import batch_looks, clock, states
 from tests.conftest import wait_for
 from tests.test_batch_jobs import _batch_settings, only_batch, submit_batch, waiting
 from tests.test_items_workers import ended, stored
@@ -146,3 +147,33 @@ def test_a_batch_the_provider_no_longer_has_fails_the_job_and_a_replay_asks_its_
                         message="the replayed job to succeed")
     assert replayed["batch"]["direct"] == 5 and len(server.requests) == 5 and server.batches.created == 0
     assert stored(conn, job_id) == {i: f"echo: Say n{i}" for i in range(5)}
+
+
+def test_looks_back_off_as_the_wait_grows_within_the_two_settings(env):
+    env.setenv("LEASH_BATCH_POLL_SECONDS", "60")
+    env.setenv("LEASH_BATCH_POLL_MAX", "900")
+    gaps = [batch_looks.next_look_in(waited) for waited in (0, 300, 600, 3600, 7200, 86400)]
+    assert gaps == [60, 60, 60, 360, 720, 900]
+    assert batch_looks.next_look_in(86400, batch_looks.CANCELING) == 60  # a canceled batch ends in minutes
+    waited = looks = 0.0
+    while waited < 86400:  # a day's wait
+        waited += batch_looks.next_look_in(waited)
+        looks += 1
+    assert looks <= 130  # against 1,440 at one look a minute
+
+
+def test_a_batch_that_has_waited_long_is_looked_at_less_often(conn, workers, batch_env, env):
+    env.setenv("LEASH_BATCH_POLL_MAX", "120")
+    job_id, _ = submit_batch(conn, "m", 3)
+    workers.start()
+    waiting(conn, job_id)
+    # As if the batch had been sent 50 minutes ago: its next look is in a tenth of that, at
+    # most LEASH_BATCH_POLL_MAX (120 s), not LEASH_BATCH_POLL_SECONDS.
+    conn.hset(keys.provider_batches(job_id), "first_at", repr(clock.wall() - 3000))
+    before = conn.hget(keys.job(job_id), "look_at")
+    look_at = wait_for(lambda: (v := conn.hget(keys.job(job_id), "look_at")) not in (None, b"", before) and v, 30,
+                       message="the next look")
+    gap = float(look_at) - clock.wall()
+    assert 100 < gap <= 120, gap
+    later = states.status(conn, job_id)
+    assert later["state"] == "running" and later["attempts"] == 1 and later["batch"]["phase"] == "waiting"

@@ -8,9 +8,11 @@ One batch job's life, each step a short turn on a worker under a lease:
              budgets, records its intent (attempt, part, time, items) in the job's batch record,
              then asks the provider for the batch and records its id; the job is parked
              (``Attempt.park``: running, phase ``waiting``, no lease, no worker)
-    look     every LEASH_BATCH_POLL_SECONDS RQ's scheduler brings the job back for a look (not
-             an attempt: claim_v4); a part the provider has ended is read, each answer stored
-             with the same fenced item write as a direct call's, its usage at the batch price;
+    look     RQ's scheduler brings the job back for a look (not an attempt: claim_v4), every
+             LEASH_BATCH_POLL_SECONDS at first, less often as the wait grows (up to
+             LEASH_BATCH_POLL_MAX: batch_looks.next_look_in); a part the provider has ended is
+             read, each answer stored with the same fenced item write as a direct call's, its
+             usage at the batch price;
              a look the provider failed to answer is looked at again (jobs/core/batch_looks.py)
     end      requests the provider failed, or let expire, are asked again directly (or fail the
              job: LEASH_BATCH_FALLBACK), counted apart; after LEASH_BATCH_MAX_WAIT the batch is
@@ -311,7 +313,8 @@ class BatchRun:
 
     def _park(self, counts: list[int] | None, stage: str = batch_looks.WAITING) -> None:
         """``counts`` the provider's (done, failed, total); None keeps those of the last look."""
-        look_at = clock.wall() + get("LEASH_BATCH_POLL_SECONDS")
+        now = clock.wall()
+        look_at = now + batch_looks.next_look_in(now - (self.record.first_at or now), stage)
         parked = self.ctx.attempt.park(look_at, (*(counts or ("", "", "")), len(self.record.parts)),
                                        stage=stage, failed_looks=self.record.failed_looks)
         if parked == 0:
