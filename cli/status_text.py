@@ -30,7 +30,7 @@ def _state(f: dict) -> str:
     phase = (f.get("batch") or {}).get("phase")
     waiting_at_provider = phase in ("waiting", "canceling")
     if f["stale"] and waiting_at_provider:
-        state += " (stale: leash did not look at its batch when it said it would; is a worker running?)"
+        state += " (stale: its look at the provider's batch is late; why: see waiting)"
     elif f["stale"]:
         state += " (stale: the worker stopped reporting; the job will be retried)"
     elif phase == "canceling":

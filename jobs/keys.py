@@ -16,6 +16,7 @@ from rq.queue import Queue
 from rq.rate_limit import RateLimitRegistry
 from rq.registry import CanceledJobRegistry, FailedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
 from rq.scheduler import RQScheduler
+from rq.worker import Worker
 
 PREFIX = "leash:"
 
@@ -49,6 +50,10 @@ SWEEP_QUEUES_SEEN = PREFIX + "sweep:queues"
 #: Hash of each owner's last balance between leash's queued and running jobs and the jobs RQ
 #: holds for the owner (field: the owner): only an owner whose balance moved is compared.
 SWEEP_OWNERS_SEEN = PREFIX + "sweep:owners"
+#: Sorted set of batch jobs parked at their provider (park_v1), scored by when their next look is
+#: overdue (its time plus a grace): the sweep reads only those past it (jobs/core/lost_looks.py).
+#: A lower bound: an entry whose job has moved on is corrected or removed when it is read.
+BATCH_LOOKS = PREFIX + "batch:looks"
 #: Throttle key so that, of many workers, one reaps per interval.
 REAPER_THROTTLE = PREFIX + "reaper:throttle"
 #: Stream of replay audit entries (who, when, selector, ids), capped at REPLAY_AUDIT_MAXLEN.
@@ -235,6 +240,11 @@ def rq_queues_set() -> str:
     return Queue.redis_queues_keys
 
 
+def rq_workers() -> str:
+    """RQ's set of registered workers' keys (a worker's own key expires when it stops beating)."""
+    return Worker.redis_workers_keys
+
+
 def owner_rate_limit_key(owner: str) -> str:
     """The RQ ``RateLimit`` key that holds an owner's concurrency slots."""
     return f"leash-owner:{owner}"
@@ -283,7 +293,8 @@ def usage_model(model: str) -> str:
 #: upgrade test checks it). A queued or running job's keys have none until it ends (but its
 #: payload copy, which expires LEASH_RESULT_TTL after submission at the latest).
 PERMANENT = (
-    LEASES, CANCELS, FAILED_INDEX, ACTIVE, SWEEP_CURSOR, SWEEP_ROTATION, SWEEP_QUEUES_SEEN, SWEEP_OWNERS_SEEN,
+    LEASES, CANCELS, FAILED_INDEX, ACTIVE, BATCH_LOOKS, SWEEP_CURSOR, SWEEP_ROTATION, SWEEP_QUEUES_SEEN,
+    SWEEP_OWNERS_SEEN,
     REJECTED_WRITES, RECLAIMS, STATS_TOTALS,
     REPLAY_AUDIT, MODELS, model_concurrency("*"), usage_model("*"),
     STATE_INDEX_READY, SCHEMA,

@@ -47,6 +47,8 @@ bp = Blueprint("pages", __name__)
 RESULTS_PER_PAGE = 50
 JOBS_PER_PAGE = 25
 STALE_TEXT = "stale — the worker stopped reporting, the job will be retried"
+#: A batch job waiting at its provider holds no worker: what is late is its look (why: "waiting").
+STALE_LOOK_TEXT = "stale — its look at the provider's batch is late"
 FORM_FIELDS = ("items", "items_file", "kind", "mode", "budget_tokens", "budget_usd", "name")  # and each kind's fields
 
 
@@ -197,10 +199,12 @@ def job_page(job_id: str):
     terminal = fields["state"] in states.TERMINAL
     schedule = _schedule()
     refresh = None if terminal else int(poll_schedule.poll_delay(_age(fields)))
+    waiting_at_provider = (fields.get("batch") or {}).get("phase") == "waiting"
     return _page(render_template(
-        "job.html", job=fields, terminal=terminal, table=_results_table(connection, job_id, fields),
+        "job.html", job=fields, stale_text=STALE_LOOK_TEXT if waiting_at_provider else STALE_TEXT,
+        terminal=terminal, table=_results_table(connection, job_id, fields),
         submitted=[(f, given[f.name]) for f, _ in kinds.fields() if f.name in (given := fields.get("submitted", {}))],
-        refresh=refresh, schedule=schedule, stale_text=STALE_TEXT, percent=_percent(fields),
+        refresh=refresh, schedule=schedule, percent=_percent(fields),
         shown_state=listing.view_of(fields), attempts=humane.attempts(fields),
         traceback=_traceback(fields["error"]), duration=humane.duration,
         replay_command=f"leash replay {job_id}", spend_text=spend_text, ago=humane.relative,

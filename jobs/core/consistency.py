@@ -7,6 +7,8 @@ change RQ's keys only. leash notices and makes its own state follow:
                                                          error history kept, audit actor "rq")
     queued ──deleted / emptied / RQ record gone──▶ failed  ("removed from the queue outside leash")
     queued ──failed / canceled / stopped by RQ───▶ failed  (RQ's own error text)
+    running, waiting at the provider, its look lost in RQ ──▶ the look put back
+                                                        (``jobs.core.lost_looks``)
     an owner's slot held by a job that will not run ──▶ released
 
 ``sweep`` runs at every reaper tick (``Reaper.tick``). What RQ's tools leave behind moves a size
@@ -31,7 +33,7 @@ from rq.serializers import JSONSerializer
 
 from jobs import keys
 from jobs.config import settings
-from jobs.core import clock, lua, rq_changes, state_index
+from jobs.core import clock, lost_looks, lua, rq_changes, state_index
 from jobs.core.lease import error_entry, truncate
 from jobs.core.rq_side import ENDED_BY_RQ, PLAIN_WORKER, REMOVED, requeued_by_rq  # noqa: F401 (PLAIN_WORKER: read as consistency.PLAIN_WORKER)
 from jobs.core.text import decoded, summary_of_ids
@@ -88,7 +90,7 @@ def sweep(connection: Redis, now: float | None = None, batch: int | None = None,
     one); without it they are left for a round that has one (a status read says queued meanwhile:
     their owner stays unsettled, so the next round looks at them again)."""
     now = clock.wall() if now is None else now
-    counts = {"removed": 0, "ended_by_rq": 0, "requeued": 0, "slots_freed": 0}
+    counts = {"removed": 0, "ended_by_rq": 0, "requeued": 0, "slots_freed": 0, "looks_put_back": 0}
     requeued: list[str] = []
     seen: dict[str, list[str]] = {"removed": [], "ended_by_rq": [], "slots_freed": []}
     changes = rq_changes.observe(connection)
@@ -101,6 +103,7 @@ def sweep(connection: Redis, now: float | None = None, batch: int | None = None,
     if requeued and adopt_requeues is not None:
         counts["requeued"] = len(adopt_requeues(connection, list(dict.fromkeys(requeued)), "rq requeue"))
     _log_round(seen)
+    counts["looks_put_back"] = len(lost_looks.put_back_lost(connection, now))
     return counts
 
 

@@ -134,19 +134,11 @@ def _after(started_at: str | None, entry: dict[str, Any]) -> bool:
     return start is not None and ended is not None and clock.iso(start) > ended
 
 
-def waiting(state: str, rq_status: str | None, retry_at: float | None, h: dict | None = None) -> str | None:
+def waiting(state: str, rq_status: str | None, retry_at: float | None, h: dict | None = None,
+            now: float | None = None, workers_alive: bool | None = None) -> str | None:
     h = h or {}
     if state == "running" and h.get("phase") == "waiting":
-        look_at = _float(h.get("look_at"))
-        when = clock.iso(look_at)[11:19] + " UTC" if look_at else "soon"
-        canceling = h.get("batch_stage") == "canceling"
-        failed_looks = int(h.get("batch_failed_looks") or 0)
-        return (("canceled at the provider after LEASH_BATCH_MAX_WAIT, leash reads what it answered once it "
-                 "ends: " if canceling else "at the provider: ")
-                + f"{int(h.get('batch_done') or 0)} of {int(h.get('batch_total') or 0)} requests "
-                f"done, {int(h.get('batch_failed') or 0)} failed; "
-                + (f"the last {failed_looks} look(s) failed at the provider; " if failed_looks else "")
-                + f"leash looks next at {when} (no worker held)")
+        return at_provider(h, rq_status, clock.wall() if now is None else now, workers_alive)
     if state != "queued":
         return None
     if rq_status == "rate_limited":
@@ -159,8 +151,37 @@ def waiting(state: str, rq_status: str | None, retry_at: float | None, h: dict |
     return "in the queue, waiting for a worker"
 
 
+def at_provider(h: dict, rq_status: str | None, now: float, workers_alive: bool | None) -> str:
+    """A batch job waiting at its provider: its progress there, and when leash looks next or,
+    when that look is late, why (``workers_alive`` None: not known)."""
+    look_at = _float(h.get("look_at"))
+    when = clock.iso(look_at)[11:19] + " UTC" if look_at else "soon"
+    failed_looks = int(h.get("batch_failed_looks") or 0)
+    progress = (("canceled at the provider after LEASH_BATCH_MAX_WAIT, leash reads what it answered once it "
+                 "ends: " if h.get("batch_stage") == "canceling" else "at the provider: ")
+                + f"{int(h.get('batch_done') or 0)} of {int(h.get('batch_total') or 0)} requests "
+                f"done, {int(h.get('batch_failed') or 0)} failed"
+                + (f"; the last {failed_looks} look(s) failed at the provider" if failed_looks else ""))
+    if rq_status == "rate_limited":
+        limit = settings().owner_concurrency
+        return (f"{progress}; its look is waiting for a free place among the owner's {limit} running jobs "
+                "(LEASH_OWNER_CONCURRENCY; no worker held)")
+    if not look_is_late(h, now):
+        return f"{progress}; leash looks next at {when} (no worker held)"
+    if workers_alive is False:
+        return f"{progress}; its look was due at {when} and no `leash worker` is running: start one"
+    return (f"{progress}; its look was due at {when} and is late: the workers are busy, or RQ lost the "
+            "look (the consistency sweep puts it back)")
+
+
+def look_is_late(h: dict, now: float) -> bool:
+    """A waiting batch job whose look is overdue by more than its grace (park_v1)."""
+    expires = _float(h.get("lease_expires_at"))
+    return h.get("phase") == "waiting" and expires is not None and expires <= now
+
+
 def details(job_id: str, h: dict, state: str, error: str | None, rq_status: str | None, now: float,
-            errors: list, starts: list, retry_at: float | None) -> dict[str, Any]:
+            errors: list, starts: list, retry_at: float | None, workers_alive: bool | None = None) -> dict[str, Any]:
     done, total = int(h.get("done") or 0), int(h.get("total") or 0)
     first_start = _float(h.get("first_started_at")) or _float(h.get("started_at"))
     updated = _float(h.get("updated_at"))
@@ -199,7 +220,7 @@ def details(job_id: str, h: dict, state: str, error: str | None, rq_status: str 
         "labels": params.get("labels"),
         "template": params.get("template"),
         "results_url": f"/jobs/{job_id}/result",
-        "waiting": waiting(state, rq_status, retry_at, h),
+        "waiting": waiting(state, rq_status, retry_at, h, now, workers_alive),
         "next_retry_at": clock.iso(retry_at) if state == "queued" and retry_at else None,
         "history": history(errors, starts, state, error, ended_at, h),
     }

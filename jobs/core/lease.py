@@ -320,7 +320,7 @@ class Attempt:
         for, 0 superseded."""
         now = clock.wall() if now is None else now
         reply, retried = self.run_lua(
-            "park_v1", [keys.job(self.job_id), keys.LEASES, keys.REJECTED_WRITES],
+            "park_v1", [keys.job(self.job_id), keys.LEASES, keys.REJECTED_WRITES, keys.BATCH_LOOKS],
             [self.job_id, self.token, now, look_at, look_grace(), *progress, stage, failed_looks])
         if int(reply) == 0 and retried:
             phase = self.connection.hget(keys.job(self.job_id), "phase")

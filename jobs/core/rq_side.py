@@ -11,11 +11,13 @@ import zlib
 
 from redis import Redis
 from rq import Queue, Retry
+from rq.job import Job
 from rq.rate_limit import RateLimit
 from rq.serializers import JSONSerializer
 
 from jobs import keys
 from jobs.config import Settings, settings
+from jobs.core import payload_copy
 
 #: What RQ runs for every leash job. Stored in each queued job: it never moves.
 EXECUTE = "jobs.runner.execute"
@@ -95,3 +97,30 @@ def rq_job_for(q: Queue, job_id: str, kind: str, payload: dict, owner: str, max_
         description=f"{kind} ({total} items) for {owner}",
         meta={"leash_kind": kind, "leash_owner": owner},
     )
+
+
+def rq_jobs_from_copy(connection: Redis, job_ids: list[str]) -> dict[str, tuple[Queue, Job]]:
+    """RQ's side of leash jobs whose RQ job was deleted behind leash's back, rebuilt (not yet
+    saved) from leash's own copy of the payload: a replay saves them failed and replays them,
+    the sweep schedules a waiting batch job's lost look (``jobs.core.lost_looks``). A job
+    without a record or a payload copy is left out."""
+    with connection.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.hmget(keys.job(job_id), "kind", "owner", "max_attempts", "total", "queue")
+            pipe.get(keys.payload(job_id))
+        rows = pipe.execute()
+    built = {}
+    for n, job_id in enumerate(job_ids):
+        (kind, owner, max_attempts, total, queue), payload = [_text(v) for v in rows[2 * n]], rows[2 * n + 1]
+        if kind is None or payload is None:
+            continue
+        q = rq_queue(connection, queue or settings().queue)
+        job = rq_job_for(q, job_id, kind, payload_copy.decode(payload), owner or "default", int(max_attempts or 1),
+                         int(total or 0))
+        job.origin = q.name
+        built[job_id] = (q, job)
+    return built
+
+
+def _text(value: bytes | None) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value

@@ -24,7 +24,7 @@ from redis import Redis
 
 from jobs import keys
 from jobs.core import clock
-from jobs.core.details import details
+from jobs.core.details import details, look_is_late
 from jobs.core.rq_side import ENDED_BY_RQ, REMOVED, requeued_by_rq
 from jobs.core.text import decoded
 from jobs.errors import NoSuchJob
@@ -101,8 +101,18 @@ def status(connection: Redis, job_id: str, now: float | None = None) -> dict[str
     raw, rq_status, errors, history = read_with_history(connection, job_id)
     if not raw:
         raise NoSuchJob(f"no such job: {job_id}")
+    now = clock.wall() if now is None else now
+    h = {"phase": decoded(raw.get(b"phase")), "lease_expires_at": decoded(raw.get(b"lease_expires_at"))}
+    late = raw.get(b"state") == b"running" and rq_status != "rate_limited" and look_is_late(h, now)
     return from_raw(job_id, raw, rq_status, now=now, errors=errors, history=history,
-                    retry_at=retry_time(connection, job_id, raw, rq_status))
+                    retry_at=retry_time(connection, job_id, raw, rq_status),
+                    workers_alive=workers_alive(connection) if late else None)
+
+
+def workers_alive(connection: Redis) -> bool:
+    """Whether any RQ worker is registered and still beating (its own key expires when it stops)."""
+    registered = list(connection.smembers(keys.rq_workers()))
+    return bool(registered) and bool(connection.exists(*registered))
 
 
 def retry_time(connection: Redis, job_id: str, raw: dict, rq_status: str | None) -> float | None:
@@ -115,12 +125,14 @@ def retry_time(connection: Redis, job_id: str, raw: dict, rq_status: str | None)
 
 def from_raw(job_id: str, raw: dict, rq_status: str | None, now: float | None = None,
              errors: list | None = None, history: list | None = None,
-             retry_at: float | None = None) -> dict[str, Any]:
+             retry_at: float | None = None, workers_alive: bool | None = None) -> dict[str, Any]:
     now = clock.wall() if now is None else now
     h = {decoded(k): decoded(v) for k, v in raw.items()}
     lease_expires_at = _float(h.get("lease_expires_at"))
     state, stale, error_override = decide(h.get("state") or "queued", rq_status, lease_expires_at, now,
                                           ended_at=_float(h.get("ended_at")))
+    if stale and h.get("phase") == "waiting" and rq_status == "rate_limited":
+        stale = False  # its look waits for a place among the owner's running jobs, as the limit says
     result = None
     if state == State.SUCCEEDED and h.get("result"):
         result = {"summary": json.loads(h["result"]), "url": f"/jobs/{job_id}/result"}
@@ -145,7 +157,7 @@ def from_raw(job_id: str, raw: dict, rq_status: str | None, now: float | None = 
         "created_at": clock.iso(_float(h.get("created_at"))),
         "updated_at": clock.iso(_float(h.get("updated_at"))),
         "lease_expires_at": clock.iso(lease_expires_at) if state == State.RUNNING else None,
-    } | details(job_id, h, state.value, error, rq_status, now, errors or [], history or [], retry_at) \
+    } | details(job_id, h, state.value, error, rq_status, now, errors or [], history or [], retry_at, workers_alive) \
       | job_usage(h) | {"name": h.get("name")} | batch_status(h, state.value)
 
 

@@ -23,8 +23,8 @@ from rq.utils import utcformat
 
 from jobs import config, keys
 from jobs.config import settings
-from jobs.core import clock, lua, payload_copy, state_index
-from jobs.core.rq_side import rq_job_for, rq_queue
+from jobs.core import clock, lua, state_index
+from jobs.core.rq_side import rq_jobs_from_copy
 from jobs.core.text import decoded, summary_of_ids
 from jobs.deadletter.failures import failed_ids, heads
 from jobs.errors import NoSuchJob
@@ -259,26 +259,13 @@ def audit_log(connection: Redis, count: int = 20) -> list[dict]:
 def rebuild_rq_jobs(connection: Redis, job_ids: list[str]) -> set[str]:
     """Recreate RQ's record (as failed) of leash jobs whose RQ job was deleted, from leash's
     own copy of the payload, so a replay can run them again. Returns the ids rebuilt."""
+    built = rq_jobs_from_copy(connection, job_ids)
     with connection.pipeline(transaction=False) as pipe:
-        for job_id in job_ids:
-            pipe.hmget(keys.job(job_id), "kind", "owner", "max_attempts", "total", "queue")
-            pipe.get(keys.payload(job_id))
-        rows = pipe.execute()
-    rebuilt = set()
-    with connection.pipeline(transaction=False) as pipe:
-        for n, job_id in enumerate(job_ids):
-            (kind, owner, max_attempts, total, queue), payload = [decoded(v) for v in rows[2 * n]], rows[2 * n + 1]
-            if kind is None or payload is None:
-                continue
-            q = rq_queue(connection, queue or settings().queue)
-            job = rq_job_for(q, job_id, kind, payload_copy.decode(payload), owner or "default", int(max_attempts or 1),
-                             int(total or 0))
-            job.origin = q.name
+        for _, job in built.values():
             job.set_status("failed", pipeline=pipe)
             job.save(pipeline=pipe)
-            rebuilt.add(job_id)
         pipe.execute()
-    return rebuilt
+    return set(built)
 
 
 def adopt_requeues(connection: Redis, job_ids: list[str], source: str) -> list[str]:
