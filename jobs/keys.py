@@ -281,6 +281,19 @@ def usage_owner_day(owner: str, day: str) -> str:
     return f"{PREFIX}usage:owner:{len(owner)}:{owner}:{day}"
 
 
+def owner_reservations(owner: str) -> str:
+    """Sorted set of an owner's budget reservations (model calls and provider batches that may
+    still be paid for), each by the time after which it can no longer be (its deadline):
+    admission gives back the ones past it (model_admit_v2)."""
+    return f"{PREFIX}reservations:{len(owner)}:{owner}"
+
+
+def owner_reservation_records(owner: str) -> str:
+    """Hash of an owner's reservations by id: what each holds (tokens, nano-USD), the job hash
+    and the owner's day hash it is held in, and that UTC day (its usage is counted there)."""
+    return f"{PREFIX}reservations:{len(owner)}:{owner}:records"
+
+
 def usage_model(model: str) -> str:
     """Hash of one model's all-time usage and cost (``/metrics``)."""
     return f"{PREFIX}usage:model:{model}"

@@ -17,6 +17,7 @@ from cli import main
 from jobs import keys
 from jobs.core import states
 from jobs.enqueue import enqueue
+from jobs.usage.meter import utc_day
 from tests.conftest import wait_for
 from tests.test_items_workers import ended, stored
 
@@ -191,6 +192,9 @@ def test_cancel_of_a_waiting_job_cancels_the_providers_batch_and_ends_it_at_once
     # Nothing brings it back: RQ no longer has it scheduled for a look.
     assert conn.zscore(keys.rq_scheduled("leash", conn), job_id) is None
     assert conn.hget(keys.rq_job(job_id), "status") == b"canceled"
+    # Its batch's reservation is given back at once: no write of the batch will settle it.
+    assert int(conn.hget(keys.job(job_id), "in_flight_tokens")) == 0
+    assert conn.zcard(keys.owner_reservations(conn.hget(keys.job(job_id), "owner").decode())) == 0
 
 
 def test_a_batch_reserves_its_worst_case_first_and_its_usage_is_priced_at_the_batch_multiplier(
@@ -209,12 +213,17 @@ def test_a_batch_reserves_its_worst_case_first_and_its_usage_is_priced_at_the_ba
     job_id, _ = enqueue(conn, "prompt", {"items": items, "template": "Say {item}", "mode": "batch",
                                          "budget": {"tokens": 10_000}})
     waiting(conn, job_id)
-    reserved = int(conn.hget(keys.job(job_id), "reserved_tokens"))
+    reserved = int(conn.hget(keys.job(job_id), "in_flight_tokens"))
     assert reserved == sum(len(f"Say {item}") // 4 + 1 + 16 for item in items)  # every request's worst case
+    owner = conn.hget(keys.job(job_id), "owner").decode()
+    day_key = keys.usage_owner_day(owner, utc_day())
+    assert int(conn.hget(day_key, "reserved_tokens")) == reserved
     server.batches.complete(only_batch(server))
     final = ended(conn, job_id)
     assert final["state"] == "succeeded"
-    assert int(conn.hget(keys.job(job_id), "reserved_tokens")) == 0  # settled item by item
+    # Settled by the write of its last results, on the day it was made.
+    assert int(conn.hget(keys.job(job_id), "in_flight_tokens")) == 0 and int(conn.hget(day_key, "reserved_tokens")) == 0
+    assert conn.zcard(keys.owner_reservations(owner)) == 0
     prompt = sum(p for p, _ in server.batches.batch_billed)
     completion = sum(c for _, c in server.batches.batch_billed)
     assert (final["usage"]["input_tokens"], final["usage"]["output_tokens"]) == (prompt, completion)
@@ -268,6 +277,9 @@ def test_past_the_longest_wait_the_batch_is_canceled_and_the_items_run_direct(co
     assert final["state"] == "succeeded", final["error"]
     assert server.batches.batch(only_batch(server)).canceling
     assert final["batch"]["direct"] == 8 and len(server.requests) == 8
+    # The canceled batch's reservation was given back; the direct calls' were settled.
+    assert int(conn.hget(keys.job(job_id), "in_flight_tokens")) == 0
+    assert conn.zcard(keys.owner_reservations(conn.hget(keys.job(job_id), "owner").decode())) == 0
 
 
 def test_with_fallback_fail_requests_the_provider_did_not_answer_fail_the_job(conn, workers, batch_env, env):

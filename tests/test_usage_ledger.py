@@ -1,5 +1,5 @@
 """Usage is recorded with the item it produced, and a budget is checked before a call is sent:
-the Lua side (heartbeat_v3, usage_record_v2, model_admit_v1) against a real Redis."""
+the Lua side (heartbeat_v3, usage_record_v2, model_admit_v2) against a real Redis."""
 
 from __future__ import annotations
 
@@ -90,10 +90,11 @@ def _lose_first_reply(monkeypatch, script: str) -> list[str]:
 def test_an_item_write_sent_again_after_its_reply_was_lost_counts_its_calls_once(conn, env, monkeypatch):
     job_id = submit(conn)
     attempt = lease.claim(conn, job_id, "leash", "w", now=NOW)
-    admit(conn, attempt, tokens=500)
+    settled = admit(conn, attempt, tokens=500)
+    admit(conn, attempt, tokens=300)  # another call, still in flight
     runs = _lose_first_reply(monkeypatch, "heartbeat_v3")
-    attempt.heartbeat(item=(0, '"x"'), now=NOW,
-                      usage=Pending("m", "classify", calls=2, input=100, output=7, nusd=5_000, res_tokens=500))
+    attempt.heartbeat(item=(0, '"x"'), now=NOW, usage=Pending("m", "classify", calls=2, input=100, output=7, nusd=5_000,
+                                                            day=settled.day, reservations=[settled.reservation]))
     assert len(runs) == 2  # the write was sent twice
     assert conn.hget(keys.items(job_id), "0") == b'"x"'
     fields = used(conn, job_id)
@@ -102,7 +103,8 @@ def test_an_item_write_sent_again_after_its_reply_was_lost_counts_its_calls_once
     assert conn.hget(keys.usage_owner_day("alice", DAY), "cost_nusd") == b"5000"
     assert conn.hget(keys.usage_model("m"), "calls") == b"2"
     # The reservation was settled once, not twice (it would go below what other calls hold).
-    assert int(conn.hget(keys.job(job_id), "reserved_tokens") or 0) == 0
+    assert conn.hget(keys.job(job_id), "in_flight_tokens") == b"300"
+    assert conn.hget(keys.usage_owner_day("alice", DAY), "reserved_tokens") == b"300"
     # The next write of the same thread is a new one and counts.
     attempt.heartbeat(item=(1, '"y"'), now=NOW, usage=Pending("m", "classify", calls=1, input=10, output=1))
     assert used(conn, job_id)["usage"]["calls"] == 3
@@ -173,28 +175,34 @@ def test_usage_with_no_item_rides_out_a_lost_reply_and_counts_once(conn, env, mo
 def test_a_job_budget_refuses_the_call_that_would_pass_it_counting_calls_in_flight(conn, env):
     job_id = submit(conn, budget={"tokens": 250})
     attempt = lease.claim(conn, job_id, "leash", "w", now=NOW)
-    assert admit(conn, attempt, tokens=100).code == budgets.ADMITTED
-    assert admit(conn, attempt, tokens=100).code == budgets.ADMITTED
+    calls = [admit(conn, attempt, tokens=100), admit(conn, attempt, tokens=100)]
+    assert [call.code for call in calls] == [budgets.ADMITTED] * 2
     refused = admit(conn, attempt, tokens=100)  # 200 reserved in flight + 100 > 250
     assert refused.code == budgets.OVER_BUDGET
     assert refused.refusal.startswith("budget reached") and "250 tokens" in refused.refusal
     # The two calls come back smaller than their worst case: settled, there is room again.
     attempt.heartbeat(item=(0, '"x"'), now=NOW, usage=Pending("m", "classify", calls=2, input=60, output=20,
-                                                            res_tokens=200))
-    assert conn.hget(keys.job(job_id), "reserved_tokens") == b"0"
+                                                            reservations=[call.reservation for call in calls]))
+    assert conn.hget(keys.job(job_id), "in_flight_tokens") == b"0"
     assert admit(conn, attempt, tokens=100).code == budgets.ADMITTED  # 80 used + 100 <= 250
     assert admit(conn, attempt, tokens=100).code == budgets.OVER_BUDGET
 
 
-def test_a_dead_attempts_reservation_is_dropped_when_the_next_attempt_asks(conn, env):
+def test_a_dead_attempts_reservation_holds_until_its_call_can_no_longer_answer_then_frees_itself(conn, env):
     env.setenv("LEASH_OWNER_DAILY_TOKENS", "1000")
     job_id = submit(conn, budget={"tokens": 250})
     first = lease.claim(conn, job_id, "leash", "w", now=NOW)
     assert admit(conn, first, tokens=200).code == budgets.ADMITTED  # then the worker is SIGKILLed
     conn.hset(keys.job(job_id), "state", "queued")
     second = lease.claim(conn, job_id, "leash", "w2", now=NOW)
-    assert admit(conn, second, tokens=200).code == budgets.ADMITTED
+    assert admit(conn, second, tokens=200).code == budgets.OVER_BUDGET  # the first call may still answer
+    deadline = conn.zscore(keys.owner_reservations("alice"), conn.zrange(keys.owner_reservations("alice"), 0, 0)[0])
+    assert deadline == NOW + budgets.call_hold(60 + 10, first)  # LEASH_MODEL_TIMEOUT, connecting, lease, slack
+    later = budgets.admit(conn, [keys.model_rate("m", b) for b in ("requests", "tokens", "paused")], 0, 0, 0,
+                          second, 200, None, now=deadline + 1)
+    assert later.code == budgets.ADMITTED  # the dead call's reservation was given back first
     assert conn.hget(keys.usage_owner_day("alice", DAY), "reserved_tokens") == b"200"
+    assert conn.hget(keys.job(job_id), "in_flight_tokens") == b"200"
     assert admit(conn, first, tokens=10).code == budgets.LEASE_LOST  # a zombie spends nothing
 
 
@@ -280,7 +288,7 @@ def test_prices_come_from_the_operator_then_the_maintained_table_and_never_from_
 def test_the_new_scripts_keep_the_old_ones_for_workers_of_the_previous_release():
     names = lua.names()
     assert {"heartbeat_v1", "heartbeat_v2", "heartbeat_v3", "usage_record_v1", "usage_record_v2", "model_admit_v1",
-            "model_rate_v1"} <= set(names)
+            "model_admit_v2", "model_rate_v1"} <= set(names)
 
 
 def test_the_cli_and_the_page_show_tokens_and_cost_beside_progress(conn, env, client):

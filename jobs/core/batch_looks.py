@@ -88,7 +88,7 @@ def look(run: BatchRun, done: dict) -> list[Any]:
             log.warning("job %s: the canceled batch %s did not end within LEASH_BATCH_CANCEL_GRACE (%gs): the items "
                         "left run direct, and answers the provider gives later are not read", run.ctx.job_id,
                         ", ".join(str(p.batch_id) for p in unread), grace)
-        run._give_back([i for p in unread for i in p.indexes if i not in done])
+        run._give_back(unread)
         return run._finish()
     run._park(counts, CANCELING if record.canceled_at is not None else WAITING)
 

@@ -12,6 +12,7 @@ from jobs.config import settings
 from jobs.core import clock, lua, state_index
 from jobs.core.lease import error_entry
 from jobs.errors import CANCELED, NoSuchJob
+from jobs.usage.budget import batch_reservation
 from jobs.usage.meter import utc_day
 
 #: What ``cancel`` returns for a batch job that was waiting at its provider (ended at once).
@@ -40,9 +41,11 @@ def cancel(connection: Redis, job_id: str, now: float | None = None) -> str:
         keys=[keys.job(job_id), keys.CANCELS, keys.items(job_id), keys.errors(job_id)]
         + keys.outcome_keys("canceled", kind, now) + [keys.FAILED_INDEX, keys.payload(job_id)]
         + keys.owner_state_indexes((owner or b"").decode())
-        + [keys.LEASES, keys.usage_owner_day((owner or b"").decode(), (reserved_day or b"").decode() or utc_day(now))],
+        + [keys.LEASES, keys.usage_owner_day((owner or b"").decode(), (reserved_day or b"").decode() or utc_day(now)),
+           keys.owner_reservations((owner or b"").decode()), keys.owner_reservation_records((owner or b"").decode())],
         args=[job_id, now, now + s.cancel_grace, s.result_ttl,
-              error_entry(int(attempts or 0), CANCELED, now), f"canceled:{kind}", keys.STATS_MINUTE_TTL],
+              error_entry(int(attempts or 0), CANCELED, now), f"canceled:{kind}", keys.STATS_MINUTE_TTL,
+              *_batch_reservations(connection, job_id)],
     )
     state = state.decode() if isinstance(state, bytes) else state
     if state == "missing":
@@ -56,6 +59,12 @@ def cancel(connection: Redis, job_id: str, now: float | None = None) -> str:
     if state == "queued":
         state_index.trim_expired(connection, (owner or b"").decode(), now)  # ended: its index may expire
     return state
+
+
+def _batch_reservations(connection: Redis, job_id: str) -> list[str]:
+    """The reservations of the job's provider batches (one per part it intended)."""
+    names = [n.decode() for n in connection.hkeys(keys.provider_batches(job_id))]
+    return [batch_reservation(job_id, int(n.split(":")[1])) for n in names if n.startswith("intent:")]
 
 
 def _cancel_in_rq(connection: Redis, job_id: str) -> None:

@@ -5,7 +5,8 @@ with a ``BatchSpec``).
 One batch job's life, each step a short turn on a worker under a lease:
 
     create   the attempt reserves the batch's worst case against the job's and the owner's
-             budgets, records its intent (attempt, part, time, items) in the job's batch record,
+             budgets (one reservation per part, its results counted on the day it was made),
+             records its intent (attempt, part, time, items) in the job's batch record,
              then asks the provider for the batch and records its id; the job is parked
              (``Attempt.park``: running, phase ``waiting``, no lease, no worker)
     look     RQ's scheduler brings the job back for a look (not an attempt: claim_v4), every
@@ -38,7 +39,7 @@ from jobs.core import batch_looks, clock, lua
 from jobs.core.lease import Outcome
 from jobs.errors import Canceled, ItemError, LeaseLost, NeedsDirect, Parked, PermanentError
 from jobs.usage import budget
-from jobs.usage.meter import Pending
+from jobs.usage.meter import Pending, flush
 
 if TYPE_CHECKING:
     from jobs.core.context import JobContext
@@ -147,13 +148,14 @@ class BatchRun:
                 self._create(done)
                 self._park([0, 0, sum(len(p.indexes) for p in self.record.parts.values())])
             if not self.ctx.attempt.look:
-                # A new attempt (the last one failed or its worker died): the batch still at the
-                # provider is reserved again under this attempt, whose writes settle it.
-                self._reserve([i for p in self.record.parts.values() if not p.ended
-                               for i in p.indexes if i not in done])
+                # A new attempt (the last one failed or its worker died): a part still at the
+                # provider whose reservation ran out is reserved again (one that stands is kept).
+                for p in self.record.parts.values():
+                    if not p.ended and any(i not in done for i in p.indexes):
+                        self._reserve([i for i in p.indexes if i not in done], p.number)
             return batch_looks.look(self, done)
         except Canceled:
-            self.cancel_open()
+            self._stop_open()
             raise
 
     # --- create ---------------------------------------------------------------------------
@@ -170,7 +172,7 @@ class BatchRun:
                 continue
             if part is not None:
                 indexes = part.indexes  # the intent's items, whichever attempt recorded it
-            self._reserve(indexes)
+            self._reserve(indexes, number)
             if part is not None and self._find(part):
                 continue
             part = Part(number, self.ctx.attempt.number, clock.wall(), indexes)
@@ -199,20 +201,26 @@ class BatchRun:
                  self.ctx.job_id, part.batch_id, part.attempt)
         return True
 
-    def _reserve(self, indexes: list[int]) -> None:
+    def _reserve(self, indexes: list[int], number: int) -> None:
         """The part's worst case, reserved against the job's and the owner's budgets before
-        the provider is asked (model_admit_v1, with no rate-limit turn: a batch is one call)."""
+        the provider is asked (model_admit_v2, with no rate-limit turn: a batch is one call),
+        for as long as the provider may take; the write of its last results settles it."""
         tokens, nusd = self._worst(indexes)
+        # The longest wait, a canceled batch's grace, the look after them (and its calls).
+        hold = (get("LEASH_BATCH_MAX_WAIT") + get("LEASH_BATCH_CANCEL_GRACE") + self.backend.settings.timeout * 4
+                + max(get("LEASH_BATCH_POLL_SECONDS"), get("LEASH_BATCH_POLL_MAX")))
         try:
             admission = budget.admit(self.ctx.connection, self.backend.limit.keys, 0, 0, 10**9, self.ctx.attempt,
-                                     tokens, nusd, daily_limits=self.backend.daily_limits)
+                                     tokens, nusd, daily_limits=self.backend.daily_limits,
+                                     reservation=budget.batch_reservation(self.ctx.job_id, number),
+                                     hold=budget.call_hold(hold, self.ctx.attempt))
         except Exception:
-            self.cancel_open()
+            self._stop_open()
             raise
         if admission.code == budget.LEASE_LOST:
             raise LeaseLost()
         if admission.code == budget.OVER_BUDGET:
-            self.cancel_open()
+            self._stop_open()
             raise budget.BudgetReached(admission.refusal)
 
     def _worst(self, indexes: Iterable[int]) -> tuple[int, int | None]:
@@ -233,7 +241,10 @@ class BatchRun:
         left unstored, for the end to ask directly."""
         answered: set[int] = set()
         chunk: list[tuple[int, str, str]] = []
-        usage = Pending(self.model, self.ctx.attempt.kind)
+        reservation = budget.batch_reservation(self.ctx.job_id, part.number)
+        # Counted on the day the part was reserved on, where its worst case was held.
+        day = budget.reservation_day(self.ctx.connection, self.ctx.attempt.owner_name(), reservation) or ""
+        usage = Pending(self.model, self.ctx.attempt.kind, day=day)
         requests = {custom_id(self.ctx.job_id, i): self.request(i) for i in part.indexes}
         reading = True
         try:
@@ -248,7 +259,7 @@ class BatchRun:
                 value = self._value(index, request, outcome)
                 self._count(request, used)
                 if value is _AGAIN:
-                    self.ctx.flush_usage()  # its calls were paid for all the same
+                    _add(usage, self.ctx.meter.take())  # its calls were paid for all the same
                     continue
                 mine = self.ctx.meter.take()
                 chunk.append((index, json.dumps(value), f"{mine.calls},{mine.input},{mine.output}" if mine else ""))
@@ -262,21 +273,21 @@ class BatchRun:
             if reading:  # the provider failed mid-read: what was read is kept, the next look reads on
                 self._store(chunk, usage)
             raise
+        usage.reservations.append(reservation)  # the part's last write settles its reservation whole
         self._store(chunk, usage)
-        # What was reserved for the requests that brought nothing back is given back.
-        self._give_back([i for i in part.indexes if i not in answered])
 
-    def _give_back(self, indexes: list[int]) -> None:
-        tokens, nusd = self._worst(indexes)
-        if tokens:
-            self.ctx.meter.reserved(self.model, tokens, nusd)
-            self.ctx.flush_usage()
+    def _give_back(self, parts: list[Part]) -> None:
+        """The reservations of parts no write will settle (never read, or the job stops)."""
+        flush(self.ctx.attempt, [Pending(self.model, self.ctx.attempt.kind, reservations=[
+            budget.batch_reservation(self.ctx.job_id, p.number) for p in parts])])
 
     def _store(self, chunk: list, usage: Pending) -> Pending:
-        if chunk and self.ctx.attempt.store_items(chunk, usage if usage.calls or usage.res_tokens else None):
+        if not chunk:
+            flush(self.ctx.attempt, [usage])  # nothing to store: its calls and reservation all the same
+        elif self.ctx.attempt.store_items(chunk, usage if usage.calls or usage.reservations else None):
             raise Canceled()
         chunk.clear()  # a hand-off waits for the park: every answer read is stored first
-        return Pending(self.model, self.ctx.attempt.kind)
+        return Pending(self.model, self.ctx.attempt.kind, day=usage.day)
 
     def _value(self, index: int, request: CallRequest, outcome) -> Any:
         if not hasattr(outcome, "finish"):  # a Failure, not an Answer (jobs.models.provider)
@@ -290,9 +301,6 @@ class BatchRun:
             return _AGAIN
 
     def _count(self, request: CallRequest, usage) -> None:
-        worst = request.worst_case_tokens()
-        nusd = self.price.nano_usd(worst - request.max_tokens, request.max_tokens, batch=True) if self.price else None
-        self.ctx.meter.reserved(self.model, worst, nusd)  # this item's write settles its share
         if usage is not None:
             self.backend.record_usage(usage)  # priced at the batch multiplier (usage.batch)
 
@@ -327,6 +335,11 @@ class BatchRun:
         open_ids = [p.batch_id for p in self.record.parts.values() if p.batch_id and not p.ended]
         cancel_parts(self.backend, open_ids if batch_ids is None else batch_ids, self.ctx.job_id)
 
+    def _stop_open(self) -> None:
+        """The job stops: its open batches are canceled and their reservations given back."""
+        self.cancel_open()
+        self._give_back([p for p in self.record.parts.values() if not p.ended])
+
 
 _AGAIN = object()
 
@@ -334,7 +347,7 @@ _AGAIN = object()
 def _add(total: Pending, one: Pending | None) -> None:
     """One item's calls into the chunk's usage (one write carries them all)."""
     if one is not None:
-        for name in ("calls", "input", "output", "cached", "nusd", "unpriced", "estimated", "res_tokens", "res_nusd"):
+        for name in ("calls", "input", "output", "cached", "nusd", "unpriced", "estimated"):
             setattr(total, name, getattr(total, name) + getattr(one, name))
 #: Item writes sent in one round trip when a part's answers are stored.
 STORE_CHUNK = 500

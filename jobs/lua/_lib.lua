@@ -23,18 +23,61 @@ local function count_outcome(kind_minute_key, all_minute_key, totals_key, field,
   redis.call('HINCRBY', totals_key, field, 1)
 end
 
+-- Budget reservations (model_admit_v2): one per admitted model call or provider batch, in the
+-- owner's sorted set by deadline (res_key) with its record in the owner's hash (records_key):
+-- {job = job hash, day_key = owner's day hash, day = UTC day, t = tokens, n = nano-USD}. The job
+-- hash's in_flight_tokens / in_flight_nusd and the day hash's reserved_tokens / reserved_nusd are
+-- running sums of the live ones. The key names in a record were built by jobs/keys.py.
+
+-- Take one reservation away from the sums it is counted in. Returns its record, or nil when it
+-- was not there (settled or given back already: ZREM tells, so a repeat gives back nothing).
+local function release_reservation(res_key, records_key, id)
+  if redis.call('ZREM', res_key, id) == 0 then return nil end
+  local raw = redis.call('HGET', records_key, id)
+  redis.call('HDEL', records_key, id)
+  if not raw then return nil end
+  local r = cjson.decode(raw)
+  for _, f in ipairs({{r.job, 'in_flight_tokens', r.t}, {r.job, 'in_flight_nusd', r.n},
+                      {r.day_key, 'reserved_tokens', r.t}, {r.day_key, 'reserved_nusd', r.n}}) do
+    local n = tonumber(f[3]) or 0
+    -- Never recreate an expired hash; a sum never reads below zero.
+    if n > 0 and redis.call('EXISTS', f[1]) == 1 and redis.call('HINCRBY', f[1], f[2], -n) < 0 then
+      redis.call('HSET', f[1], f[2], 0)
+    end
+  end
+  return r
+end
+
+-- A reservation of the release before (one pool per job in the job hash, owned by the attempt
+-- token reserved_by, on the UTC day reserved_day) is given back whole: to day_key when that is
+-- its day. Called by the first admission or write of this release that meets it.
+local function drop_job_pool(job_key, day_key, day)
+  local pool = redis.call('HMGET', job_key, 'reserved_by', 'reserved_day', 'reserved_tokens', 'reserved_nusd')
+  if not pool[1] then return end
+  if pool[2] == day and redis.call('EXISTS', day_key) == 1 then
+    for _, f in ipairs({{'reserved_tokens', pool[3]}, {'reserved_nusd', pool[4]}}) do
+      local n = tonumber(f[2]) or 0
+      if n > 0 and redis.call('HINCRBY', day_key, f[1], -n) < 0 then redis.call('HSET', day_key, f[1], 0) end
+    end
+  end
+  redis.call('HDEL', job_key, 'reserved_by', 'reserved_day', 'reserved_tokens', 'reserved_nusd')
+end
+
 -- Add one batch of model-call usage (cjson-decoded table ``u``: model, kind, calls, input,
--- output, cached, nusd, unpriced, estimated, res_tokens, res_nusd) to the job's totals, the
--- attempt's, the owner's UTC day and the model's, and settle the reservation it was sent
--- under. Called by every write that carries usage; a call is counted even when the write it
--- came with is refused: it was paid for.
--- job_key: the job hash (totals, reservation); usage_key: per-attempt and per-item usage;
--- day_key: the owner's UTC day; model_key: the model's all-time totals.
+-- output, cached, nusd, unpriced, estimated, and r: the ids of the reservations it settles) to
+-- the job's totals, the attempt's, the owner's UTC day and the model's, and settle the
+-- reservations it was sent under. Called by every write that carries usage; a call is counted
+-- even when the write it came with is refused: it was paid for.
+-- job_key: the job hash (totals); usage_key: per-attempt and per-item usage; day_key: the owner's
+-- day the calls were admitted on (their reservations were held there); model_key: the model's
+-- all-time totals; res_key, records_key: the owner's reservations (nil: a script of the release
+-- before, whose usage settles its job's pool as it did then).
 local USAGE_FIELDS = {{'calls', 'calls'}, {'input', 'input_tokens'}, {'output', 'output_tokens'},
   {'cached', 'cached_input_tokens'}, {'nusd', 'cost_nusd'}, {'unpriced', 'unpriced_calls'},
   {'estimated', 'estimated_calls'}}
 
-local function add_usage(job_key, usage_key, day_key, model_key, u, token, day, attempt, ttl, day_ttl)
+local function add_usage(job_key, usage_key, day_key, model_key, u, token, day, attempt, ttl, day_ttl, res_key,
+                         records_key)
   local job_exists = redis.call('EXISTS', job_key) == 1
   for _, f in ipairs(USAGE_FIELDS) do
     local n = tonumber(u[f[1]]) or 0
@@ -52,8 +95,17 @@ local function add_usage(job_key, usage_key, day_key, model_key, u, token, day, 
   end
   redis.call('EXPIRE', usage_key, tonumber(ttl))
   redis.call('EXPIRE', day_key, tonumber(day_ttl))
-  -- Settle: the reservation this attempt made for these calls (its worst case) goes; the
-  -- real usage above took its place. A reservation left by a dead attempt is not ours.
+  if res_key then
+    -- Settle: each call's reservation (its worst case) goes; the real usage above took its place.
+    if type(u.r) == 'table' then
+      for _, id in ipairs(u.r) do release_reservation(res_key, records_key, id) end
+    end
+    -- A pool the release before left to this attempt (a batch it parked): given back.
+    if job_exists and redis.call('HGET', job_key, 'reserved_by') == token then drop_job_pool(job_key, day_key, day) end
+    return
+  end
+  -- The release before: the reservation this attempt made for these calls goes; a reservation
+  -- left by a dead attempt is not ours.
   if job_exists and redis.call('HGET', job_key, 'reserved_by') == token then
     for _, f in ipairs({{'res_tokens', 'reserved_tokens'}, {'res_nusd', 'reserved_nusd'}}) do
       local n = tonumber(u[f[1]]) or 0
@@ -77,7 +129,8 @@ end
 -- replay claims again under the same number, in a process whose thread ids may repeat. The
 -- last seq is a field of the job's usage hash ("w<token>:<thread>", one per thread per claim)
 -- and expires with it. A write without "w" is counted as add_usage counts.
-local function add_usage_once(job_key, usage_key, day_key, model_key, u, token, day, attempt, ttl, day_ttl)
+local function add_usage_once(job_key, usage_key, day_key, model_key, u, token, day, attempt, ttl, day_ttl,
+                               res_key, records_key)
   if type(u.w) == 'string' then
     local slot, seq = string.match(u.w, '^(%w+):(%d+)$')
     if slot then
@@ -86,7 +139,7 @@ local function add_usage_once(job_key, usage_key, day_key, model_key, u, token, 
       redis.call('HSET', usage_key, field, seq)
     end
   end
-  add_usage(job_key, usage_key, day_key, model_key, u, token, day, attempt, ttl, day_ttl)
+  add_usage(job_key, usage_key, day_key, model_key, u, token, day, attempt, ttl, day_ttl, res_key, records_key)
 end
 
 -- The model rate limit's clock: ARGV's now in ms, or Redis TIME (one clock for every worker).

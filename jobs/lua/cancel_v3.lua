@@ -9,8 +9,10 @@
 -- KEYS[7] all-time totals hash  KEYS[8] failed index zset  KEYS[9] payload copy
 -- ARGV[6] totals field ("failed:<kind>")  ARGV[7] per-minute counter ttl
 -- Returns the state the job was in ('missing' when unknown; 'waiting' for a waiting batch job).
--- KEYS[15] leases zset  KEYS[16] the owner's usage for the day of the job's reservation
--- (a waiting job's reservation for its batch is given back: it will never be settled)
+-- KEYS[15] leases zset  KEYS[16] the owner's usage for the day of the job's reservation made
+-- by the release before (one pool in the job hash)  KEYS[17] the owner's reservations (by
+-- deadline)  KEYS[18] their records  ARGV[8..] the reservations of the job's provider batches
+-- (a waiting job's reservations for its batch are given back: they will never be settled)
 -- KEYS[10..14] the owner's state indexes: queued, running, succeeded, failed zsets and
 -- the expiries zset (jobs.keys.owner_state_indexes); the job moves between them here.
 local state = redis.call('HGET', KEYS[1], 'state')
@@ -29,6 +31,7 @@ if state == 'queued' or waiting then
       end
       redis.call('HSET', KEYS[1], f, 0)
     end
+    for i = 8, #ARGV do release_reservation(KEYS[17], KEYS[18], ARGV[i]) end
     return 'waiting'
   end
 elseif state == 'running' then

@@ -6,18 +6,21 @@
 -- KEYS[1] job hash  KEYS[2] leases zset  KEYS[3] items hash  KEYS[4] rq job hash
 -- KEYS[5] rq started registry  KEYS[6] rejected-writes counter
 -- KEYS[7] job usage hash (per attempt, per item)  KEYS[8] owner's usage for the UTC day
--- KEYS[9] the model's usage totals
+-- KEYS[9] the model's usage totals  KEYS[10] the owner's reservations (by deadline)
+-- KEYS[11] their records (the usage JSON's "r" names the ones this write settles)
 -- ARGV[1] job_id  ARGV[2] token  ARGV[3] now  ARGV[4] lease_seconds
 -- ARGV[5] done ('' = count of stored items)  ARGV[6] total ('' = unchanged)
 -- ARGV[7] item index ('' = none)  ARGV[8] item JSON  ARGV[9] rq started member ('' = none)
 -- ARGV[10] renew ('1' extends the lease; '0' records progress only: an orphaned work-horse)
--- ARGV[11] usage JSON ('' = none; see add_usage_once)  ARGV[12] UTC day (YYYY-MM-DD)
+-- ARGV[11] usage JSON ('' = none; see add_usage_once)  ARGV[12] the UTC day (YYYY-MM-DD) its
+-- calls were admitted on, which KEYS[8] is
 -- ARGV[13] attempt number  ARGV[14] usage hash ttl  ARGV[15] owner day ttl
 -- Returns {1, cancel_requested, done} or {0} when the token is superseded (zombie write).
 local usage = nil
 if ARGV[11] ~= '' then
   usage = cjson.decode(ARGV[11])
-  add_usage_once(KEYS[1], KEYS[7], KEYS[8], KEYS[9], usage, ARGV[2], ARGV[12], ARGV[13], ARGV[14], ARGV[15])
+  add_usage_once(KEYS[1], KEYS[7], KEYS[8], KEYS[9], usage, ARGV[2], ARGV[12], ARGV[13], ARGV[14], ARGV[15],
+    KEYS[10], KEYS[11])
 end
 if not holds_lease(KEYS[1], ARGV[2], KEYS[6]) then return {0} end
 local now = tonumber(ARGV[3])

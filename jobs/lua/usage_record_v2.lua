@@ -4,9 +4,12 @@
 -- of the release before), a write sent again after its reply was lost counts once: the worker
 -- now retries it through a Redis blip, and add_usage_once knows the repeat.
 -- KEYS[1] job hash  KEYS[2] job usage hash  KEYS[3] owner's usage for the UTC day
--- KEYS[4] the model's usage totals
--- ARGV[1] token  ARGV[2] usage JSON (see add_usage_once)  ARGV[3] UTC day  ARGV[4] attempt number
+-- KEYS[4] the model's usage totals  KEYS[5] the owner's reservations (by deadline)
+-- KEYS[6] their records (the usage JSON's "r" names the ones this write settles)
+-- ARGV[1] token  ARGV[2] usage JSON (see add_usage_once)  ARGV[3] the UTC day its calls were
+-- admitted on, which KEYS[3] is  ARGV[4] attempt number
 -- ARGV[5] usage hash ttl  ARGV[6] owner day ttl
 -- Returns 1.
-add_usage_once(KEYS[1], KEYS[2], KEYS[3], KEYS[4], cjson.decode(ARGV[2]), ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+add_usage_once(KEYS[1], KEYS[2], KEYS[3], KEYS[4], cjson.decode(ARGV[2]), ARGV[1], ARGV[3], ARGV[4], ARGV[5],
+  ARGV[6], KEYS[5], KEYS[6])
 return 1

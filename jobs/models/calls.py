@@ -46,6 +46,7 @@ The two hooks, the only places the loop looks at the cost of a call:
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -152,6 +153,7 @@ class ModelBackend:
         connection = ctx.connection if ctx else connect()
         self.limit = ModelRateLimit(connection, s.name, rpm=s.rpm, tpm=s.tpm)
         self.gate = ConcurrencyGate(SharedLimit(connection, s.name, _item_concurrency()), ctx.job_id if ctx else "")
+        self._held = threading.local()  # per thread: the call being sent and the reservation it holds
         try:
             self.daily_limits = budget.owner_daily_limits()  # read once per attempt: every call checks them
             self.price = prices.price_for(s.name, s.url or self.default_url)  # None: no price known, cost unknown
@@ -254,21 +256,26 @@ class ModelBackend:
 
     def _before_call(self, request: CallRequest, worst_case_tokens: int) -> None:
         """Before each send (see the module's docstring). Inside a job: one round trip
-        (model_admit_v1) takes the call's rate turn, checks the lease (a zombie spends
+        (model_admit_v2) takes the call's rate turn, checks the lease (a zombie spends
         nothing) and reserves the call's worst case against the job's and the owner's daily
-        budgets; a call that would pass one is never sent (BudgetReached). Outside a job:
-        the rate turn only."""
+        budgets; a call that would pass one is never sent (BudgetReached). The same call sent
+        again (a 429, a changed request) keeps its reservation rather than reserving twice.
+        Outside a job: the rate turn only."""
         if self.ctx is None:
             self._wait_turn()
             return
         worst_nusd = None
         if self.price is not None:
             worst_nusd = self.price.nano_usd(worst_case_tokens - request.max_tokens, request.max_tokens)
+        if getattr(self._held, "request", None) is not request:
+            self._held.request, self._held.reservation = request, None
         while True:
             admission = budget.admit(
                 self.ctx.connection, self.limit.keys, self.limit.ms_per_request, self.limit.ms_per_token,
                 self.settings.max_inline_wait, self.ctx.attempt, worst_case_tokens, worst_nusd,
-                daily_limits=self.daily_limits)
+                daily_limits=self.daily_limits, reservation=self._held.reservation,
+                hold=budget.call_hold(self.settings.timeout + self.settings.connect_timeout, self.ctx.attempt),
+                extend=self.ctx.meter.reservations(self.settings.name))
             if admission.code == budget.PAUSED:
                 raise RetryLater(admission.wait_seconds,
                                  f"the model server asked to wait {admission.wait_seconds:g}s (429)")
@@ -277,7 +284,8 @@ class ModelBackend:
             if admission.code == budget.OVER_BUDGET:
                 raise budget.BudgetReached(admission.refusal)
             if admission.code == budget.ADMITTED:  # reserved: the item's write settles it
-                self.ctx.meter.reserved(self.settings.name, worst_case_tokens, worst_nusd)
+                self._held.reservation = admission.reservation
+                self.ctx.meter.reserved(self.settings.name, admission.reservation, admission.day)
             if admission.wait_seconds > 0:
                 self._sleep(admission.wait_seconds)
             if admission.code != budget.TOKENS_SPENT:

@@ -2,15 +2,22 @@
 (``LEASH_OWNER_DAILY_TOKENS``, ``LEASH_OWNER_DAILY_USD``).
 
 A budget is checked before a call is sent, never after: ``admit`` reserves the call's worst
-case in Redis (model_admit_v1), shared by every worker, and the item write settles it with
-the real usage. When the next call would pass a budget the job launches nothing new, stores
-what is in flight, and fails with an error that starts ``budget reached`` -- replayable with a
+case in Redis (model_admit_v2), shared by every worker, and the item write settles it with
+the real usage. Each call's reservation stands alone, on the owner's UTC day it was made, with
+a deadline after which the call can no longer be paid for (``hold``): the item write settles
+it, or the owner's next admission after the deadline gives it back -- whichever attempt of
+whichever job that is. A call sent again (a 429) keeps its reservation.
+
+When the next call would pass a budget the job launches nothing new, stores what is in
+flight, and fails with an error that starts ``budget reached`` -- replayable with a
 larger budget (``leash replay --budget-tokens N``), resuming from its checkpoint.
 """
 
 from __future__ import annotations
 
 import calendar
+import json
+import secrets
 import time
 from dataclasses import dataclass
 
@@ -43,7 +50,7 @@ class Budget:
         return {k: v for k, v in (("tokens", self.tokens), ("usd", self.usd)) if v is not None}
 
     def hash_fields(self) -> dict:
-        """The job hash's fields (model_admit_v1 reads them; a replay can raise them)."""
+        """The job hash's fields (model_admit_v2 reads them; a replay can raise them)."""
         fields: dict = {}
         if self.tokens is not None:
             fields["budget_tokens"] = self.tokens
@@ -97,8 +104,13 @@ def owner_over_daily(connection: Redis, owner: str, now: float | None = None) ->
     return None
 
 
-# model_admit_v1's answers.
+# model_admit_v2's answers.
 ADMITTED, TOKENS_SPENT, PAUSED, LEASE_LOST, OVER_BUDGET = 0, 1, 2, 3, 4
+#: Past a call's longest wait for its answer and its attempt's lease, the time its usage may
+#: still take to be written (the item's write, or the attempt's last one).
+RESERVATION_SLACK = 60.0
+#: Expired reservations an admission gives back at most (the rest: on the owner's next calls).
+PRUNED_PER_ADMISSION = 20
 
 
 @dataclass
@@ -106,28 +118,66 @@ class Admission:
     code: int
     wait_seconds: float = 0.0
     refusal: str | None = None  # the error text when OVER_BUDGET
+    reservation: str = ""  # when ADMITTED: the id the call's usage write settles
+    day: str = ""  # when ADMITTED: the UTC day the call is counted on (its reservation's)
+
+
+def new_reservation(job_id: str) -> str:
+    return f"{job_id}:{secrets.token_hex(8)}"
+
+
+def batch_reservation(job_id: str, number: int) -> str:
+    """The reservation of a job's provider batch (part ``number``): the same id for every
+    attempt and look, so a new attempt keeps one that still stands and the part's last
+    write settles it."""
+    return f"{job_id}:batch:{number}"
+
+
+def call_hold(call_seconds: float, attempt) -> float:
+    """How long a direct call's reservation stands: its longest wait for the answer, then the
+    attempt's lease (a worker that stalls is noticed within it) and the slack for the write."""
+    return call_seconds + attempt.lease_seconds + RESERVATION_SLACK
 
 
 def admit(connection: Redis, rate_keys: list[str], ms_per_request: float, ms_per_token: float,
           max_pause: float, attempt, worst_tokens: int, worst_nusd: int | None,
           now: float | None = None, now_ms: int | None = None,
-          daily_limits: tuple[int, int] | None = None) -> Admission:
+          daily_limits: tuple[int, int] | None = None, reservation: str | None = None,
+          hold: float | None = None, extend: list[str] | tuple = ()) -> Admission:
     """One round trip: the call's rate-limit turn, the lease, and the worst case reserved
     against the job's and the owner's budgets (``daily_limits``: owner_daily_limits(), which a
-    caller making many calls reads once)."""
+    caller making many calls reads once) under ``reservation`` (None: a new id; one that still
+    stands is kept, not reserved again) for ``hold`` seconds (None: a direct call's,
+    ``call_hold``); ``extend``: reservations whose usage will be written with this call's, held
+    as long. Expired reservations of the owner are given back first."""
     limit_tokens, limit_nusd = owner_daily_limits() if daily_limits is None else daily_limits
+    now = time.time() if now is None else now
     day = utc_day(now)
+    if hold is None:
+        hold = call_hold(get("LEASH_MODEL_TIMEOUT") + 10, attempt)
+    reservation = reservation or new_reservation(attempt.job_id)
+    owner = attempt.owner_name()
     reply = lua.run(
-        connection, "model_admit_v1",
-        keys=rate_keys + [keys.job(attempt.job_id), keys.usage_owner_day(attempt.owner_name(), day)],
+        connection, "model_admit_v2",
+        keys=rate_keys + [keys.job(attempt.job_id), keys.usage_owner_day(owner, day), keys.owner_reservations(owner),
+                          keys.owner_reservation_records(owner)],
         args=["" if now_ms is None else now_ms, ms_per_request, ms_per_token, int(max_pause * 1000), attempt.token,
-              int(worst_tokens), "" if worst_nusd is None else int(worst_nusd), day, limit_tokens, limit_nusd, DAY_TTL],
+              int(worst_tokens), "" if worst_nusd is None else int(worst_nusd), day, limit_tokens, limit_nusd, DAY_TTL,
+              now, reservation, now + hold, PRUNED_PER_ADMISSION, *extend],
     )
     code = int(reply[0])
     if code == OVER_BUDGET:
-        return Admission(code, refusal=refusal_text(attempt.owner_name(), *[str(decoded(r)) for r in reply[1:5]],
+        return Admission(code, refusal=refusal_text(owner, *[str(decoded(r)) for r in reply[1:5]],
                                                     worst_tokens=worst_tokens, day=day))
+    if code == ADMITTED:
+        return Admission(code, int(reply[1]) / 1000, reservation=reservation, day=str(decoded(reply[2])))
     return Admission(code, wait_seconds=int(reply[1]) / 1000 if len(reply) > 1 else 0.0)
+
+
+def reservation_day(connection: Redis, owner: str, reservation: str) -> str | None:
+    """The UTC day a reservation that still stands was made on (its usage is counted there)."""
+    raw = connection.hget(keys.owner_reservation_records(owner), reservation)
+    return json.loads(raw).get("day") if raw else None
 
 
 def refusal_text(owner: str, what: str, used: str, reserved: str, limit: str, worst_tokens: int = 0,

@@ -1,6 +1,8 @@
 """Usage on its way to Redis: each item's calls wait here, on the item's thread, until the
 write that stores the item carries them (heartbeat_v3) -- so accounting costs no extra round
-trip. Calls with no item to ride on are written by ``flush`` (usage_record_v2).
+trip. Calls with no item to ride on are written by ``flush`` (usage_record_v2). A call is
+counted on the owner's UTC day it was admitted on, where its reservation was held, so the
+write that settles the reservation lands in the same day: calls of different days wait apart.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from jobs import keys
@@ -30,7 +32,9 @@ def utc_day(now: float | None = None) -> str:
 
 @dataclass
 class Pending:
-    """Calls of one model not yet written: what they used, cost, and had reserved."""
+    """Calls of one model not yet written: what they used, cost, and the reservations they were
+    admitted under (settled by the write), on the UTC ``day`` they were admitted ('' = the
+    day of the write)."""
 
     model: str
     kind: str
@@ -41,8 +45,8 @@ class Pending:
     nusd: int = 0
     unpriced: int = 0
     estimated: int = 0
-    res_tokens: int = 0
-    res_nusd: int = 0
+    day: str = ""
+    reservations: list[str] = field(default_factory=list)
     #: Names the write that first carried these calls (Attempt.next_write_id): sent again --
     #: after a lost reply, or by the attempt's closing flush after the write gave up -- it is
     #: counted once (add_usage_once in jobs/lua/_lib.lua).
@@ -54,7 +58,7 @@ class Pending:
         return json.dumps({"w": self.write_id, "model": self.model, "kind": self.kind, "calls": self.calls,
                            "input": self.input, "output": self.output, "cached": self.cached, "nusd": self.nusd,
                            "unpriced": self.unpriced, "estimated": self.estimated,
-                           "res_tokens": self.res_tokens, "res_nusd": self.res_nusd}, separators=(",", ":"))
+                           "r": self.reservations}, separators=(",", ":"))
 
 
 class Meter:
@@ -66,21 +70,30 @@ class Meter:
         self._spilled: list[Pending] = []  # another model's calls on a thread: written at the end
         self._lock = threading.Lock()
 
-    def _mine(self, model: str) -> Pending:
+    def _mine(self, model: str, day: str = "") -> Pending:
         ident = threading.get_ident()
         pending = self._pending.get(ident)
-        if pending is None or pending.model != model:
-            if pending is not None and (pending.calls or pending.res_tokens):
+        if pending is None or pending.model != model or (day and pending.day and pending.day != day):
+            if pending is not None and (pending.calls or pending.reservations):
                 self._spilled.append(pending)
-            pending = self._pending[ident] = Pending(model, self.kind)
+            pending = self._pending[ident] = Pending(model, self.kind, day=day)
+        elif day and not pending.day:
+            pending.day = day
         return pending
 
-    def reserved(self, model: str, tokens: int, nusd: int | None) -> None:
-        """The call was admitted with this worst case reserved (settled when written)."""
+    def reserved(self, model: str, reservation: str, day: str) -> None:
+        """The call was admitted under ``reservation``, on the UTC ``day`` it is counted on
+        (settled when written). A call sent again keeps its reservation: named once."""
         with self._lock:
-            pending = self._mine(model)
-            pending.res_tokens += tokens
-            pending.res_nusd += nusd or 0
+            pending = self._mine(model, day)
+            if reservation not in pending.reservations:
+                pending.reservations.append(reservation)
+
+    def reservations(self, model: str) -> list[str]:
+        """This thread's reservations not yet settled (an item's calls are written together)."""
+        with self._lock:
+            pending = self._pending.get(threading.get_ident())
+            return list(pending.reservations) if pending is not None and pending.model == model else []
 
     def record(self, model: str, input_tokens: int, output_tokens: int, cached_input_tokens: int = 0,
                estimated: bool = False, price: Price | None = None, batch: bool = False) -> None:
@@ -119,13 +132,15 @@ class Meter:
 
 def write_args(attempt, pending: Pending | None, now: float) -> tuple[list[str], list]:
     """KEYS and ARGV that add ``pending`` to the job, its attempt, the owner's day and the
-    model (heartbeat_v3's KEYS[7..9] and ARGV[11..15]; usage_record_v2's)."""
+    model, and settle its reservations (heartbeat_v3's KEYS[7..11] and ARGV[11..15];
+    usage_record_v2's), on the day its calls were admitted."""
     if pending is None:
         # Nothing to count: the keys are passed but not touched.
-        return [keys.usage(attempt.job_id)] * 3, ["", "", attempt.number, 0, 0]
-    day = utc_day(now)
-    usage_keys = [keys.usage(attempt.job_id), keys.usage_owner_day(attempt.owner_name(), day),
-                  keys.usage_model(pending.model)]
+        return [keys.usage(attempt.job_id)] * 5, ["", "", attempt.number, 0, 0]
+    day = pending.day or utc_day(now)
+    owner = attempt.owner_name()
+    usage_keys = [keys.usage(attempt.job_id), keys.usage_owner_day(owner, day), keys.usage_model(pending.model),
+                  keys.owner_reservations(owner), keys.owner_reservation_records(owner)]
     if not pending.write_id:
         pending.write_id = attempt.next_write_id()
     return (usage_keys, [pending.encode(), day, attempt.number, attempt.usage_ttl, DAY_TTL])
@@ -137,7 +152,7 @@ def flush(attempt, pending: list[Pending], now: float | None = None) -> None:
     attempt's end: a write that still fails is logged, not raised over the attempt's outcome."""
     now = time.time() if now is None else now
     for entry in pending:
-        if not entry.calls and not entry.res_tokens:
+        if not entry.calls and not entry.reservations:
             continue
         usage_keys, args = write_args(attempt, entry, now)
         try:
