@@ -257,3 +257,19 @@ def test_calls_of_one_thread_wait_apart_per_day_and_an_items_earlier_calls_stay_
     second = budgets.admit(conn, RATE_KEYS, 0, 0, 0, attempt, 10, None, now=later, extend=[first.reservation])
     assert second.code == budgets.ADMITTED
     assert conn.zscore(keys.owner_reservations("alice"), first.reservation) == later + hold
+
+
+def test_an_items_calls_of_the_day_before_are_written_with_the_next_item_not_at_the_attempts_end(conn, env):
+    job_id = submit(conn)
+    attempt = lease.claim(conn, job_id, "leash", "w1", now=BEFORE_MIDNIGHT)
+    ctx = JobContext(attempt, {})
+    before = admit(conn, attempt, 50, now=BEFORE_MIDNIGHT)
+    ctx.meter.reserved("m", before.reservation, before.day)
+    ctx.meter.record("m", 30, 10)
+    after = admit(conn, attempt, 50, now=AFTER_MIDNIGHT)  # the item's next call, after midnight
+    ctx.meter.reserved("m", after.reservation, after.day)
+    ctx.meter.record("m", 20, 5)
+    ctx.checkpoint(0, "x")
+    assert conn.hget(keys.usage_owner_day("alice", DAY), "input_tokens") == b"30"
+    assert conn.hget(keys.usage_owner_day("alice", utc_day(AFTER_MIDNIGHT)), "input_tokens") == b"20"
+    assert conn.zcard(keys.owner_reservations("alice")) == 0 and conn.hget(keys.job(job_id), "in_flight_tokens") == b"0"

@@ -87,6 +87,9 @@ class JobContext:
             if usage is not None:
                 self.meter.keep(usage)  # paid for: the closing flush counts it (once, if this landed)
             raise
+        spilled = self.meter.take_spilled()  # rare: calls of another model or day, written apart
+        if spilled:
+            flush_usage(self.attempt, spilled)
         self._after_heartbeat(cancel_requested)
 
     def flush_usage(self, all_threads: bool = False) -> None:

@@ -67,7 +67,10 @@ class Meter:
     def __init__(self, kind: str):
         self.kind = kind
         self._pending: dict[int, Pending] = {}
-        self._spilled: list[Pending] = []  # another model's calls on a thread: written at the end
+        # A thread's finished calls of another model, or of the UTC day before: written with the
+        # next item (take_spilled), before their reservations' deadlines pass; and usage whose
+        # write raised (keep), for the attempt's closing flush.
+        self._spilled: list[Pending] = []
         self._lock = threading.Lock()
 
     def _mine(self, model: str, day: str = "") -> Pending:
@@ -122,6 +125,14 @@ class Meter:
         sends it again, under its first write id."""
         with self._lock:
             self._spilled.append(pending)
+
+    def take_spilled(self) -> list[Pending]:
+        """Calls of another model or day that no write has carried yet (kept ones wait for the
+        attempt's closing flush)."""
+        with self._lock:
+            spilled = [p for p in self._spilled if not p.write_id]
+            self._spilled = [p for p in self._spilled if p.write_id]
+        return spilled
 
     def take_all(self) -> list[Pending]:
         with self._lock:
