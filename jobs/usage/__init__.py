@@ -18,7 +18,7 @@ before it spends past a line.
     no item to store     usage_record_v2 counts it all the same (paid is paid)
     a provider batch     one reservation per part (budget.batch_reservation), kept by later
                          attempts, settled by the part's last write, its answers counted on
-                         its day; given back when the batch is canceled
+                         its day; given back when the job stops or the batch is left unread
 
 Costs are integers in nano-USD (1e-9 USD) so Redis adds them exactly; a price "per 1M tokens"
 is micro-USD per token, i.e. 1,000 nano-USD per token per dollar of price.
