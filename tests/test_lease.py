@@ -63,6 +63,19 @@ def test_heartbeat_renews_lease_records_progress_and_mirrors_into_rq_meta(conn):
     assert meta["note"] == "kept", "other meta keys must survive the progress mirror"
 
 
+def test_a_heartbeat_after_rq_deleted_the_running_job_does_not_recreate_rq_record(conn):
+    """rq-dashboard's Delete removes a running job's RQ record while the job runs on: its next
+    writes record progress in leash only. Mirrored into a record RQ no longer has, they would
+    leave a hash of a meta field alone, without an expiry, for good if the worker then died."""
+    job_id, attempt = claimed(conn)
+    conn.delete(keys.rq_job(job_id))
+    attempt.heartbeat(item=(0, json.dumps("x")), now=1001.0)
+    attempt.store_items([(1, '"y"', "0,0,0")], None, now=1002.0)
+    assert not conn.exists(keys.rq_job(job_id)), conn.hgetall(keys.rq_job(job_id))
+    assert states.status(conn, job_id, now=1002.0)["done"] == 2
+    assert conn.zscore(keys.LEASES, job_id) == pytest.approx(1002.0 + attempt.lease_seconds)
+
+
 def test_a_superseded_attempt_cannot_heartbeat_checkpoint_finish_or_fail(conn):
     job_id, zombie = claimed(conn)
     lease.reclaim(conn, job_id, "leash", "lease expired", now=2000.0)

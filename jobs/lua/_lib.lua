@@ -210,12 +210,16 @@ end
 -- kept in step with the lease (so RQ's abandoned-job sweep only ever acts after leash's reaper
 -- would have; RQ adds 60 s of slack to its scores too), and progress mirrored into RQ's meta
 -- blob (JSON serializer) for rq-dashboard, keeping its other keys. started_member '' = none.
+-- Only into a record RQ still has: RQ's tools (rq-dashboard's Delete) can delete a running
+-- job's record, and writing the mirror then would create a hash of a meta field alone, with
+-- no expiry, that nothing removes if the worker dies before RQ's own bookkeeping rewrites it.
 local function mirror_liveness(leases_key, started_key, rq_job_key, job_key, job_id, expires, started_member,
                                done, now)
   redis.call('ZADD', leases_key, expires, job_id)
   if started_member ~= '' then
     redis.call('ZADD', started_key, 'XX', expires + 60, started_member)
   end
+  if redis.call('EXISTS', rq_job_key) == 0 then return end
   local raw = redis.call('HGET', rq_job_key, 'meta')
   local ok, meta = pcall(cjson.decode, raw or '{}')
   if not ok or type(meta) ~= 'table' then meta = {} end
