@@ -29,7 +29,7 @@ from rq import Retry, get_current_job
 
 from jobs import keys, kinds
 from jobs.config import settings
-from jobs.core import clock, consistency, provider_batch
+from jobs.core import canceled_batch, clock, consistency, provider_batch
 from jobs.core.context import JobContext
 from jobs.core.lease import Attempt, Outcome, describe
 from jobs.errors import Canceled, HandOff, InvalidJob, LeaseLost, Parked, PermanentError, PlainWorker, RetryLater
@@ -81,6 +81,13 @@ def execute(kind_name: str, payload: dict, attempt: Attempt | None = None) -> di
     except Exception as exc:
         attempt.fail(describe(exc), permanent=False)
         raise
+
+
+def count_canceled_batch(job_id: str, batch_ids: list[str], canceled_at: float) -> None:
+    """RQ's entry point for a look at a canceled job's provider batches
+    (``canceled_batch.LOOK``: its dotted path is stored in each scheduled look, so it never
+    moves). Not a leash job: no attempt, no lease; any worker of the queue runs it."""
+    canceled_batch.look(get_current_job().connection, backends.get_backend(), job_id, batch_ids, canceled_at)
 
 
 def _refuse_plain_worker() -> None:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobs import keys
 from jobs.config import get, settings
-from jobs.core import batch_looks, clock, lua
+from jobs.core import batch_looks, canceled_batch, clock, lua
 from jobs.core.lease import Outcome
 from jobs.errors import Canceled, ItemError, LeaseLost, NeedsDirect, Parked, PermanentError
 from jobs.usage import budget
@@ -370,10 +370,12 @@ def open_batch_ids(connection, job_id: str) -> list[str]:
 
 def cancel_at_provider(connection, job_id: str, backend) -> None:
     """After ``cancel`` of a waiting batch job (``control.WAITING``): its provider batches are
-    canceled, through ``backend`` (the door's: ``jobs.models.backends.get_backend()``)."""
+    canceled, through ``backend`` (the door's: ``jobs.models.backends.get_backend()``), and what
+    they answered before the cancel is counted once they have ended (``canceled_batch``)."""
     ids = open_batch_ids(connection, job_id)
     if ids:
         cancel_parts(backend, ids, job_id)
+        canceled_batch.schedule(connection, job_id, ids, clock.wall())
 
 
 def run(ctx: JobContext, backend, spec: BatchSpec, payload: dict, direct: Callable[[Any], Any]) -> list[Any]:

@@ -1,0 +1,138 @@
+"""What a canceled batch answered before its cancel, counted.
+
+A person cancels a batch job waiting at its provider (``leash cancel``, the API, the job page):
+the job ends canceled at once and its provider batches are canceled
+(``provider_batch.cancel_at_provider``). The provider still bills the requests it completed
+before the cancel, and returns them once the canceled batch has ended (OpenAI: ``cancelling``
+-> ``cancelled`` with an output file; Anthropic: ``canceling`` -> ``ended``, those requests
+``succeeded``). So the cancel schedules a look (a plain RQ job: RQ's scheduler runs in every
+``leash worker``) that reads each canceled batch once it has ended and counts the usage of every
+answered request -- at the batch price, to the job, its owner's UTC day and the model -- and
+stores nothing: the job stays canceled. A batch that has not ended within
+LEASH_BATCH_CANCEL_GRACE of the cancel is given up, with one WARNING.
+
+Counted once, whatever happens around it:
+
+- each look schedules the next one *before* it reads, so a worker killed mid-look leaves the
+  next look in place (the chain ends when every batch is counted or given up);
+- a batch's answers are one usage write whose once-only id names the batch (add_usage_once in
+  jobs/lua/_lib.lua): a second look that reads the same batch -- a look repeated after a worker
+  died, two workers at once -- writes usage that is not counted again;
+- the ``cancel_counted:<batch id>`` marker in the job's batch record tells later looks that
+  the batch is done, and ``cancel_gave_up`` lets exactly one look say the WARNING.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from redis import Redis
+from rq.exceptions import NoSuchJobError
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from jobs import keys
+from jobs.config import get, settings
+from jobs.core import clock, lua, rq_side
+from jobs.usage.meter import DAY_TTL, Meter, utc_day
+
+log = logging.getLogger("leash.batch")
+
+#: The function RQ runs for each look. RQ stores this dotted path in every scheduled look, so it
+#: never moves and is never renamed: a look scheduled before a deploy must still run after it.
+#: It sits beside ``jobs.runner.execute`` (the other path RQ stores) in the one module that may
+#: reach both this core and the model backends a look needs.
+LOOK = "jobs.runner.count_canceled_batch"
+#: Once-only id of a batch's usage write (slot and sequence of add_usage_once): the write is
+#: sent under the batch id as its token, so each batch is counted at most once.
+WRITE_ID = "cancel:1"
+COUNTED, GAVE_UP = "cancel_counted:", "cancel_gave_up"
+
+
+def schedule(connection: Redis, job_id: str, batch_ids: list[str], canceled_at: float,
+             at: float | None = None) -> str:
+    """Schedule a look at the job's canceled ``batch_ids`` (at ``at``, by default one
+    LEASH_BATCH_POLL_SECONDS from now, never past the grace). Returns RQ's job id."""
+    now = clock.wall()
+    if at is None:
+        at = min(now + get("LEASH_BATCH_POLL_SECONDS"), canceled_at + get("LEASH_BATCH_CANCEL_GRACE"))
+    queue_name = (connection.hget(keys.job(job_id), "queue") or b"").decode() or settings().queue
+    ttl = settings().result_ttl
+    look = rq_side.rq_queue(connection, queue_name).enqueue_at(
+        datetime.fromtimestamp(max(at, now), UTC), LOOK, job_id, list(batch_ids), canceled_at,
+        result_ttl=0, failure_ttl=ttl, description=f"count what the canceled batch of job {job_id} answered")
+    return look.id
+
+
+def look(connection: Redis, backend: Any, job_id: str, batch_ids: list[str], canceled_at: float) -> None:
+    """One look (RQ runs it through ``LOOK``): count each canceled batch that has ended; past the
+    grace, give up on the rest; else look again later. ``backend`` is the configured model
+    backend (``jobs.models.backends.get_backend()``)."""
+    record = keys.provider_batches(job_id)
+    counted = connection.hmget(record, [COUNTED + b for b in batch_ids]) if batch_ids else []
+    left = [b for b, done in zip(batch_ids, counted, strict=True) if done is None]
+    if not left:
+        return
+    now = clock.wall()
+    grace = get("LEASH_BATCH_CANCEL_GRACE")
+    if now - canceled_at >= grace:
+        if connection.hsetnx(record, GAVE_UP, repr(now)):
+            connection.expire(record, 2 * settings().result_ttl)
+            log.warning("job %s: the canceled batch %s did not end within LEASH_BATCH_CANCEL_GRACE (%gs) of the "
+                        "cancel: what it answered before the cancel is not counted", job_id, ", ".join(left), grace)
+        return
+    successor = schedule(connection, job_id, left, canceled_at)  # first: a look that dies leaves the next
+    for batch_id in left:
+        try:
+            if not backend.batch_poll(batch_id).ended:
+                continue
+            calls = _count(connection, backend, job_id, batch_id)
+        except Exception as exc:  # noqa: BLE001 - the provider may answer at the next look
+            log.warning("job %s: could not read the canceled batch %s (%s: %s); it is looked at again",
+                        job_id, batch_id, type(exc).__name__, str(exc)[:300])
+            continue
+        connection.hset(record, COUNTED + batch_id, calls)
+        connection.expire(record, 2 * settings().result_ttl)
+        log.info("job %s: the canceled batch %s answered %d request(s) before the cancel; counted",
+                 job_id, batch_id, calls)
+        left = [b for b in left if b != batch_id]
+    if not left:
+        _drop(connection, successor)
+
+
+def _count(connection: Redis, backend: Any, job_id: str, batch_id: str) -> int:
+    """Count the usage of every request ``batch_id`` answered (billed, whether or not the job
+    could have used the answer) in one write; items the job stored before the cancel were
+    counted with them. Returns the calls this batch answered."""
+    stored = {int(i) for i in connection.hkeys(keys.items(job_id)) if i.isdigit()}
+    kind, owner, attempts = (v.decode() if v else "" for v in
+                             connection.hmget(keys.job(job_id), "kind", "owner", "attempts"))
+    model = backend.settings.name
+    meter = Meter(kind)
+    seen: set[str] = set()
+    for name, _outcome, used in backend.batch_results(batch_id):
+        head, _, tail = name.rpartition("-")
+        if used is None or name in seen or (head == job_id and tail.isdigit() and int(tail) in stored):
+            continue
+        seen.add(name)
+        meter.record(model, used.input_tokens, used.output_tokens, used.cached_input_tokens or 0,
+                     used.estimated, backend.price, batch=True)
+    pending = meter.take()
+    if pending is None or not pending.calls:
+        return 0
+    pending.write_id = WRITE_ID
+    day = utc_day(clock.wall())
+    lua.run(connection, "usage_record_v2",
+            keys=[keys.job(job_id), keys.usage(job_id), keys.usage_owner_day(owner, day), keys.usage_model(model)],
+            args=[batch_id, pending.encode(), day, attempts or 0, settings().result_ttl + 24 * 3600, DAY_TTL])
+    return pending.calls
+
+
+def _drop(connection: Redis, rq_job_id: str) -> None:
+    """Every batch is counted: the look scheduled next has nothing to do."""
+    try:
+        Job.fetch(rq_job_id, connection=connection, serializer=JSONSerializer).delete()
+    except NoSuchJobError:
+        pass
