@@ -3,7 +3,7 @@ processes against the loopback providers' batch APIs, through the official SDKs.
 canceled at once; once the canceled batch has ended, the usage of every request it answered is
 counted at the batch price (job, owner's day, model) and nothing is stored; a batch that never
 ends is given up after LEASH_BATCH_CANCEL_GRACE with one WARNING; a deploy mid-count, a look
-repeated or two at once count once."""
+repeated or two at once count once; a replay does not count the batch again."""
 
 from __future__ import annotations
 
@@ -181,3 +181,58 @@ def test_the_look_rq_runs_is_where_its_stored_path_says():
     """RQ stores the look's dotted path in every scheduled look: it must resolve."""
     module, _, name = canceled_batch.LOOK.rpartition(".")
     assert callable(getattr(importlib.import_module(module), name))
+
+
+def test_a_replay_after_the_count_asks_the_items_directly_and_counts_the_batch_once(conn, workers, any_provider):
+    from tests.test_items_workers import ended, stored
+
+    server = any_provider
+    job_id, _ = submit_batch(conn, "r", 6)
+    workers.start()
+    waiting(conn, job_id)
+    batch_id = only_batch(server)
+    server.batches.run_first(batch_id, 2)
+    _cancel(conn, job_id)
+    server.batches.advance(batch_id)
+    wait_for(lambda: _job_calls(conn, job_id) == 2, 30, message="the 2 answered requests counted")
+    result = CliRunner().invoke(main, ["replay", "--", job_id])
+    assert result.exit_code == 0, result.output
+    final = ended(conn, job_id)
+    assert final["state"] == "succeeded", final["error"]
+    assert stored(conn, job_id) == {i: f"echo: Say r{i}" for i in range(6)}
+    assert len(server.requests) == 6 and server.batches.created == 1  # the canceled batch is not read again
+    assert final["usage"]["calls"] == 2 + 6  # what the canceled batch answered, then the direct calls
+
+
+def test_a_look_whose_work_horse_is_killed_mid_read_is_looked_at_again_and_counts_once(conn, workers, any_provider):
+    import os
+    from urllib.parse import urlsplit
+
+    import psutil
+
+    server = any_provider
+    job_id, _ = submit_batch(conn, "k", 7)
+    worker = workers.start()
+    waiting(conn, job_id)
+    batch_id = only_batch(server)
+    server.batches.run_first(batch_id, 3)
+    _cancel(conn, job_id)
+    reading, release = _hold_results(server)
+    server.batches.advance(batch_id)
+    assert reading.wait(30)
+    port = urlsplit(server.url).port
+
+    def reader():  # the work-horse: the worker's child talking to the provider
+        for pid in workers.children(worker):
+            try:
+                if any(c.raddr and c.raddr.port == port for c in psutil.Process(pid).net_connections("tcp")):
+                    return pid
+            except psutil.NoSuchProcess:
+                continue
+        return None
+
+    os.kill(wait_for(reader, 10, message="the work-horse reading the batch"), signal.SIGKILL)
+    release.set()
+    wait_for(lambda: _job_calls(conn, job_id) == 3, 30, message="the next look to count the 3 answers")
+    wait_for(lambda: _no_look_left(conn), 30, message="the looks at the canceled batch to stop")
+    assert _job_calls(conn, job_id) == 3 and len(server.batches.batch_billed) == 3

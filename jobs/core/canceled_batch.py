@@ -19,11 +19,15 @@ Counted once, whatever happens around it:
   jobs/lua/_lib.lua): a second look that reads the same batch -- a look repeated after a worker
   died, two workers at once -- writes usage that is not counted again;
 - the ``cancel_counted:<batch id>`` marker in the job's batch record tells later looks that
-  the batch is done, and ``cancel_gave_up`` lets exactly one look say the WARNING.
+  the batch is done, and ``cancel_gave_up`` lets exactly one look say the WARNING;
+- a counted batch is also marked read to its end (``ended:<part>``): a replay of the job asks
+  its items directly instead of reading (and counting) the batch again; a look that finds the
+  job replayed stops, its own looks reading the batch with its items.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 from datetime import UTC, datetime
 from typing import Any
@@ -36,6 +40,7 @@ from rq.serializers import JSONSerializer
 from jobs import keys
 from jobs.config import get, settings
 from jobs.core import clock, lua, rq_side
+from jobs.core.batch_looks import LOOK_AGAIN
 from jobs.usage.meter import DAY_TTL, Meter, utc_day
 
 log = logging.getLogger("leash.batch")
@@ -71,8 +76,11 @@ def look(connection: Redis, backend: Any, job_id: str, batch_ids: list[str], can
     grace, give up on the rest; else look again later. ``backend`` is the configured model
     backend (``jobs.models.backends.get_backend()``)."""
     record = keys.provider_batches(job_id)
+    if connection.hget(keys.job(job_id), "state") not in (b"failed", None):
+        return  # replayed: the job's own looks read its batches (and count them with its items)
+    parts = _parts(connection, record)
     counted = connection.hmget(record, [COUNTED + b for b in batch_ids]) if batch_ids else []
-    left = [b for b, done in zip(batch_ids, counted, strict=True) if done is None]
+    left = [b for b, done in zip(batch_ids, counted, strict=True) if done is None and not parts[b][1]]
     if not left:
         return
     now = clock.wall()
@@ -89,11 +97,17 @@ def look(connection: Redis, backend: Any, job_id: str, batch_ids: list[str], can
             if not backend.batch_poll(batch_id).ended:
                 continue
             calls = _count(connection, backend, job_id, batch_id)
-        except Exception as exc:  # noqa: BLE001 - the provider may answer at the next look
-            log.warning("job %s: could not read the canceled batch %s (%s: %s); it is looked at again",
-                        job_id, batch_id, type(exc).__name__, str(exc)[:300])
-            continue
-        connection.hset(record, COUNTED + batch_id, calls)
+        except Exception as exc:  # noqa: BLE001 - judged below: the provider may answer at the next look
+            if not _gone(backend, exc):
+                log.warning("job %s: could not read the canceled batch %s (%s: %s); it is looked at again",
+                            job_id, batch_id, type(exc).__name__, str(exc)[:300])
+                continue
+            log.warning("job %s: the canceled batch %s cannot be read (%s: %s): what it answered before the "
+                        "cancel is not counted", job_id, batch_id, type(exc).__name__, str(exc)[:300])
+            calls = 0
+        # Read to its end: a replay of the job asks its items directly instead of reading it
+        # again (its answers' usage is counted here, not stored).
+        connection.hset(record, mapping={COUNTED + batch_id: calls, f"ended:{parts[batch_id][0]}": "1"})
         connection.expire(record, 2 * settings().result_ttl)
         log.info("job %s: the canceled batch %s answered %d request(s) before the cancel; counted",
                  job_id, batch_id, calls)
@@ -128,6 +142,20 @@ def _count(connection: Redis, backend: Any, job_id: str, batch_id: str) -> int:
             keys=[keys.job(job_id), keys.usage(job_id), keys.usage_owner_day(owner, day), keys.usage_model(model)],
             args=[batch_id, pending.encode(), day, attempts or 0, settings().result_ttl + 24 * 3600, DAY_TTL])
     return pending.calls
+
+
+def _parts(connection: Redis, record: str) -> dict[str, tuple[str, bool]]:
+    """Each batch id of the job's record: (its part number, whether it was read to its end)."""
+    raw = {k.decode(): v.decode() for k, v in connection.hgetall(record).items()}
+    parts = {v: (k[3:], raw.get(f"ended:{k[3:]}") == "1") for k, v in raw.items() if k.startswith("id:")}
+    return collections.defaultdict(lambda: ("", True), parts)  # a batch no longer recorded: nothing to do
+
+
+def _gone(backend: Any, exc: Exception) -> bool:
+    """The provider refused the read for good (no such batch, a refusal): no look will do better."""
+    judge = getattr(backend, "look_failure", None)
+    verdict = judge(exc) if judge is not None else None
+    return verdict is not None and verdict[0] != LOOK_AGAIN
 
 
 def _drop(connection: Redis, rq_job_id: str) -> None:
