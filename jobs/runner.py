@@ -54,6 +54,7 @@ def execute(kind_name: str, payload: dict, attempt: Attempt | None = None) -> di
         finally:
             ctx.flush_usage(all_threads=True)  # calls no item write carried (before the outcome)
         summary = _fitting_summary(attempt.job_id, summary)
+        ctx.restore_lost_items()  # a failover may have lost some: never succeed without them
         attempt.finish(summary)
         return summary
     except LeaseLost:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from jobs import keys
+from jobs import keys, kinds, runner
 from jobs.core import control, lease
 from jobs.core.batch import NotStarted
 from jobs.core.context import JobContext
@@ -99,6 +99,34 @@ def test_items_are_stored_as_they_finish_and_done_counts_stored_items(conn, env)
     slow_may_finish.set()
     worker.join(10)
     assert _stored(conn, attempt.job_id) == {0, 1, 2, 3}
+
+
+def test_results_redis_lost_after_they_were_stored_are_stored_again_before_the_job_ends(conn, env, monkeypatch):
+    """A failover loses the writes the replica had not received, while the attempt goes on under
+    the new primary: before it ends, what it stored and Redis no longer holds is stored again."""
+    items = [f"i{n}" for n in range(6)]
+    attempt, ctx = _running(conn, items)
+    results = ctx.for_each(items, lambda item: item.upper())
+    conn.hdel(keys.items(attempt.job_id), "1", "4")  # acknowledged, then lost with the old primary
+    assert ctx.restore_lost_items() == 2
+    assert {int(k): v for k, v in conn.hgetall(keys.items(attempt.job_id)).items()} == {
+        n: f'"{r}"'.encode() for n, r in enumerate(results)}
+    assert conn.hget(keys.job(attempt.job_id), "done") == b"6"
+    assert ctx.restore_lost_items() == 0  # nothing lost: one read, no write
+
+    # The runner does it before every finish: a job never succeeds without what it stored.
+    job_id, _ = enqueue(conn, "count", {"items": items, "delay": 0})
+    claimed = lease.claim(conn, job_id, "leash", "test-worker")
+
+    def run_then_lose_one(ctx_, payload):
+        out = ctx_.for_each(payload["items"], lambda item: item)
+        conn.hdel(keys.items(job_id), "0")
+        return {"items": len(out)}
+
+    monkeypatch.setattr(kinds.KINDS["count"], "func", run_then_lose_one)
+    runner.execute("count", {"items": items, "delay": 0}, attempt=claimed)
+    assert conn.hget(keys.job(job_id), "state") == b"succeeded"
+    assert conn.hlen(keys.items(job_id)) == 6
 
 
 def test_a_resumed_batch_skips_every_stored_item(conn, env):

@@ -32,6 +32,9 @@ from jobs.usage.meter import flush as flush_usage
 
 log = logging.getLogger("leash.context")
 
+#: Results stored again per write by restore_lost_items.
+RESTORE_CHUNK = 500
+
 class JobContext:
     def __init__(self, attempt: Attempt, payload: dict, model_factory: Callable[[JobContext], Any] | None = None,
                  batch_runner: Callable[..., list] | None = None):
@@ -45,6 +48,10 @@ class JobContext:
         self.meter = Meter(attempt.kind)  # model calls' usage, until the item write carries it
         self._stop: StopSignal | None = None  # set while a for_each batch runs
         self._renewer: Renewer | None = None
+        # Every result this attempt stored (index -> JSON), to put back what Redis lost before
+        # the job ends: see restore_lost_items.
+        self._stored: dict[int, str] = {}
+        self._stored_lock = threading.Lock()
 
     @property
     def model(self):
@@ -87,10 +94,35 @@ class JobContext:
             if usage is not None:
                 self.meter.keep(usage)  # paid for: the closing flush counts it (once, if this landed)
             raise
+        self.stored([(index, encoded)])
         spilled = self.meter.take_spilled()  # rare: calls of another model or day, written apart
         if spilled:
             flush_usage(self.attempt, spilled)
         self._after_heartbeat(cancel_requested)
+
+    def stored(self, entries: Iterable[tuple]) -> None:
+        """Remember results this attempt's writes stored: ``(index, result JSON, ...)``."""
+        with self._stored_lock:
+            self._stored.update((entry[0], entry[1]) for entry in entries)
+
+    def restore_lost_items(self) -> int:
+        """Store again the results this attempt stored that Redis no longer holds, before the job
+        ends. A failover to a replica loses the writes it had not yet received, yet the attempt
+        may go on under the new primary (its claim had arrived, its lease not yet run out): it
+        must not end ``succeeded`` without items it believes stored. Returns how many."""
+        with self._stored_lock:
+            stored = dict(self._stored)
+        if not stored:
+            return 0
+        present = {int(i) for i in self.connection.hkeys(keys.items(self.job_id))}
+        lost = sorted(set(stored) - present)
+        if not lost:
+            return 0
+        log.warning("job %s: %d item result(s) this attempt stored are no longer in Redis (writes lost in a "
+                    "failover?); storing them again", self.job_id, len(lost))
+        for start in range(0, len(lost), RESTORE_CHUNK):
+            self.attempt.store_items([(i, stored[i], "") for i in lost[start:start + RESTORE_CHUNK]], None)
+        return len(lost)
 
     def flush_usage(self, all_threads: bool = False) -> None:
         """Write the usage of calls no item write carried (an item that failed, an attempt

@@ -284,8 +284,11 @@ class BatchRun:
     def _store(self, chunk: list, usage: Pending) -> Pending:
         if not chunk:
             flush(self.ctx.attempt, [usage])  # nothing to store: its calls and reservation all the same
-        elif self.ctx.attempt.store_items(chunk, usage if usage.calls or usage.reservations else None):
-            raise Canceled()
+        else:
+            cancel_requested = self.ctx.attempt.store_items(chunk, usage if usage.calls or usage.reservations else None)
+            self.ctx.stored(chunk)
+            if cancel_requested:
+                raise Canceled()
         chunk.clear()  # a hand-off waits for the park: every answer read is stored first
         return Pending(self.model, self.ctx.attempt.kind, day=usage.day)
 
