@@ -280,7 +280,7 @@ class Bench:
                    worker_cpu_s=cpu_after - cpu_before, redis_cpu_s=redis_cpu_after - redis_cpu_before,
                    scripts_s=(scripts_after - scripts_before) / 1e6, server_cpu_s=server_after - server_before,
                    usage_calls=int(fields["usage_calls"]) if "usage_calls" in fields else None,
-                   reserved_left=int(fields["reserved_tokens"]) if "reserved_tokens" in fields else None)
+                   reserved_left=_reserved_left(fields))
 
     def close(self) -> None:
         self.children.cleanup()
@@ -356,6 +356,15 @@ def report(runs: list[Run], order: list[str], n: int, baseline: str) -> dict:
         print(f"- {label}: {x['items_per_s']}")
     return summary
 
+
+
+def _reserved_left(fields: dict) -> int | None:
+    """Tokens still reserved once the job ended: per-call reservations' running sum
+    (``in_flight_tokens``), or the one pool per job of trees before them (``reserved_tokens``)."""
+    for name in ("in_flight_tokens", "reserved_tokens"):
+        if name in fields:
+            return int(fields[name])
+    return None
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
