@@ -77,6 +77,31 @@ def conn(env):
     client.close()
 
 
+#: Batch tests' look interval: short, so a test waits seconds, not minutes.
+BATCH_POLL = "0.5"
+
+
+def batch_settings(env, server):
+    """Settings for a batch-mode test against ``server`` (a loopback provider), which the test
+    moves on itself."""
+    env.setenv("LEASH_BATCH_POLL_SECONDS", BATCH_POLL)
+    env.setenv("LEASH_LEASE_SECONDS", "3")
+    server.batches.auto = False
+    return server
+
+
+@pytest.fixture
+def batch_env(env, model_server):
+    """The loopback OpenAI-compatible server's Batch API, for a batch-mode test."""
+    return batch_settings(env, model_server)
+
+
+@pytest.fixture
+def any_provider(env, provider_server):
+    """Each provider's loopback server (OpenAI's Batch API, Anthropic's Message Batches)."""
+    return batch_settings(env, provider_server)
+
+
 class Workers:
     """Starts ``leash worker`` processes and kills every one of them (and their work-horses
     and scheduler children) by pid at the end of the test."""

@@ -18,8 +18,8 @@ from cli import main
 from jobs import keys
 from jobs.core import canceled_batch, clock, states
 from jobs.usage.meter import utc_day
-from tests.conftest import wait_for
-from tests.test_batch_jobs import _batch_settings, only_batch, submit_batch, waiting
+from tests.conftest import batch_settings, wait_for
+from tests.test_batch_jobs import only_batch, submit_batch, waiting
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ PRICES = '{"fake-model": {"input": 1.0, "output": 2.0}}'
 def any_provider(env, provider_server):
     """Each provider's loopback server (OpenAI's Batch API, Anthropic's Message Batches)."""
     env.setenv("LEASH_MODEL_PRICES", PRICES)
-    return _batch_settings(env, provider_server)
+    return batch_settings(env, provider_server)
 
 
 def _cancel(conn, job_id: str) -> None:

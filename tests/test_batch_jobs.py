@@ -23,27 +23,6 @@ from tests.test_items_workers import ended, stored
 
 pytestmark = pytest.mark.slow
 
-POLL = "0.5"
-
-
-def _batch_settings(env, server):
-    env.setenv("LEASH_BATCH_POLL_SECONDS", POLL)
-    env.setenv("LEASH_LEASE_SECONDS", "3")
-    server.batches.auto = False  # the test moves the batch on
-    return server
-
-
-@pytest.fixture
-def batch_env(env, model_server):
-    return _batch_settings(env, model_server)
-
-
-@pytest.fixture
-def any_provider(env, provider_server):
-    """Each provider's loopback server (OpenAI's Batch API, Anthropic's Message Batches)."""
-    return _batch_settings(env, provider_server)
-
-
 def waiting(conn, job_id) -> dict:
     return wait_for(lambda: (s := states.status(conn, job_id))["batch"] and s["batch"]["phase"] == "waiting" and s,
                     30, message=f"job {job_id} to wait at the provider")

@@ -16,21 +16,10 @@ from cli import main
 from jobs import keys
 from jobs.core import batch_looks, clock, states
 from tests.conftest import wait_for
-from tests.test_batch_jobs import _batch_settings, only_batch, submit_batch, waiting
+from tests.test_batch_jobs import only_batch, submit_batch, waiting
 from tests.test_items_workers import ended, stored
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def batch_env(env, model_server):
-    return _batch_settings(env, model_server)
-
-
-@pytest.fixture
-def any_provider(env, provider_server):
-    """Each provider's loopback server (OpenAI's Batch API, Anthropic's Message Batches)."""
-    return _batch_settings(env, provider_server)
 
 
 def _phase(conn, job_id, phase: str, timeout: float = 30) -> dict:

@@ -22,8 +22,8 @@ from jobs import keys
 from jobs.core import consistency, lease, states
 from jobs.core.rq_side import rq_queue
 from jobs.enqueue import enqueue
-from tests.conftest import wait_for
-from tests.test_batch_jobs import _batch_settings, _hold, only_batch, submit_batch, waiting
+from tests.conftest import batch_settings, wait_for
+from tests.test_batch_jobs import _hold, only_batch, submit_batch, waiting
 from tests.test_idle_sweep import idle_sweep_commands
 from tests.test_items_workers import ended, stored
 
@@ -122,7 +122,7 @@ def test_a_late_look_blames_missing_workers_only_when_no_worker_is_alive(conn):
 @pytest.fixture
 def slow_looks(env, model_server):
     """Looks a minute apart: the test, not the poll, decides when a look is due."""
-    server = _batch_settings(env, model_server)
+    server = batch_settings(env, model_server)
     env.setenv("LEASH_BATCH_POLL_SECONDS", "60")
     return server
 
