@@ -294,6 +294,13 @@ def owner_reservation_records(owner: str) -> str:
     return f"{PREFIX}reservations:{len(owner)}:{owner}:records"
 
 
+def reservation_owners() -> str:
+    """Sorted set of the owners holding budget reservations, each by the earliest deadline it
+    may hold: the reaper counts the abandoned calls of an owner who makes no more calls
+    (reservations_sweep_v1)."""
+    return f"{PREFIX}reservations:owners"
+
+
 def usage_model(model: str) -> str:
     """Hash of one model's all-time usage and cost (``/metrics``)."""
     return f"{PREFIX}usage:model:{model}"
@@ -309,7 +316,7 @@ PERMANENT = (
     LEASES, CANCELS, FAILED_INDEX, ACTIVE, BATCH_LOOKS, SWEEP_CURSOR, SWEEP_ROTATION, SWEEP_QUEUES_SEEN,
     SWEEP_OWNERS_SEEN,
     REJECTED_WRITES, RECLAIMS, STATS_TOTALS,
-    REPLAY_AUDIT, MODELS, model_concurrency("*"), usage_model("*"),
+    REPLAY_AUDIT, MODELS, model_concurrency("*"), usage_model("*"), reservation_owners(),
     STATE_INDEX_READY, SCHEMA,
 )
 

@@ -54,8 +54,8 @@ class FakeAnthropic(FakeOpenAI):
         # Anthropic's documented header; this SDK sends the key as a Bearer token.
         return headers.get("x-api-key") or super().api_key_of(headers)
 
-    def prompt_chars(self, body: dict) -> int:
-        return len(str(body.get("system", ""))) + super().prompt_chars(body)
+    def prompt_text(self, body: dict) -> str:
+        return str(body.get("system", "")) + super().prompt_text(body)
 
     def invalid(self, body: dict) -> Error | None:
         # What Anthropic's Messages API refuses that an OpenAI-compatible server takes.

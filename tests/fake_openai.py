@@ -64,7 +64,7 @@ class Reply:
     def result(self, server: FakeOpenAI, seen: Seen) -> tuple[int, dict, tuple[int, int] | None]:
         """The status, body and billed (prompt, completion) tokens of this answer."""
         text = self.text if self.text is not None else server.answer(seen.item)
-        usage = (server.prompt_chars(seen.body) // 4 + 1, len(text) // 4 + 1)
+        usage = (server.billed_tokens(server.prompt_text(seen.body)), billed_tokens(text))
         body = server.answer_body(seen, text, self.finish_reason, usage if self.report_usage else None)
         return 200, body, usage if self.report_usage else None
 
@@ -115,6 +115,14 @@ class Trickle:
                 handler.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             pass
+
+
+def billed_tokens(text: str) -> int:
+    """What this stand-in bills for ``text``, as a real tokenizer would, roughly: ~4 ASCII
+    characters a token, 2 tokens for any other character (common kanji are 1, rarer ones 2-3):
+    Japanese costs far more than characters / 4, never more than its UTF-8 bytes."""
+    ascii_chars = sum(1 for c in text if c < "\x80")
+    return ascii_chars // 4 + 2 * (len(text) - ascii_chars) + 1
 
 
 def send_json(handler, status: int, body: dict, headers: dict | None = None) -> bool:
@@ -201,8 +209,15 @@ class FakeOpenAI:
 
         return OpenAIBatchAPI(self)
 
+    def prompt_text(self, body: dict) -> str:
+        return "".join(str(m.get("content", "")) for m in body.get("messages", []))
+
     def prompt_chars(self, body: dict) -> int:
-        return sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
+        return len(self.prompt_text(body))
+
+    @staticmethod
+    def billed_tokens(text: str) -> int:
+        return billed_tokens(text)
 
     def answer_body(self, seen: Seen, text: str, finish_reason: str | None, usage: tuple[int, int] | None) -> dict:
         answer = {

@@ -29,9 +29,10 @@ class Recording(OpenAIBackend):
 def test_each_send_is_told_its_worst_case_before_and_its_usage_after(conn, model_server):
     backend = Recording()
     assert backend.complete("hello", max_tokens=100) == "echo: hello"
-    # prompt: 5 characters, about 2 tokens, + the 100 it may answer with; the fake server reports
-    # prompt and completion tokens at 4 characters a token, and no cached ones.
-    assert backend.hooks == [("before", 102), ("after", Usage(2, 3, None, estimated=False))]
+    # prompt: 5 bytes + the chat template's 4 a message and 8 a prompt (its bound in every
+    # script), + the 100 it may answer with; the fake server bills ASCII at 4 characters a
+    # token, and reports no cached ones.
+    assert backend.hooks == [("before", 5 + 4 + 8 + 100), ("after", Usage(2, 3, None, estimated=False))]
 
 
 def test_a_send_that_fails_is_settled_with_no_usage_before_it_is_sent_again(conn, model_server):
@@ -39,15 +40,15 @@ def test_a_send_that_fails_is_settled_with_no_usage_before_it_is_sent_again(conn
     backend = Recording()
     assert backend.complete("busy", max_tokens=10) == "echo: busy"
     assert [(hook, value if hook == "before" else value is None) for hook, value in backend.hooks] == [
-        ("before", 12), ("after", True), ("before", 12), ("after", False)]
+        ("before", 26), ("after", True), ("before", 26), ("after", False)]
 
 
-def test_usage_a_server_does_not_report_is_estimated_at_four_characters_a_token():
+def test_usage_a_server_does_not_report_is_estimated_at_four_ascii_characters_a_token():
     request = CallRequest([{"role": "user", "content": "x" * 41}], max_tokens=8)
-    assert request.worst_case_tokens() == 11 + 8
+    assert request.worst_case_tokens() == 41 + 4 + 8 + 8  # the bound: bytes, not characters / 4
     usage = estimated_usage(request, "y" * 10)
     assert usage.estimated and usage.cached_input_tokens is None
-    assert usage.total_tokens == (41 + 10) // 4 + 1  # what the TPM limit has always been charged
+    assert (usage.input_tokens, usage.output_tokens) == (41 // 4 + 1, 10 // 4 + 1)
     silent = SimpleNamespace(usage=None)
     assert _usage(silent, request, "y" * 10) == usage
     reported = SimpleNamespace(usage=SimpleNamespace(

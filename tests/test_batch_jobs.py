@@ -193,7 +193,8 @@ def test_a_batch_reserves_its_worst_case_first_and_its_usage_is_priced_at_the_ba
                                          "budget": {"tokens": 10_000}})
     waiting(conn, job_id)
     reserved = int(conn.hget(keys.job(job_id), "in_flight_tokens"))
-    assert reserved == sum(len(f"Say {item}") // 4 + 1 + 16 for item in items)  # every request's worst case
+    # every request's worst case: its bytes, the chat template's 4 + 8, and its max_tokens
+    assert reserved == sum(len(f"Say {item}".encode()) + 4 + 8 + 16 for item in items)
     owner = conn.hget(keys.job(job_id), "owner").decode()
     day_key = keys.usage_owner_day(owner, utc_day())
     assert int(conn.hget(day_key, "reserved_tokens")) == reserved

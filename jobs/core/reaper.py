@@ -42,9 +42,11 @@ SWALLOWED_AFTER = 5.0
 
 class Reaper:
     def __init__(self, connection: Redis, name: str, interval: float, queue_names: tuple[str, ...] = (),
-                 adopt_requeues=None):
+                 adopt_requeues=None, count_abandoned_calls=None):
         self.connection = connection
         self.adopt_requeues = adopt_requeues  # jobs.deadletter.adopt_requeues, from the worker
+        # jobs.usage.budget.sweep_reservations, from the worker (money is a layer above the core).
+        self.count_abandoned_calls = count_abandoned_calls
         self.name = name
         self.interval = interval
         self.queue_names = queue_names
@@ -58,6 +60,8 @@ class Reaper:
         if not self.connection.set(keys.REAPER_THROTTLE, self.name, nx=True, px=int(self.interval * 1000)):
             return 0
         done = self.reap(now) + self.stop_unheeded_cancels(now) + self.requeue_swallowed(now)
+        if self.count_abandoned_calls is not None:
+            self.count_abandoned_calls(self.connection, now)
         state_index.backfill_step(self.connection, now=now)  # once per store: jobs older than the indexes
         return done + sum(consistency.sweep(self.connection, now, adopt_requeues=self.adopt_requeues).values())
 

@@ -63,6 +63,56 @@ local function drop_job_pool(job_key, day_key, day)
   redis.call('HDEL', job_key, 'reserved_by', 'reserved_day', 'reserved_tokens', 'reserved_nusd')
 end
 
+-- A call leash abandoned (its work-horse killed, its write never made) was probably paid for:
+-- when its reservation expires unsettled (model_admit_v3's records carry what it asked for: i
+-- input tokens estimated, o output tokens at most, ni their input cost, n the worst cost, m the
+-- model, k the kind, mk the model's totals key) it is counted as one estimated call -- its
+-- input, and the job's average answer (at most o) -- on the job, the owner's day and the model.
+-- A tombstone "est|<id>" (in the records, indexed in res_key for a day) remembers it, so that a
+-- late write of the real usage (a worker that held it through an outage) replaces the estimate
+-- instead of adding to it (undo_estimate).
+local ESTIMATE_FIELDS = {{'calls', 'calls'}, {'input', 'input_tokens'}, {'output', 'output_tokens'},
+  {'nusd', 'cost_nusd'}, {'unpriced', 'unpriced_calls'}, {'estimated', 'estimated_calls'}}
+
+local function add_estimate(e, sign)
+  local job_exists = redis.call('EXISTS', e.job) == 1
+  for _, f in ipairs(ESTIMATE_FIELDS) do
+    local n = (tonumber(e[f[1]]) or 0) * sign
+    if n ~= 0 then
+      if job_exists then redis.call('HINCRBY', e.job, 'usage_' .. f[2], n) end
+      if redis.call('EXISTS', e.day_key) == 1 or sign > 0 then
+        redis.call('HINCRBY', e.day_key, f[2], n)
+        redis.call('HINCRBY', e.day_key, 'by|' .. e.m .. '|' .. e.k .. '|' .. f[2], n)
+      end
+      redis.call('HINCRBY', e.mk, f[2], n)
+    end
+  end
+end
+
+local function estimate_abandoned(res_key, records_key, id, r, now)
+  local out = tonumber(r.o) or 0
+  local seen = redis.call('HMGET', r.job, 'usage_calls', 'usage_output_tokens', 'usage_estimated_calls')
+  local answered = (tonumber(seen[1]) or 0) - (tonumber(seen[3]) or 0)
+  if answered > 0 then out = math.min(out, math.ceil((tonumber(seen[2]) or 0) / (tonumber(seen[1]) or 1))) end
+  local worst, input_cost, max_out = tonumber(r.n) or 0, tonumber(r.ni) or 0, tonumber(r.o) or 0
+  local nusd = input_cost
+  if max_out > 0 then nusd = input_cost + math.floor((worst - input_cost) * out / max_out) end
+  local e = {job = r.job, day_key = r.day_key, mk = r.mk, m = r.m, k = r.k, calls = 1, input = r.i, output = out,
+    nusd = string.format('%d', nusd), unpriced = r.p == '0' and 1 or 0, estimated = 1}
+  add_estimate(e, 1)
+  redis.call('HSET', records_key, 'est|' .. id, cjson.encode(e))
+  redis.call('ZADD', res_key, tonumber(now) + 86400, 'est|' .. id)
+end
+
+-- The real usage of a call counted as abandoned arrived: take the estimate back out.
+local function undo_estimate(res_key, records_key, id)
+  local raw = redis.call('HGET', records_key, 'est|' .. id)
+  if not raw then return end
+  redis.call('HDEL', records_key, 'est|' .. id)
+  redis.call('ZREM', res_key, 'est|' .. id)
+  add_estimate(cjson.decode(raw), -1)
+end
+
 -- Add one batch of model-call usage (cjson-decoded table ``u``: model, kind, calls, input,
 -- output, cached, nusd, unpriced, estimated, and r: the ids of the reservations it settles) to
 -- the job's totals, the attempt's, the owner's UTC day and the model's, and settle the
@@ -98,7 +148,9 @@ local function add_usage(job_key, usage_key, day_key, model_key, u, token, day, 
   if res_key then
     -- Settle: each call's reservation (its worst case) goes; the real usage above took its place.
     if type(u.r) == 'table' then
-      for _, id in ipairs(u.r) do release_reservation(res_key, records_key, id) end
+      for _, id in ipairs(u.r) do
+        if not release_reservation(res_key, records_key, id) then undo_estimate(res_key, records_key, id) end
+      end
     end
     -- A pool the release before left to this attempt (a batch it parked): given back.
     if job_exists and redis.call('HGET', job_key, 'reserved_by') == token then drop_job_pool(job_key, day_key, day) end

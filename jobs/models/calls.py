@@ -46,10 +46,11 @@ The two hooks, the only places the loop looks at the cost of a call:
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -73,6 +74,8 @@ from jobs.models.provider import (
     CallRequest,
     Failure,
     Usage,
+    estimate_text_tokens,
+    prompt_bytes,
 )
 from jobs.models.rate import PAUSED, TOKENS_SPENT, ModelRateLimit
 from jobs.usage import budget, prices
@@ -86,6 +89,33 @@ log = logging.getLogger("leash.models")
 MAX_INLINE_429 = 5
 #: Wait after a 429 that names no delay.
 DEFAULT_RETRY_AFTER = 5.0
+#: A call that does not fit its budget while other calls hold room asks again after this
+#: long, then half as long again each time, up to ROOM_WAIT_MAX (it renews the lease meanwhile).
+ROOM_WAIT_FIRST = 0.2
+ROOM_WAIT_MAX = 2.0
+#: Input bounds tighten after this many answers to prompts of the same script, to this many
+#: times the most tokens per byte billed for them (see ModelBackend._input_bound).
+TIGHTEN_AFTER = 3
+TIGHTEN_MARGIN = 1.5
+
+
+class _WaitForRoom(Exception):
+    """The call does not fit a budget now, but calls in flight hold room they may free."""
+
+
+class _AskForLess(Exception):
+    """Nothing in flight can free room: the call may still ask for ``max_tokens`` output tokens."""
+
+    def __init__(self, max_tokens: int):
+        super().__init__(max_tokens)
+        self.max_tokens = max_tokens
+
+
+def _script(request: CallRequest) -> str:
+    """Prompts are bounded apart by script: mostly ASCII text, or any other."""
+    text = request.prompt_text
+    non_ascii = sum(1 for c in text if c >= "\x80")
+    return "ascii" if non_ascii * 10 <= len(text) else "other"
 
 
 class ModelUnavailable(Exception):
@@ -154,6 +184,11 @@ class ModelBackend:
         self.limit = ModelRateLimit(connection, s.name, rpm=s.rpm, tpm=s.tpm)
         self.gate = ConcurrencyGate(SharedLimit(connection, s.name, _item_concurrency()), ctx.job_id if ctx else "")
         self._held = threading.local()  # per thread: the call being sent and the reservation it holds
+        # What this attempt saw billed: the most tokens per prompt byte (and how many answers)
+        # per script, and the output tokens of its answers (sum, count).
+        self._learned = threading.Lock()
+        self._tokens_per_byte: dict[str, tuple[float, int]] = {}
+        self._answers_seen = (0, 0)
         try:
             self.daily_limits = budget.owner_daily_limits()  # read once per attempt: every call checks them
             self.price = prices.price_for(s.name, s.url or self.default_url)  # None: no price known, cost unknown
@@ -211,13 +246,26 @@ class ModelBackend:
     # --- the loop -------------------------------------------------------------------------
 
     def _call(self, request: CallRequest) -> str:
-        worst_case = request.worst_case_tokens()
         wait = DEFAULT_RETRY_AFTER
-        for _ in range(MAX_INLINE_429 + 1):
+        sends_429 = 0
+        room_wait = 0.0  # > 0: waiting for calls in flight to free room in a budget
+        while sends_429 <= MAX_INLINE_429:
+            if room_wait:
+                self._sleep(room_wait)
             epoch = self.gate.acquire(self.ctx.stopping() if self.ctx else None)
             outcome = answer = None
             try:
-                self._before_call(request, worst_case)
+                try:
+                    self._before_call(request, self._worst_case(request))
+                except _WaitForRoom:
+                    # The slot goes back while this call waits: other jobs' calls may use it.
+                    room_wait = min(ROOM_WAIT_MAX, max(ROOM_WAIT_FIRST, room_wait * 1.5))
+                    continue
+                except _AskForLess as less:
+                    request = replace(request, max_tokens=less.max_tokens, budget_cut=True)
+                    room_wait = 0.0
+                    continue
+                room_wait = 0.0
                 try:
                     with self._keepalive():
                         response = self._send(request)
@@ -238,13 +286,17 @@ class ModelBackend:
                         outcome = GATE_RATE_LIMITED
                         wait = DEFAULT_RETRY_AFTER if failure.wait is None else failure.wait
                         self.limit.pause(wait)  # every worker calling this model waits too
+                        sends_429 += 1
                         continue
                     if failure.kind == RESEND:
+                        sends_429 += 1
                         continue
                     if failure.kind == TIMED_OUT:
                         outcome = GATE_TIMED_OUT
+                        # Abandoned, not unanswered: the provider may still be generating, and bills it.
+                        self.record_usage(self._abandoned_usage(request))
                         raise ModelUnavailable(f"the model call timed out after {self.settings.timeout:g}s "
-                                               f"(LEASH_MODEL_TIMEOUT)") from exc
+                                               f"(LEASH_MODEL_TIMEOUT); counted as an estimate") from exc
                     if failure.kind == UNAVAILABLE:
                         raise ModelUnavailable(failure.message) from exc
                     raise PermanentError(failure.message) from exc
@@ -254,19 +306,98 @@ class ModelBackend:
             return self._text(answer, request)
         raise RetryLater(wait, f"the model server kept answering 429 (last Retry-After {wait:g}s)")
 
+    # --- what a call may cost -----------------------------------------------------------------
+
+    def _worst_case(self, request: CallRequest) -> int:
+        """The call's worst case: its input bound (tightened by the answers this attempt has
+        seen, see ``_input_bound``) plus every token it may answer with."""
+        return self._input_bound(request) + request.max_tokens
+
+    def _input_bound(self, request: CallRequest) -> int:
+        """At most the prompt's UTF-8 bytes (``CallRequest.input_bound``, which holds for every
+        script). Once this attempt has seen ``TIGHTEN_AFTER`` answers to prompts of the same
+        script (mostly ASCII, or not), tightened to ``TIGHTEN_MARGIN`` times the most tokens per
+        byte the provider billed for them: English prompts then reserve ~a third of their
+        bytes, not all of them, while a Japanese prompt in an English job is still held to its
+        bytes."""
+        strict = request.input_bound()
+        seen = self._tokens_per_byte.get(_script(request))
+        if seen is None or seen[1] < TIGHTEN_AFTER:
+            return strict
+        overhead = strict - prompt_bytes(request.messages)
+        return min(strict, math.ceil(prompt_bytes(request.messages) * seen[0] * TIGHTEN_MARGIN) + overhead)
+
+    def _learn(self, request: CallRequest, usage: Usage) -> None:
+        """Remember what the provider billed for this prompt (tokens per byte, by script) and
+        for its answer (the average, for estimates of abandoned calls)."""
+        if usage.estimated or usage.batch:
+            return
+        size = max(1, prompt_bytes(request.messages))
+        with self._learned:
+            script = _script(request)
+            most, count = self._tokens_per_byte.get(script, (0.0, 0))
+            self._tokens_per_byte[script] = (max(most, usage.input_tokens / size), count + 1)
+            self._answers_seen = (self._answers_seen[0] + usage.output_tokens, self._answers_seen[1] + 1)
+
+    def _estimated_input(self, request: CallRequest) -> int:
+        """The input tokens a call probably costs: from what this attempt saw billed, else
+        ``estimate_text_tokens``; never above the bound."""
+        seen = self._tokens_per_byte.get(_script(request))
+        if seen is not None and seen[1]:
+            guess = math.ceil(prompt_bytes(request.messages) * seen[0])
+        else:
+            guess = estimate_text_tokens(request.prompt_text)
+        return min(request.input_bound(), guess)
+
+    def _abandoned_usage(self, request: CallRequest) -> Usage:
+        """A call leash gave up on (timed out) was probably paid for: its input, and an answer
+        as long as this attempt's average (the whole max_tokens when it has seen none)."""
+        total, count = self._answers_seen
+        output = min(request.max_tokens, math.ceil(total / count)) if count else request.max_tokens
+        return Usage(input_tokens=self._estimated_input(request), output_tokens=output, estimated=True)
+
+    def _call_estimate(self, request: CallRequest) -> budget.CallEstimate:
+        input_tokens = self._estimated_input(request)
+        input_nusd = self.price.nano_usd(input_tokens, 0) if self.price is not None else 0
+        return budget.CallEstimate(self.settings.name, input_tokens, input_nusd, request.max_tokens)
+
+    def _output_that_fits(self, request: CallRequest, admission: budget.Admission, input_bound: int) -> int | None:
+        """When nothing in flight can free room: the most output tokens the budget still has room
+        for (at least MIN_OUTPUT_TOKENS, or the call's own max_tokens when that is fewer),
+        else None (the job stops)."""
+        if admission.what.endswith("_unpriced") or admission.room <= 0:
+            return None
+        if admission.what.endswith("tokens"):
+            fits = admission.room - input_bound
+        else:
+            if self.price is None:
+                return None
+            low, high = 0, request.max_tokens  # the most output whose worst cost fits the room
+            while low < high:
+                middle = (low + high + 1) // 2
+                if self.price.nano_usd(input_bound, middle) <= admission.room:
+                    low = middle
+                else:
+                    high = middle - 1
+            fits = low if self.price.nano_usd(input_bound, low) <= admission.room else 0
+        fits = min(fits, request.max_tokens - 1)
+        return fits if fits >= min(budget.MIN_OUTPUT_TOKENS, request.max_tokens) else None
+
     def _before_call(self, request: CallRequest, worst_case_tokens: int) -> None:
         """Before each send (see the module's docstring). Inside a job: one round trip
-        (model_admit_v2) takes the call's rate turn, checks the lease (a zombie spends
-        nothing) and reserves the call's worst case against the job's and the owner's daily
-        budgets; a call that would pass one is never sent (BudgetReached). The same call sent
-        again (a 429, a changed request) keeps its reservation rather than reserving twice.
-        Outside a job: the rate turn only."""
+        (model_admit_v3) checks the lease (a zombie spends nothing), reserves the call's worst
+        case against the job's and the owner's daily budgets and takes the call's rate turn.
+        A call that does not fit waits while other calls in flight hold room (``_WaitForRoom``),
+        else asks for the output tokens left (``_AskForLess``), else is never sent
+        (BudgetReached). The same call sent again (a 429, a changed request) keeps its
+        reservation rather than reserving twice. Outside a job: the rate turn only."""
         if self.ctx is None:
             self._wait_turn()
             return
+        input_bound = worst_case_tokens - request.max_tokens
         worst_nusd = None
         if self.price is not None:
-            worst_nusd = self.price.nano_usd(worst_case_tokens - request.max_tokens, request.max_tokens)
+            worst_nusd = self.price.nano_usd(input_bound, request.max_tokens)
         if getattr(self._held, "request", None) is not request:
             self._held.request, self._held.reservation = request, None
         while True:
@@ -275,13 +406,18 @@ class ModelBackend:
                 self.settings.max_inline_wait, self.ctx.attempt, worst_case_tokens, worst_nusd,
                 daily_limits=self.daily_limits, reservation=self._held.reservation,
                 hold=budget.call_hold(self.settings.timeout + self.settings.connect_timeout, self.ctx.attempt),
-                extend=self.ctx.meter.reservations(self.settings.name))
+                extend=self.ctx.meter.reservations(self.settings.name), call=self._call_estimate(request))
             if admission.code == budget.PAUSED:
                 raise RetryLater(admission.wait_seconds,
                                  f"the model server asked to wait {admission.wait_seconds:g}s (429)")
             if admission.code == budget.LEASE_LOST:
                 raise LeaseLost()
             if admission.code == budget.OVER_BUDGET:
+                if admission.can_wait:
+                    raise _WaitForRoom()
+                fits = self._output_that_fits(request, admission, input_bound)
+                if fits is not None:
+                    raise _AskForLess(fits)
                 raise budget.BudgetReached(admission.refusal)
             if admission.code == budget.ADMITTED:  # reserved: the item's write settles it
                 self._held.reservation = admission.reservation
@@ -297,6 +433,7 @@ class ModelBackend:
         if usage is None:
             return  # nothing was answered: the reservation is released when the item is written
         self.record_usage(usage)  # first: what follows may fail, and the call was paid for
+        self._learn(request, usage)
         try:
             self.limit.spend(usage.total_tokens)
         except redis.exceptions.RedisError as exc:
@@ -314,6 +451,11 @@ class ModelBackend:
 
     @staticmethod
     def _text(answer: Answer, request: CallRequest) -> str:
+        if answer.finish == CUT_OFF and request.budget_cut and not request.truncation_ok:
+            raise budget.BudgetReached(
+                f"budget reached: the last call asked for the {request.max_tokens:,} output tokens the budget had "
+                f"room for, and its answer was cut off there (paid for and counted) -- raise the budget with "
+                f"`leash replay --budget-tokens N -- <job id>` (or --budget-usd)")
         if answer.finish == CUT_OFF and not request.truncation_ok:
             raise ItemError(f"answer cut off at max_tokens={request.max_tokens}; raise LEASH_MODEL_MAX_TOKENS")
         if answer.text is None:

@@ -10,8 +10,12 @@ from email.utils import parsedate_to_datetime
 
 from jobs.core import clock
 
-#: Characters per token, for estimates where the server reports no usage.
+#: Characters per token of ASCII text, for estimates where the server reports no usage.
 CHARS_PER_TOKEN = 4
+#: Tokens a chat template may add around each message (role markers, separators) and around
+#: the whole prompt: part of the bound, since a provider bills them as input.
+TOKENS_PER_MESSAGE = 4
+TOKENS_PER_PROMPT = 8
 
 
 @dataclass(frozen=True)
@@ -22,13 +26,28 @@ class CallRequest:
     max_tokens: int  # already capped at LEASH_MODEL_MAX_TOKENS
     truncation_ok: bool = False
 
+    #: Set when a budget gave this call fewer output tokens than it asked for (what was left):
+    #: an answer cut off at ``max_tokens`` was cut by the budget, not by the model's limit.
+    budget_cut: bool = False
+
     @property
     def prompt_chars(self) -> int:
         return sum(len(m["content"]) for m in self.messages)
 
+    @property
+    def prompt_text(self) -> str:
+        return "".join(m["content"] for m in self.messages)
+
+    def input_bound(self) -> int:
+        """The most input tokens a provider can bill for this prompt, in every script: a
+        byte-level tokenizer (GPT's, Llama 3's, Qwen's; SentencePiece with byte fallback) never
+        makes more tokens than the text has UTF-8 bytes, and the chat template adds a few per
+        message. Characters / 4 is no bound: Japanese is about a token a character (3 bytes)."""
+        return prompt_bytes(self.messages) + TOKENS_PER_MESSAGE * len(self.messages) + TOKENS_PER_PROMPT
+
     def worst_case_tokens(self) -> int:
-        """The most this call can cost: its prompt, estimated, plus every token it may answer with."""
-        return estimate_tokens(self.prompt_chars) + self.max_tokens
+        """The most this call can cost: its input bound plus every token it may answer with."""
+        return self.input_bound() + self.max_tokens
 
 
 @dataclass(frozen=True)
@@ -111,16 +130,28 @@ def unreachable(base_url, exc: Exception) -> Failure:
     return Failure(UNAVAILABLE, f"cannot reach the model server at {base_url}: {exc.__cause__ or exc}")
 
 
+def prompt_bytes(messages: list[dict]) -> int:
+    return sum(len(m["content"].encode("utf-8", "surrogatepass")) for m in messages)
+
+
 def estimate_tokens(chars: int) -> int:
     """About four characters a token, rounded up (never 0)."""
     return chars // CHARS_PER_TOKEN + 1
 
 
+def estimate_text_tokens(text: str) -> int:
+    """About what a tokenizer makes of ``text``, in any script: ~4 ASCII characters a token, ~1
+    token for any other character (a CJK character, an accented letter, an emoji), rounded up
+    (never 0). An estimate for a server that reports no usage, not a bound."""
+    ascii_chars = sum(1 for c in text if c < "\x80")
+    return ascii_chars // CHARS_PER_TOKEN + (len(text) - ascii_chars) + 1
+
+
 def estimated_usage(request: CallRequest, text: str | None) -> Usage:
-    """Usage for a server that reports none: prompt and answer at ~4 characters a token."""
-    total = (request.prompt_chars + len(text or "")) // CHARS_PER_TOKEN + 1
-    input_tokens = min(total, estimate_tokens(request.prompt_chars))
-    return Usage(input_tokens=input_tokens, output_tokens=total - input_tokens, estimated=True)
+    """Usage for a server that reports none, estimated by ``estimate_text_tokens``."""
+    input_tokens = estimate_text_tokens(request.prompt_text)
+    return Usage(input_tokens=input_tokens, output_tokens=estimate_text_tokens(text or "") if text else 0,
+                 estimated=True)
 
 
 def retry_after_seconds(headers, now: float | None = None) -> float | None:

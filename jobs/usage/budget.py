@@ -8,9 +8,16 @@ a deadline after which the call can no longer be paid for (``hold``): the item w
 it, or the owner's next admission after the deadline gives it back -- whichever attempt of
 whichever job that is. A call sent again (a 429) keeps its reservation.
 
-When the next call would pass a budget the job launches nothing new, stores what is in
-flight, and fails with an error that starts ``budget reached`` -- replayable with a
-larger budget (``leash replay --budget-tokens N``), resuming from its checkpoint.
+A budget is a limit to spend up to, not a tripwire. When the next call's worst case does not
+fit but other calls in flight hold part of the room, the call waits for them to settle (the
+job shows that it waits, and for which budget); when nothing in flight can free room, the call
+asks for fewer output tokens -- what is left -- and only when not even ``MIN_OUTPUT_TOKENS``
+fit does the job stop: it stores what is in flight and fails with an error that starts
+``budget reached`` -- replayable with a larger budget (``leash replay --budget-tokens N``),
+resuming from its checkpoint.
+
+A reservation whose deadline passes unsettled belongs to a call leash abandoned (its
+work-horse was killed): it is counted as an estimated call rather than given back.
 """
 
 from __future__ import annotations
@@ -113,6 +120,11 @@ RESERVATION_SLACK = 60.0
 PRUNED_PER_ADMISSION = 20
 
 
+#: The fewest output tokens worth asking for when a budget has no room for a call's whole
+#: max_tokens: below this the job stops rather than ask for an answer too short to use.
+MIN_OUTPUT_TOKENS = 16
+
+
 @dataclass
 class Admission:
     code: int
@@ -120,6 +132,16 @@ class Admission:
     refusal: str | None = None  # the error text when OVER_BUDGET
     reservation: str = ""  # when ADMITTED: the id the call's usage write settles
     day: str = ""  # when ADMITTED: the UTC day the call is counted on (its reservation's)
+    #: When OVER_BUDGET: which budget ('job_tokens', 'owner_usd', ...), and its room left for
+    #: this call once every reservation is counted (tokens or nano-USD), and how much of what
+    #: is reserved other calls hold (they can free it: worth waiting for; 0: nothing can).
+    what: str = ""
+    room: int = 0
+    others: int = 0
+
+    @property
+    def can_wait(self) -> bool:
+        return self.code == OVER_BUDGET and self.others > 0
 
 
 def new_reservation(job_id: str) -> str:
@@ -143,13 +165,16 @@ def admit(connection: Redis, rate_keys: list[str], ms_per_request: float, ms_per
           max_pause: float, attempt, worst_tokens: int, worst_nusd: int | None,
           now: float | None = None, now_ms: int | None = None,
           daily_limits: tuple[int, int] | None = None, reservation: str | None = None,
-          hold: float | None = None, extend: list[str] | tuple = ()) -> Admission:
+          hold: float | None = None, extend: list[str] | tuple = (), call: CallEstimate | None = None
+          ) -> Admission:
     """One round trip: the call's rate-limit turn, the lease, and the worst case reserved
     against the job's and the owner's budgets (``daily_limits``: owner_daily_limits(), which a
     caller making many calls reads once) under ``reservation`` (None: a new id; one that still
     stands is kept, not reserved again) for ``hold`` seconds (None: a direct call's,
     ``call_hold``); ``extend``: reservations whose usage will be written with this call's, held
-    as long. Expired reservations of the owner are given back first."""
+    as long. ``call``: what a direct call asks for, kept in its reservation so that a call
+    abandoned unsettled is counted as an estimate (None: a provider batch). Expired
+    reservations of the owner are given back first (counted, for abandoned calls)."""
     limit_tokens, limit_nusd = owner_daily_limits() if daily_limits is None else daily_limits
     now = time.time() if now is None else now
     day = utc_day(now)
@@ -157,21 +182,55 @@ def admit(connection: Redis, rate_keys: list[str], ms_per_request: float, ms_per
         hold = call_hold(get("LEASH_MODEL_TIMEOUT") + 10, attempt)
     reservation = reservation or new_reservation(attempt.job_id)
     owner = attempt.owner_name()
+    call = call or CallEstimate()
     reply = lua.run(
-        connection, "model_admit_v2",
+        connection, "model_admit_v3",
         keys=rate_keys + [keys.job(attempt.job_id), keys.usage_owner_day(owner, day), keys.owner_reservations(owner),
-                          keys.owner_reservation_records(owner)],
+                          keys.owner_reservation_records(owner), keys.usage_model(call.model or "-"),
+                          keys.reservation_owners()],
         args=["" if now_ms is None else now_ms, ms_per_request, ms_per_token, int(max_pause * 1000), attempt.token,
               int(worst_tokens), "" if worst_nusd is None else int(worst_nusd), day, limit_tokens, limit_nusd, DAY_TTL,
-              now, reservation, now + hold, PRUNED_PER_ADMISSION, *extend],
+              now, reservation, now + hold, PRUNED_PER_ADMISSION, call.input_tokens, call.input_nusd,
+              call.model, attempt.kind, "" if call.max_output is None else call.max_output, owner, *extend],
     )
     code = int(reply[0])
     if code == OVER_BUDGET:
-        return Admission(code, refusal=refusal_text(owner, *[str(decoded(r)) for r in reply[1:5]],
-                                                    worst_tokens=worst_tokens, day=day))
+        what, used, reserved, limit, others = (str(decoded(r)) for r in reply[1:6])
+        return Admission(code, refusal=refusal_text(owner, what, used, reserved, limit, worst_tokens=worst_tokens,
+                                                    day=day),
+                         what=what, room=int(limit) - int(used) - int(reserved), others=int(others))
     if code == ADMITTED:
         return Admission(code, int(reply[1]) / 1000, reservation=reservation, day=str(decoded(reply[2])))
     return Admission(code, wait_seconds=int(reply[1]) / 1000 if len(reply) > 1 else 0.0)
+
+
+@dataclass(frozen=True)
+class CallEstimate:
+    """What a direct call asks for, for its reservation's record: the model, its input tokens
+    estimated and their cost, and the most output tokens it may be billed."""
+
+    model: str = ""
+    input_tokens: int = 0
+    input_nusd: int = 0
+    max_output: int | None = None
+
+
+#: Owners whose reservations the reaper looks at per round (the rest: next round).
+OWNERS_SWEPT_PER_ROUND = 20
+
+
+def sweep_reservations(connection: Redis, now: float | None = None) -> int:
+    """Count the abandoned calls of owners whose reservations' deadlines passed and who made no
+    call since (an admission does the same for its own owner). Returns reservations handled."""
+    now = time.time() if now is None else now
+    handled = 0
+    for raw in connection.zrangebyscore(keys.reservation_owners(), "-inf", now, start=0, num=OWNERS_SWEPT_PER_ROUND):
+        owner = str(decoded(raw))
+        handled += int(lua.run(connection, "reservations_sweep_v1",
+                               keys=[keys.reservation_owners(), keys.owner_reservations(owner),
+                                     keys.owner_reservation_records(owner)],
+                               args=[now, owner, PRUNED_PER_ADMISSION * 5]))
+    return handled
 
 
 def reservation_day(connection: Redis, owner: str, reservation: str) -> str | None:

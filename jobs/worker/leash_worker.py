@@ -43,6 +43,7 @@ from jobs.core.rq_side import EXECUTE
 from jobs.errors import CANCELED
 from jobs.models import backends
 from jobs.observability import logs
+from jobs.usage import budget
 from jobs.worker import scheduler_locks
 from jobs.worker.dequeue import LeashQueue
 from jobs.worker.full_redis import FullRedis, refused_for_memory
@@ -88,7 +89,8 @@ class LeashWorker(Shutdown, FullRedis, Worker):
             log.warning("%s: model jobs on this worker will fail until it is fixed", problem)
         self.job_monitoring_interval = max(1, int(self.tick_seconds))
         self.reaper = Reaper(self.connection, self.name, self.tick_seconds, tuple(self.queue_names()),
-                             adopt_requeues=deadletter.adopt_requeues)
+                             adopt_requeues=deadletter.adopt_requeues,
+                             count_abandoned_calls=budget.sweep_reservations)
         self._attempt: lease.Attempt | None = None
         logs.add_context_provider(self._log_context)
         self._handoff_deadline: float | None = None
