@@ -37,6 +37,8 @@ def _state(f: dict) -> str:
         state += ", its canceled batch ending at the provider (no worker held)"
     elif waiting_at_provider:
         state += ", waiting at the provider (no worker held)"
+    if f.get("budget_wait"):
+        state += f", {f['budget_wait']['text']}"
     return state
 
 

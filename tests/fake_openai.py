@@ -64,8 +64,13 @@ class Reply:
     def result(self, server: FakeOpenAI, seen: Seen) -> tuple[int, dict, tuple[int, int] | None]:
         """The status, body and billed (prompt, completion) tokens of this answer."""
         text = self.text if self.text is not None else server.answer(seen.item)
+        finish = self.finish_reason
+        # A provider never generates (nor bills) past the request's max_tokens: it cuts there.
+        limit = seen.body.get("max_completion_tokens") or seen.body.get("max_tokens")
+        while isinstance(limit, int) and text and billed_tokens(text) > limit:
+            text, finish = text[:-1], server.cut_off
         usage = (server.billed_tokens(server.prompt_text(seen.body)), billed_tokens(text))
-        body = server.answer_body(seen, text, self.finish_reason, usage if self.report_usage else None)
+        body = server.answer_body(seen, text, finish, usage if self.report_usage else None)
         return 200, body, usage if self.report_usage else None
 
     def respond(self, server: FakeOpenAI, handler: BaseHTTPRequestHandler, seen: Seen) -> None:

@@ -28,7 +28,7 @@ from jobs.core.details import details, look_is_late
 from jobs.core.rq_side import ENDED_BY_RQ, REMOVED, requeued_by_rq
 from jobs.core.text import decoded
 from jobs.errors import NoSuchJob
-from jobs.usage.report import job_usage
+from jobs.usage.report import budget_wait, job_usage
 
 
 class State(StrEnum):
@@ -50,7 +50,7 @@ FIELDS = ("job_id", "kind", "state", "done", "total", "result", "error", "stale"
           "canceled", "error_summary", "started_at", "finished_at", "elapsed_seconds", "items_per_second",
           "eta_seconds", "submitted", "labels", "template", "results_url", "waiting", "next_retry_at", "history",
           # What its model calls used and cost, and the budget it runs under (jobs/usage).
-          "usage", "cost_usd", "budget",
+          "usage", "cost_usd", "budget", "budget_wait",
           # What people call it (``leash submit --name``).
           "name",
           # Direct calls or the provider's batch API, and where a batch job's batch is.
@@ -158,7 +158,8 @@ def from_raw(job_id: str, raw: dict, rq_status: str | None, now: float | None = 
         "updated_at": clock.iso(_float(h.get("updated_at"))),
         "lease_expires_at": clock.iso(lease_expires_at) if state == State.RUNNING else None,
     } | details(job_id, h, state.value, error, rq_status, now, errors or [], history or [], retry_at, workers_alive) \
-      | job_usage(h) | {"name": h.get("name")} | batch_status(h, state.value)
+      | job_usage(h) | budget_wait(h, state == State.RUNNING) | {"name": h.get("name")} \
+      | batch_status(h, state.value)
 
 
 def batch_status(h: dict, state: str) -> dict[str, Any]:

@@ -31,8 +31,10 @@ def _figures(get) -> dict[str, Any]:
         "usage": {"calls": calls, "input_tokens": _int(get("input_tokens")),
                   "output_tokens": _int(get("output_tokens")),
                   "cached_input_tokens": _int(get("cached_input_tokens")),
-                  # Some calls' servers reported no usage: those figures are estimates.
-                  "estimated": _int(get("estimated_calls")) > 0},
+                  # Some calls' figures are estimates: their servers reported no usage, or leash
+                  # abandoned them (timed out, work-horse killed) and they were probably billed.
+                  "estimated": _int(get("estimated_calls")) > 0,
+                  "estimated_calls": _int(get("estimated_calls"))},
         # Unknown when any call's price is: a partial sum shown as the cost would be a guess.
         "cost_usd": None if unpriced else usd(_int(get("cost_nusd"))),
     }
@@ -48,6 +50,31 @@ def job_usage(h: dict[str, str | None]) -> dict[str, Any]:
         budget["usd"] = usd(_int(h["budget_nusd"]))
     out["budget"] = budget or None
     return out
+
+
+_WAITS = {
+    "job_tokens": "its budget in tokens", "job_usd": "its budget in USD",
+    "owner_tokens": "its owner's daily budget in tokens (LEASH_OWNER_DAILY_TOKENS)",
+    "owner_usd": "its owner's daily budget in USD (LEASH_OWNER_DAILY_USD)",
+}
+
+
+def budget_wait(h: dict[str, str | None], running: bool) -> dict[str, Any]:
+    """``budget_wait``: while a running job's next call waits for calls in flight (its own, or
+    for an owner's budget its owner's other jobs') to settle and free room in a budget, which
+    budget and since when; None otherwise. Set by model_admit_v3, cleared by its next call."""
+    raw = h.get("budget_wait") if running else None
+    if not raw or "|" not in raw:
+        return {"budget_wait": None}
+    what, _, since = raw.partition("|")
+    try:
+        since_at = float(since)
+    except ValueError:
+        return {"budget_wait": None}
+    whose = "its other calls in flight" if what.startswith("job") else "calls in flight of its owner's jobs"
+    return {"budget_wait": {
+        "budget": what, "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since_at)),
+        "text": f"waiting for room in {_WAITS.get(what, what)}: {whose} hold it until they settle"}}
 
 
 def item_usage(connection: Redis, job_id: str, indexes: list[int]) -> dict[int, dict[str, int]]:
