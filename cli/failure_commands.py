@@ -162,14 +162,21 @@ def replay_command(job_ids, kind, error_contains, since, dry_run, yes, actor, bu
         budget = Budget(budget_tokens, budget_usd)
     outcome = deadletter.replay(conn, matched, actor or deadletter.default_actor(), selector,
                                 skipped=selection.skipped, budget=budget)
-    _print_replay(as_json, "replayed", outcome.replayed, outcome.skipped, audit_id=outcome.audit_id)
+    _print_replay(as_json, "replayed", outcome.replayed, outcome.skipped, audit_id=outcome.audit_id,
+                  left_failed=outcome.left_failed)
+    if outcome.left_failed:  # the owner's queued cap: the same command works once some have started
+        count = len(outcome.left_failed)
+        click.echo(f"{count} job{'s' if count != 1 else ''} left failed: their owner is at the queued cap "
+                   "(LEASH_MAX_QUEUED_PER_OWNER); replay them again once some have started", err=True)
+        sys.exit(1)
 
 
-def _print_replay(as_json, verb, jobs, skipped, dry_run=False, audit_id=None):
+def _print_replay(as_json, verb, jobs, skipped, dry_run=False, audit_id=None, left_failed=()):
     if as_json:
         click.echo(json.dumps({"dry_run": dry_run, "replayed" if not dry_run else "would_replay":
                                [c.as_dict() for c in jobs],
                                "skipped": [{"job_id": i, "reason": r} for i, r in skipped],
+                               "left_failed": [{"job_id": i, "reason": r} for i, r in left_failed],
                                "audit_id": audit_id}))
         return
     click.echo(f"{verb} {len(jobs)} job{'s' if len(jobs) != 1 else ''}")
@@ -177,6 +184,8 @@ def _print_replay(as_json, verb, jobs, skipped, dry_run=False, audit_id=None):
         click.echo(f"  {c.job_id}  {c.kind:<14} {_short(clock.iso(c.failed_at))}  {c.error[:100]}")
     for job_id, reason in skipped:
         click.echo(f"  skipped {job_id}: {reason}")
+    for job_id, reason in left_failed:
+        click.echo(f"  {job_id} {reason}")
 
 
 @click.command("replay-log")

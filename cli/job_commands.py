@@ -22,7 +22,7 @@ from jobs.core import control, provider_batch, states
 from jobs.core.batch import CONCURRENCY_FIELD
 from jobs.core.text import printable
 from jobs.enqueue import enqueue
-from jobs.errors import InvalidJob, NoSuchJob
+from jobs.errors import InvalidJob, NoSuchJob, QueueFull
 from jobs.intake import admission
 from jobs.intake.modes import MODE_FIELD, MODES
 from jobs.models.backends import get_backend
@@ -168,6 +168,8 @@ def submit(kind, name, owner, token, idempotency_key, max_attempts, queue, item_
     try:
         job_id, created = enqueue(conn, kind, payload, owner=owner, max_attempts=max_attempts,
                                   idempotency_key=idempotency_key, queue=queue, name=name)
+    except QueueFull as exc:  # the place was taken by a submission racing this one (exit 1)
+        raise click.ClickException(str(exc)) from None
     except InvalidJob as exc:
         raise BadInput(in_flags(str(exc), field_texts)) from None
     if as_json:

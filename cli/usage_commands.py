@@ -7,7 +7,8 @@ import json
 import click
 
 from jobs.usage.meter import DAYS_KEPT
-from jobs.usage.report import cost_text, owner_usage
+from jobs.usage.prices import why_no_price
+from jobs.usage.report import cost_text, owner_usage, unpriced_models
 
 from .job_commands import acting_owner, owner_option
 from .redis_target import connect_checked
@@ -16,8 +17,9 @@ from .redis_target import connect_checked
 def _line(label: str, figures: dict) -> str:
     usage = figures["usage"]
     approx = "~" if usage["estimated"] else ""
+    cost = "cost unknown" if figures["cost_usd"] is None else cost_text(figures["cost_usd"], usage["calls"])
     return (f"{label:<32} {usage['calls']:>8,} {approx}{usage['input_tokens']:>13,} "
-            f"{approx}{usage['output_tokens']:>13,}  {cost_text(figures['cost_usd'], usage['calls'])}")
+            f"{approx}{usage['output_tokens']:>13,}  {cost}")
 
 
 @click.command("usage")
@@ -40,5 +42,7 @@ def usage_command(owner, token, days, as_json):
         for part in day["by"]:
             click.echo(_line(f"  {part['model'][:20]} / {part['kind'][:8]}", part))
     click.echo(_line(f"total, last {days} day(s)", report["total"]))
+    for model in unpriced_models(report):  # what "cost unknown" means, once per model
+        click.echo(f"cost unknown: {why_no_price(model)}")
     if not report["days"]:
         click.echo(f"owner {owner} made no model calls in the last {days} day(s)", err=True)

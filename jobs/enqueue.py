@@ -22,7 +22,7 @@ from jobs.config import Settings, settings
 from jobs.core import clock, payload_copy
 from jobs.core.rq_side import new_job_id, rq_job_for, rq_queue
 from jobs.errors import InvalidJob
-from jobs.intake import modes
+from jobs.intake import door, modes
 from jobs.intake.limits import check_payload
 from jobs.models import backends
 from jobs.usage import budget
@@ -121,8 +121,10 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
             max_attempts: int | None = None, idempotency_key: str | None = None,
             queue: str | None = None, now: float | None = None, name: str | None = None) -> tuple[str, bool]:
     """Enqueue a job; returns ``(job_id, created)``. With an idempotency key already used by
-    this owner, returns the first job's id and ``created=False`` and writes nothing. Quotas are
-    not checked here: the doors (API, form, ``leash submit``) ask ``jobs.intake.admission.check`` first.
+    this owner, returns the first job's id and ``created=False`` and writes nothing. The owner's
+    queued cap is taken here, in one step with its check (``jobs.intake.door``: QueueFull at the
+    cap); the doors (API, form, ``leash submit``) ask ``jobs.intake.admission.check`` first for
+    the other limits (daily budget, submission rate).
 
     The idempotency key is written in the same transaction as the job, so it never points at
     a job that does not exist: concurrent submissions with one key race on WATCH, the losers
@@ -141,27 +143,35 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
     queue_name = resolve_queue(queue, s.queues)
     idem_key = keys.idempotency(owner, idempotency_key) if idempotency_key else None
     q = rq_queue(connection, queue_name)
-    for _ in range(5):
-        job_id = new_job_id()
-        stamp = clock.wall() if now is None else now
-        with connection.pipeline() as pipe:
-            if idem_key:
-                pipe.watch(idem_key)
-                existing = pipe.get(idem_key)
-                if existing is not None:
-                    return existing.decode(), False
-                earlier = _job_of_legacy_key(connection, owner, idempotency_key)
-                if earlier is not None:
-                    return earlier, False
-                pipe.multi()
-                pipe.set(idem_key, job_id, ex=s.result_ttl)
-            registry, concurrency = _write_job(pipe, q, job_id, kind, payload, owner, max_attempts, total, stamp,
-                                               s, name)
-            try:
-                _execute_without_script_check(pipe, registry, concurrency)
-            except WatchError:
-                continue  # another submission with this key won; read its job id
-        return job_id, True
+    job_id = new_job_id()
+    door.take(connection, owner, job_id)  # QueueFull at the owner's cap; else a place is held
+    created = False
+    try:
+        for _ in range(5):
+            stamp = clock.wall() if now is None else now
+            with connection.pipeline() as pipe:
+                if idem_key:
+                    pipe.watch(idem_key)
+                    existing = pipe.get(idem_key)
+                    if existing is not None:
+                        return existing.decode(), False
+                    earlier = _job_of_legacy_key(connection, owner, idempotency_key)
+                    if earlier is not None:
+                        return earlier, False
+                    pipe.multi()
+                    pipe.set(idem_key, job_id, ex=s.result_ttl)
+                registry, concurrency = _write_job(pipe, q, job_id, kind, payload, owner, max_attempts, total,
+                                                   stamp, s, name)
+                door.written(pipe, owner, job_id)  # in the queued index and out of the holds at once
+                try:
+                    _execute_without_script_check(pipe, registry, concurrency)
+                except WatchError:
+                    continue  # another submission with this key won; read its job id
+            created = True
+            return job_id, True
+    finally:
+        if not created:
+            door.give_back(connection, owner, job_id)
     raise InvalidJob("the idempotency key is being used by many submissions at once; retry")
 
 

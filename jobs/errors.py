@@ -64,3 +64,14 @@ class Parked(LeashError):
 
 class PlainWorker(LeashError):
     """A leash job was taken by a plain RQ worker, which holds no lease; start `leash worker`."""
+
+
+class QueueFull(LeashError):
+    """Too many of this owner's jobs are waiting to run (LEASH_MAX_QUEUED_PER_OWNER)."""
+
+    #: The HTTP status the doors answer it with.
+    status = 429
+
+    def __init__(self, message: str | None = None, retry_after: int = 60):
+        super().__init__(message)
+        self.retry_after = retry_after

@@ -175,6 +175,14 @@ def owner_expiries(owner: str) -> str:
     return f"{PREFIX}owner:{owner}:expiries"
 
 
+def owner_door_holds(owner: str) -> str:
+    """Sorted set of the places an owner's submissions and replays took in the queued cap
+    (LEASH_MAX_QUEUED_PER_OWNER) and have not yet written, by job id, scored by when each hold
+    lapses (Redis time): the cap counts the owner's queued index plus these (jobs/intake/door.py).
+    The key expires with its last hold."""
+    return f"{PREFIX}owner:{owner}:door"
+
+
 def owner_state_indexes(owner: str) -> list[str]:
     """The KEYS block a state-changing script takes: one index per state of INDEXED_STATES,
     then the owner's expiries."""

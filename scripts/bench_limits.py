@@ -4,6 +4,7 @@
     python scripts/bench_limits.py                 # both parts
     python scripts/bench_limits.py --part storage  # Redis bytes per request byte at the limits
     python scripts/bench_limits.py --part stall    # 503 latencies while Redis is stalled
+    python scripts/bench_limits.py --part submitters  # 64 concurrent submitters against a queued cap of 20
 
 Storage: the largest classify and prompt requests the default limits allow (1,000 items filling
 LEASH_MAX_PAYLOAD_BYTES; the widest labels; the longest template), posted to the app and run
@@ -16,6 +17,11 @@ then 32 concurrent status reads; then the time from SIGCONT until ten answers in
 Ten runs in a row, each reported. Also measured in the same run: the server before (gunicorn,
 two processes, each learning of the stall on its own; when gunicorn is installed) and, as the
 baseline, the client the app used before the breaker (each request waits its own timeout).
+
+Submitters: 64 submissions released together (a barrier) against LEASH_MAX_QUEUED_PER_OWNER=20,
+ten runs in a row, each from an empty Redis: through ``leash web`` (64 HTTP clients, one POST
+/jobs each) and through ``jobs.enqueue`` in this process (64 threads over 8 connection pools);
+accepted and queued against the cap, each run reported.
 
 Everything runs on a Redis of its own on a free loopback port; nothing else is touched.
 """
@@ -218,9 +224,96 @@ def stall(redis_server: OwnRedis, children: Children) -> None:
               f"{statistics.median(recoveries):,.0f} / {max(recoveries):,.0f} ms |")
 
 
+# --- submitters ----------------------------------------------------------------------------
+
+SUBMITTERS = 64
+CAP = 20
+
+
+def _together(count: int, submit) -> list:
+    """``submit(i)`` on ``count`` threads released at once; each answer or exception."""
+    import threading
+
+    barrier = threading.Barrier(count)
+
+    def one(i: int):
+        barrier.wait(timeout=60)
+        try:
+            return submit(i)
+        except Exception as exc:  # a refusal (QueueFull) or anything else: counted as not accepted
+            return exc
+
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        return list(pool.map(one, range(count)))
+
+
+def _post_job(port: int) -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        connection.request("POST", "/jobs", body=json.dumps({"kind": "classify", "items": ["a"], "labels": ["x", "y"]}),
+                           headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+def submitters(redis_server: OwnRedis, children: Children) -> None:
+    import redis
+
+    from cli.devserver import free_port
+    from jobs import keys
+
+    print(f"\n## Submitters: {SUBMITTERS} at once against LEASH_MAX_QUEUED_PER_OWNER={CAP}, {RUNS} runs\n")
+    print("| path | accepted per run | queued per run | runs with exactly the cap |")
+    print("|---|---|---|---:|")
+    client = redis_server.client()
+    port = free_port()
+    env = dict(os.environ, REDIS_URL=redis_server.url, SECRET_KEY="bench", LEASH_API_TOKENS="",
+               LEASH_MAX_QUEUED_PER_OWNER=str(CAP))
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    server = children.start([sys.executable, "-m", "cli", "web", "--host", "127.0.0.1", "--port", str(port)], env,
+                            stderr=open(os.devnull, "wb"))  # noqa: SIM115 - the child owns it
+
+    def answers():
+        try:
+            return _request(port, "/healthz")[0] == 200
+        except OSError:
+            return False
+
+    if not wait_until(answers, 30):
+        raise SystemExit("leash web did not start")
+    results = {}
+    api = []
+    for _ in range(RUNS):
+        client.flushdb()
+        statuses = _together(SUBMITTERS, lambda i: _post_job(port))
+        api.append((statuses.count(202), client.zcard(keys.owner_state("shared", "queued"))))
+    results["API: leash web, POST /jobs"] = api
+    children.signal_tree(server, signal.SIGKILL)
+    server.wait(timeout=30)
+
+    os.environ.update(REDIS_URL=redis_server.url, LEASH_MAX_QUEUED_PER_OWNER=str(CAP))
+    from jobs.enqueue import enqueue
+
+    pools = [redis.Redis.from_url(redis_server.url) for _ in range(8)]
+    direct = []
+    for _ in range(RUNS):
+        client.flushdb()
+        answers_ = _together(SUBMITTERS, lambda i: enqueue(pools[i % 8], "classify", {"items": ["a"],
+                                                                                      "labels": ["x", "y"]},
+                                                           owner="bench"))
+        direct.append((sum(isinstance(a, tuple) for a in answers_), client.zcard(keys.owner_state("bench", "queued"))))
+    results["Python: jobs.enqueue, 64 threads"] = direct
+    for name, runs in results.items():
+        print(f"| {name} | {', '.join(str(a) for a, _ in runs)} | {', '.join(str(q) for _, q in runs)} | "
+              f"{sum(a == q == CAP for a, q in runs)} of {RUNS} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=["storage", "stall", "all"], default="all")
+    parser.add_argument("--part", choices=["storage", "stall", "submitters", "all"], default="all")
     args = parser.parse_args()
     os.chdir(ROOT)  # the servers import the app from here
     redis_server = OwnRedis().start()
@@ -230,6 +323,8 @@ def main() -> None:
             storage(redis_server, children)
         if args.part in ("stall", "all"):
             stall(redis_server, children)
+        if args.part in ("submitters", "all"):
+            submitters(redis_server, children)
     finally:
         children.cleanup()
         redis_server.close()

@@ -278,8 +278,10 @@ def test_prices_come_from_the_operator_then_the_maintained_table_and_never_from_
     assert price_for("my-model").nano_usd(1_000_000, 500_000) == 2_000_000_000  # $1 + $1
     table = price_for("gpt-4o-mini", provider_url="")  # api.openai.com: the table knows it
     assert table is not None and table.input == pytest.approx(0.15) and table.output == pytest.approx(0.6)
-    assert price_for("gpt-4o-mini", provider_url="http://127.0.0.1:8000/v1") is None  # your own server
+    # An address the table does not know (a proxy, your own server): the model's name decides.
+    assert price_for("gpt-4o-mini", provider_url="http://127.0.0.1:8000/v1").input == table.input
     assert price_for("smollm2-135m") is None
+    assert price_for("smollm2-135m", provider_url="http://127.0.0.1:8000/v1") is None
     for bad in ("not json", "[]", '{"m": {"input": -1, "output": 1}}', '{"m": {"input": 1}}'):
         with pytest.raises(ValueError, match="LEASH_MODEL_PRICES"):
             parse_overrides(bad)

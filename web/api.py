@@ -27,7 +27,7 @@ from flask import Blueprint, Response, current_app, jsonify, redirect, request, 
 from jobs import kinds
 from jobs.core import control, provider_batch, states
 from jobs.enqueue import check_name, enqueue
-from jobs.errors import InvalidJob, NoSuchJob
+from jobs.errors import InvalidJob, NoSuchJob, QueueFull
 from jobs.intake import admission
 from jobs.models.backends import get_backend
 from jobs.read import listing, results
@@ -107,6 +107,8 @@ def submit():
     try:
         job_id, created = enqueue(connection, kind, payload, owner=owner, max_attempts=max_attempts,
                                   idempotency_key=idempotency_key, queue=queue, name=name)
+    except QueueFull as exc:  # the place was taken by a submission racing this one
+        return api_error(exc.status, str(exc), {"Retry-After": str(exc.retry_after)})
     except InvalidJob as exc:
         missing = missing_field(str(exc), payload)
         if missing:

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from flask import Blueprint, make_response, render_template
 
 from jobs.read import overview
-from jobs.usage.report import cost_text, days_back, owner_usage
+from jobs.usage.report import cost_text, days_back, owner_usage, unpriced_models
 
 from . import charts
 from .auth import Need, browser_owner
@@ -60,12 +60,13 @@ def _tokens_per_day(connection, owner: str) -> charts.Chart:
               for d in days]
     total = report["total"]
     calls = total["usage"]["calls"]
+    cost = cost_text(total["cost_usd"], calls, unpriced_models(report))
     return charts.Chart(
         "tokens-per-day", "Your tokens per day",
         charts.bars(f"Tokens used per UTC day, last {USAGE_DAYS} days", [d[5:] for d in days], tokens, "tokens",
                     tick_every=2, unit="tokens"),
         f"{sum(tokens):,} tokens in {calls:,} model calls over the last {USAGE_DAYS} days, "
-        f"{cost_text(total['cost_usd'], calls)}" + ("; ~ some figures are estimates" if total["usage"]["estimated"]
+        f"{cost}" + ("; ~ some figures are estimates" if total["usage"]["estimated"]
                                                      else "") + " (per model and kind: GET /usage, leash usage).")
 
 

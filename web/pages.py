@@ -29,7 +29,7 @@ from jobs import deadletter, kinds
 from jobs.core import clock, states
 from jobs.core.text import printable
 from jobs.enqueue import check_name, enqueue
-from jobs.errors import InvalidJob
+from jobs.errors import InvalidJob, QueueFull
 from jobs.intake import admission, limits
 from jobs.intake.modes import MODE_FIELD, check_mode
 from jobs.models import backends
@@ -140,6 +140,8 @@ def index():
                     job_id, _ = enqueue(redis_conn(), form.kind.data, payload, owner=owner, idempotency_key=key,
                                         name=job_name)
                     return redirect(url_for("api.job", job_id=job_id), 303)
+            except QueueFull as exc:  # the place was taken by a submission racing this one
+                refusal = admission.Refusal(exc.status, str(exc), exc.retry_after)
             except InvalidJob as exc:
                 getattr(form, _field_for(str(exc), form)).errors.append(plain(str(exc)))
     status = 422 if form.is_submitted() and form.errors else 200
@@ -233,6 +235,9 @@ def replay(job_id: str):
     outcome = deadletter.replay(connection, selection.matched, f"web:{owner}",
                                 {"ids_given": 1, "kind": None, "error_contains": None, "since": None},
                                 skipped=selection.skipped)
+    if outcome.left_failed:  # its owner is at the queued cap: the same replay works once some start
+        return api_error(429, f"not replayed: {outcome.left_failed[0][1]}",
+                         {"Retry-After": str(admission.QUEUED_RETRY_AFTER)})
     if not outcome.replayed:
         return api_error(409, f"not replayed: {outcome.skipped[0][1]}")
     if wants_html():

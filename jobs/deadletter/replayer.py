@@ -2,12 +2,13 @@
 
     failed ──replay──▶ queued (attempts 0, checkpoints and error history kept)
 
-Selection reads the failed index (or takes ids), replay runs ``lua/replay_v1.lua`` once per
-batch: per job it checks the job is still failed, flips it to queued, removes the expiry the
-failure set, and puts RQ's side right (out of the failed registry, retries restored, waiting
-for a slot of the owner's ``RateLimit``). RQ's own acquire step then promotes waiting jobs
-onto the queue as slots allow, exactly as for a fresh rate-limited enqueue. Every replay
-leaves an audit entry (who, when, selector, ids) in a capped stream.
+Selection reads the failed index (or takes ids), replay runs ``lua/replay_v4.lua`` once per
+batch: per job it checks the job is still failed and its owner below the queued cap
+(``LEASH_MAX_QUEUED_PER_OWNER``, counted as a submission's: jobs/intake/door.py), flips it
+to queued, removes the expiry the failure set, and puts RQ's side right (out of the failed
+registry, retries restored, waiting for a slot of the owner's ``RateLimit``). RQ's own acquire
+step then promotes waiting jobs onto the queue as slots allow, exactly as for a fresh
+rate-limited enqueue. Every replay leaves an audit entry (who, when, selector, ids) in a capped stream.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from jobs.core.rq_side import rq_jobs_from_copy
 from jobs.core.text import decoded, summary_of_ids
 from jobs.deadletter.failures import failed_ids, heads
 from jobs.errors import NoSuchJob
+from jobs.intake import door
 from jobs.usage.budget import Budget
 
 log = logging.getLogger("leash.replay")
@@ -68,6 +70,9 @@ class ReplayOutcome:
     replayed: list[Candidate]
     skipped: list[tuple[str, str]]
     audit_id: str | None
+    #: (job id, reason) of jobs left failed because their owner is at the queued cap
+    #: (LEASH_MAX_QUEUED_PER_OWNER): the same replay succeeds once some have started
+    left_failed: list[tuple[str, str]] = field(default_factory=list)
 
 
 def select(connection: Redis, job_ids: Iterable[str] | None = None, kind: str | None = None,
@@ -136,27 +141,35 @@ _REASONS = {
 
 def replay(connection: Redis, candidates: list[Candidate], actor: str, selector: dict,
            skipped: list[tuple[str, str]] | None = None, now: float | None = None,
-           batch: int = BATCH, budget: Budget | None = None) -> ReplayOutcome:
+           batch: int = BATCH, budget: Budget | None = None, capped: bool = True) -> ReplayOutcome:
     """Replay the selected jobs and record the audit entry. A job that stopped being failed
     since it was selected is skipped with the state it is in now. With ``budget``, each job
     runs on under that budget (a job that stopped at ``budget reached`` resumes from its
-    checkpoint: no stored item is asked again)."""
+    checkpoint: no stored item is asked again). A replayed job takes a place of its owner's
+    queued cap like a submission: one whose owner is at the cap is left failed, with the reason
+    (``left_failed``; ``capped=False`` for jobs already put back on a queue by RQ's tools)."""
     now = clock.wall() if now is None else now
     replayed: list[Candidate] = []
     skipped = list(skipped or [])
+    left_failed: list[tuple[str, str]] = []
+    cap = door.cap() if capped else None
     if budget is not None:
         selector = selector | {"budget": budget.as_dict()}
     for start in range(0, len(candidates), batch):
         chunk = candidates[start:start + batch]
-        results = _replay_batch(connection, [c.job_id for c in chunk], now, position=start, budget=budget)
-        for candidate, result in zip(chunk, results, strict=True):
+        results, owners = _replay_batch(connection, [c.job_id for c in chunk], now, position=start,
+                                        budget=budget, cap=cap)
+        for candidate, result, owner in zip(chunk, results, owners, strict=True):
             if result == "replayed":
                 replayed.append(candidate)
+            elif result.startswith("over-cap:") and cap is not None:
+                taken = int(result.partition(":")[2])
+                left_failed.append((candidate.job_id, "left failed: " + door.too_many_queued(owner, taken, cap)))
             else:
                 reason = _REASONS.get(result) or f"{result}: only failed jobs can be replayed"
                 skipped.append((candidate.job_id, reason))
-    audit_id = _audit(connection, actor, selector, [c.job_id for c in replayed], skipped, now)
-    return ReplayOutcome(replayed, skipped, audit_id)
+    audit_id = _audit(connection, actor, selector, [c.job_id for c in replayed], skipped + left_failed, now)
+    return ReplayOutcome(replayed, skipped, audit_id, left_failed)
 
 
 def _read_rq_sides(connection: Redis, job_ids: list[str]) -> list:
@@ -168,7 +181,8 @@ def _read_rq_sides(connection: Redis, job_ids: list[str]) -> list:
 
 
 def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: int,
-                  budget: Budget | None = None) -> list[str]:
+                  budget: Budget | None = None, cap: int | None = None) -> tuple[list[str], list[str]]:
+    """Each job's outcome (replay_v4's answer) and its owner."""
     rows = _read_rq_sides(connection, job_ids)
     # RQ's record deleted behind leash's back (rq-dashboard Delete, `rq empty`): rebuild it
     # from leash's copy of the payload, then replay it like any failed job.
@@ -179,7 +193,8 @@ def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: i
     # The budget is written by the script onto the jobs it replays, in the same step: so no
     # worker starts one under the old budget, and a job it skips keeps its own.
     args: list = [now, utcformat(rq_now()), position,
-                  json.dumps({k: str(v) for k, v in budget.hash_fields().items()}) if budget else ""]
+                  json.dumps({k: str(v) for k, v in budget.hash_fields().items()}) if budget else "",
+                  "" if cap is None else cap]
     limits: dict[str, int] = {}
     origins: set[str] = set()
     for n, job_id in enumerate(job_ids):
@@ -191,13 +206,15 @@ def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: i
                         keys.rq_job(job_id), _failed_registry(connection, origin)]
         if limit_key and concurrency:
             registry = keys.rq_rate_limit(limit_key, connection)
-            script_keys += [registry.rate_limited_key, *keys.owner_state_indexes(owner or ""), registry.allowed_key]
+            script_keys += [registry.rate_limited_key, *keys.owner_state_indexes(owner or ""),
+                            keys.owner_door_holds(owner or ""), registry.allowed_key]
             args += [job_id, "limited"]
             limits[limit_key] = int(concurrency)
         else:
-            script_keys += [keys.rq_queue(origin), *keys.owner_state_indexes(owner or "")]
+            script_keys += [keys.rq_queue(origin), *keys.owner_state_indexes(owner or ""),
+                            keys.owner_door_holds(owner or "")]
             args += [job_id, "list"]
-    results = [decoded(r) for r in lua.run(connection, "replay_v3", keys=script_keys, args=args)]
+    results = [decoded(r) for r in lua.run(connection, "replay_v4", keys=script_keys, args=args)]
     # What RQ's enqueue does for a rate-limited job after saving it as waiting: register the
     # limit, then fill free slots (oldest waiting first) onto the queue.
     with connection.pipeline(transaction=False) as pipe:
@@ -217,7 +234,7 @@ def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: i
             if result == "replayed":
                 pipe.expire(keys.payload(job_id), ttl)
         pipe.execute()
-    return results
+    return results, [decoded(rows[2 * n + 1][1]) or "" for n in range(len(job_ids))]
 
 
 _failed_registries: dict[tuple[int, str], str] = {}
@@ -281,7 +298,9 @@ def adopt_requeues(connection: Redis, job_ids: list[str], source: str) -> list[s
         for job_id, queue in zip(job_ids, queues, strict=True):
             pipe.lrem(keys.rq_queue(queue), 0, job_id)
         pipe.execute()
-    outcome = replay(connection, selection.matched, actor="rq", selector={"source": source})
+    # Not capped: RQ's tool already put them on a queue; leaving them failed would leave RQ's
+    # side saying queued for a job that never runs.
+    outcome = replay(connection, selection.matched, actor="rq", selector={"source": source}, capped=False)
     ids = [c.job_id for c in outcome.replayed]
     if ids:
         log.warning("%d job(s) requeued with RQ's tools were replayed (attempts reset): %s", len(ids),

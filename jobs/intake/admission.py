@@ -9,9 +9,10 @@ A refusal is a ``Refusal(status, message, retry_after)``: the web app answers it
 status and a ``Retry-After`` header, ``leash submit`` prints the message and exits 1.
 
 Limits apply at the door only: nothing here is consulted once a job is accepted, so a job
-accepted under yesterday's limits is never failed by today's. The queued count is read from
-the owner's queued index (jobs/core/state_index.py) and is not reserved: submissions racing each
-other can pass the cap by at most the number in flight at that moment.
+accepted under yesterday's limits is never failed by today's. The queued count read here is an
+early refusal only; the place itself is checked and taken in one step by ``jobs.enqueue``
+(``jobs/intake/door.py``), so submissions racing each other never pass the cap, and a replay
+counts against it the same way.
 
 The rate is kept by the ``limits`` package (the engine and Redis storage flask-limiter is
 built on) in the job store's own Redis, on a moving window: at most N submissions in any
@@ -32,13 +33,11 @@ from limits.strategies import MovingWindowRateLimiter
 from redis import Redis
 
 from jobs import config, keys
-from jobs.core import state_index
 from jobs.enqueue import job_for_key
+from jobs.intake import door
 from jobs.usage.budget import owner_over_daily, seconds_to_next_utc_day
 
-#: Seconds a client refused for too many queued jobs is told to wait: jobs take minutes, so
-#: asking again sooner than this rarely finds a free place.
-QUEUED_RETRY_AFTER = 60
+QUEUED_RETRY_AFTER = door.QUEUED_RETRY_AFTER
 
 
 class Refusal(NamedTuple):
@@ -69,12 +68,10 @@ def check(connection: Redis, owner: str, idempotency_key: str | None = None) -> 
     writes nothing and answers with the first job."""
     if idempotency_key and job_for_key(connection, owner, idempotency_key) is not None:
         return None
-    cap = config.get("LEASH_MAX_QUEUED_PER_OWNER")
-    queued = state_index.count(connection, owner, "queued")
-    if queued >= cap:
-        return Refusal(429, f"too many jobs waiting: owner {owner!r} has {queued} queued (at most {cap}, "
-                            "LEASH_MAX_QUEUED_PER_OWNER); submit again once some have started, or cancel some",
-                       QUEUED_RETRY_AFTER)
+    cap = door.cap()
+    queued = door.count(connection, owner)
+    if queued >= cap:  # early, before the rate counts this one; jobs.enqueue takes the place exactly
+        return Refusal(429, door.too_many_queued(owner, queued, cap), QUEUED_RETRY_AFTER)
     spent = owner_over_daily(connection, owner)
     if spent:  # the owner's daily budget (LEASH_OWNER_DAILY_TOKENS / _USD) is used up until UTC midnight
         return Refusal(429, f"{spent}; it starts again at 00:00 UTC", seconds_to_next_utc_day())

@@ -304,3 +304,13 @@ local function cancel_now()
   redis.call('ZADD', KEYS[8], tonumber(ARGV[2]), ARGV[1])
   index_state(10, KEYS[1], ARGV[1], 'failed', ARGV[2], ARGV[4])
 end
+
+-- The queued cap (LEASH_MAX_QUEUED_PER_OWNER, door_take_v1, replay_v4): how many places of an
+-- owner's cap are taken now: its queued jobs plus the holds of submissions still being written
+-- (holds_key: job id -> when the hold lapses, Redis time). Lapsed holds are dropped first.
+local function door_count(queued_key, holds_key)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+  redis.call('ZREMRANGEBYSCORE', holds_key, '-inf', now)
+  return redis.call('ZCARD', queued_key) + redis.call('ZCARD', holds_key), now
+end

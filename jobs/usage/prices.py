@@ -3,9 +3,12 @@ maintained table of the ``genai-prices`` package (offline: it ships its data). A
 neither names has no price, and its cost is shown as unknown -- never a guess shown as fact.
 
 The table is asked with the provider's address (``LEASH_MODEL_URL``, or when it is unset the
-address the backend's SDK calls, its ``default_url``: api.openai.com, api.anthropic.com), so a
-model name served by your own server (vLLM, Ollama, llama.cpp) is not priced as some provider's
-model of the same name.
+address the backend's SDK calls, its ``default_url``: api.openai.com, api.anthropic.com): a
+provider the table knows by its address prices its own models only. An address it does not
+know (a proxy, a gateway such as LiteLLM, your own server) is priced by the model's name across
+the table's providers, as ``genai_prices.calc_price`` finds it without an address
+(``gpt-4o-mini`` is OpenAI's; ``openai/gpt-4o-mini``, a gateway's form, is looked up at the
+provider it names). A name no provider has (``smollm2-135m`` on your own server) has no price.
 
 A call run in a provider's batch (``Usage.batch``) costs the price times its ``batch``
 multiplier: 0.5 for OpenAI's and Anthropic's models (both halve batch prices), 1 for a table
@@ -95,8 +98,22 @@ def price_for(model: str, provider_url: str | None = None) -> Price | None:
     overrides = parse_overrides(config.get("LEASH_MODEL_PRICES"))
     if model in overrides:
         return overrides[model]
+    return _table_price(model, _url(provider_url))
+
+
+def _url(provider_url: str | None) -> str:
     url = provider_url if provider_url is not None else (config.get("LEASH_MODEL_URL") or "").strip()
-    return _table_price(model, url or OPENAI_API_URL)
+    return url or OPENAI_API_URL
+
+
+def _known_address(provider_url: str) -> bool:
+    """Whether the table knows the provider at this address (else: priced by model name)."""
+    from genai_prices.data_snapshot import get_snapshot
+    try:
+        get_snapshot().find_provider(None, None, provider_url)
+    except LookupError:
+        return False
+    return True
 
 
 @lru_cache(maxsize=256)
@@ -106,13 +123,21 @@ def _table_price(model: str, provider_url: str) -> Price | None:
     except ImportError:  # pragma: no cover - a dependency; its absence only loses table prices
         return None
     try:
+        if _known_address(provider_url):
+            where: dict = {"provider_api_url": provider_url}
+            how = ""
+        else:  # a proxy, a gateway, your own server: the model's name, across the table's providers
+            where, how = {}, " (by model name)"
+            prefix, _, rest = model.partition("/")
+            if rest:  # a gateway's "<provider>/<model>"
+                where = {"provider_id": prefix}
+                model = rest
         # Priced as a thousand of each and scaled to a million: a tiered price (Anthropic's above
         # 200k prompt tokens) reads at its first tier's rate, where a call's prompt is.
         sample = 1_000
-        found = calc_price(Usage(input_tokens=sample, output_tokens=0), model_ref=model, provider_api_url=provider_url)
-        out = calc_price(Usage(input_tokens=0, output_tokens=sample), model_ref=model, provider_api_url=provider_url)
-        cached = calc_price(Usage(input_tokens=sample, cache_read_tokens=sample), model_ref=model,
-                            provider_api_url=provider_url)
+        found = calc_price(Usage(input_tokens=sample, output_tokens=0), model_ref=model, **where)
+        out = calc_price(Usage(input_tokens=0, output_tokens=sample), model_ref=model, **where)
+        cached = calc_price(Usage(input_tokens=sample, cache_read_tokens=sample), model_ref=model, **where)
     except LookupError:
         return None
     except Exception as exc:  # a table that cannot price this model is "no price", not a crash
@@ -120,8 +145,30 @@ def _table_price(model: str, provider_url: str) -> Price | None:
         return None
     per_million = Decimal(1_000_000 // sample)
     return Price(float(Decimal(found.total_price) * per_million), float(Decimal(out.total_price) * per_million),
-                 float(Decimal(cached.total_price) * per_million), source=f"genai-prices {found.provider.id}",
+                 float(Decimal(cached.total_price) * per_million), source=f"genai-prices {found.provider.id}{how}",
                  batch=BATCH_DISCOUNT if found.provider.id in BATCH_DISCOUNT_PROVIDERS else 1.0)
+
+
+def why_no_price(model: str | None = None, provider_url: str | None = None) -> str:
+    """Why calls of ``model`` (default: LEASH_MODEL_NAME) have no cost, and what to set; a
+    phrase that follows "cost unknown: "."""
+    model = model or (config.get("LEASH_MODEL_NAME") or "").strip() or None
+    text = config.get("LEASH_MODEL_PRICES")
+    if model is None:
+        return "no price for the model; set LEASH_MODEL_PRICES to name its price"
+    example = f'{{"{model}": {{"input": <USD per 1M tokens>, "output": <USD per 1M tokens>}}}}'
+    try:
+        overrides = parse_overrides(text)
+    except ValueError as exc:
+        return f"no price for {model}: {exc}"
+    if model in overrides:
+        return f"{model}'s calls ran before LEASH_MODEL_PRICES named its price; later calls are priced"
+    if text:
+        return f"no price for {model}: LEASH_MODEL_PRICES is set but has no entry for it; add {example}"
+    url = _url(provider_url)
+    where = f"at {url}" if _known_address(url) else "under any provider"
+    return (f"no price for {model}: the genai-prices table has no such model {where}; "
+            f"set LEASH_MODEL_PRICES to {example}")
 
 
 def usd(nano: int | None) -> float | None:

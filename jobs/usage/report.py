@@ -10,7 +10,7 @@ from typing import Any
 from redis import Redis
 
 from jobs import keys
-from jobs.usage.prices import usd
+from jobs.usage.prices import usd, why_no_price
 
 TOTALS = ("calls", "input_tokens", "output_tokens", "cached_input_tokens", "cost_nusd", "unpriced_calls",
           "estimated_calls")
@@ -123,6 +123,13 @@ def owner_usage(connection: Redis, owner: str, days: int = 30, now: float | None
     return {"owner": owner, "days": out_days, "total": _figures(total.get)}
 
 
+def unpriced_models(figures: dict[str, Any]) -> list[str]:
+    """The models without a price in one of ``owner_usage``'s days, or (given the whole report)
+    in any of its days."""
+    days = figures.get("days", [figures])
+    return sorted({part["model"] for day in days for part in day.get("by", []) if part["cost_usd"] is None})
+
+
 def model_totals(connection: Redis) -> dict[str, dict[str, int]]:
     """{model: all-time totals} for every model leash has called (``/metrics``)."""
     models = sorted(m.decode() for m in connection.smembers(keys.MODELS))
@@ -136,10 +143,11 @@ def model_totals(connection: Redis) -> dict[str, dict[str, int]]:
             for model, row in zip(models, rows, strict=True) if any(row)}
 
 
-def cost_text(cost_usd: float | None, calls: int) -> str:
-    """A cost for people: "$0.0123", or why there is none."""
+def cost_text(cost_usd: float | None, calls: int, models: list[str] | tuple[str, ...] = ()) -> str:
+    """A cost for people: "$0.0123", or why there is none: which model has no price and what
+    to set (``models``: those whose calls have none; default the configured LEASH_MODEL_NAME)."""
     if cost_usd is None:
-        return "cost unknown (no price for the model: LEASH_MODEL_PRICES)"
+        return "cost unknown: " + "; ".join(why_no_price(model) for model in (models or (None,)))
     if not calls:
         return "$0"
     return f"${cost_usd:.4f}" if cost_usd >= 0.0001 else f"${cost_usd:.6f}"
