@@ -226,6 +226,9 @@ declare("LEASH_RESULT_TTL", "int", 6 * WEEK, "how long results and failures are 
 # RQ's hard cap on one attempt. Hangs are caught by the lease long before this.
 declare("LEASH_JOB_TIMEOUT", "int", 6 * 3600, "RQ's hard cap on one attempt (seconds)", 1)
 declare("LEASH_HANDOFF_GRACE", "float", 20.0, "seconds a job gets to hand off on SIGTERM", 0.0)
+# A work-horse that holds paid answers Redis has not taken (an outage) waits this long for it.
+declare("LEASH_USAGE_HOLD_SECONDS", "float", 900.0,
+        "how long an ending attempt keeps trying to write the usage of answers it received", 0.0)
 declare("LEASH_CANCEL_GRACE", "float", 10.0, "seconds before a cancel falls back to RQ's stop command", 0.0)
 declare("LEASH_MAX_DEFERS", "int", 10, "`RetryLater` deferrals before they count as failures", 0)
 declare("LEASH_ITEM_CONCURRENCY", "int", 8,

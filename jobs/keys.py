@@ -283,6 +283,13 @@ def usage(job_id: str) -> str:
     return f"{PREFIX}usage:job:{job_id}"
 
 
+def received_answers(job_id: str) -> str:
+    """Hash of answers an attempt received but could not store with their items (its write was
+    refused or Redis was away), by request digest: paid for and counted, so the next attempt
+    uses them instead of asking again. Expires with the job's usage."""
+    return f"{PREFIX}answers:job:{job_id}"
+
+
 def usage_owner_day(owner: str, day: str) -> str:
     """Hash of an owner's usage during one UTC day (YYYY-MM-DD): totals, "by|<model>|<kind>|
     <field>", and the reservations of calls in flight (the daily budget's check)."""

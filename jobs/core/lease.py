@@ -153,14 +153,17 @@ class Attempt:
             self.owner = (self.connection.hget(keys.job(self.job_id), "owner") or b"").decode()
         return self.owner
 
-    def run_lua(self, name: str, keys_: list[str], args: list) -> tuple[object, bool]:
+    def run_lua(self, name: str, keys_: list[str], args: list, patience: float | None = None) -> tuple[object, bool]:
         """Run a fenced script, riding out a Redis blip (failover, restart) for as long as the
         lease lasts — after that the lease is gone anyway — and a full Redis (refused writes)
         until memory is freed or the job's timeout stops the work-horse: the write lands then,
         or is refused if the job was reclaimed meanwhile. Returns (reply, retried): a retried
-        call may have landed the first time with its reply lost, which callers resolve."""
-        deadline = clock.monotonic() + self.lease_seconds
+        call may have landed the first time with its reply lost, which callers resolve.
+        ``patience``: how long to ride out a blip instead (an unfenced write of paid usage
+        outlives the lease), asking again at least once a second."""
+        deadline = clock.monotonic() + (self.lease_seconds if patience is None else patience)
         delay, retried = 0.1, False
+        longest = 2.0 if patience is None else 1.0
         while True:
             try:
                 reply = lua.run(self.connection, name, keys=keys_, args=args), retried
@@ -170,7 +173,7 @@ class Attempt:
                 if clock.monotonic() + delay > deadline:
                     raise
                 time.sleep(delay)
-                delay, retried = min(delay * 2, 2.0), True
+                delay, retried = min(delay * 2, longest), True
             except redis.exceptions.ResponseError as exc:
                 if not is_out_of_memory(exc):
                     raise

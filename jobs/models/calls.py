@@ -45,6 +45,8 @@ The two hooks, the only places the loop looks at the cost of a call:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 import threading
@@ -55,8 +57,10 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from jobs import keys
 from jobs.config import get, settings
 from jobs.core.connection import connect
+from jobs.core.text import decoded
 from jobs.errors import ItemError, LeaseLost, PermanentError, RetryLater
 from jobs.models.concurrency import OK, ConcurrencyGate, SharedLimit
 from jobs.models.concurrency import RATE_LIMITED as GATE_RATE_LIMITED
@@ -97,6 +101,9 @@ ROOM_WAIT_MAX = 2.0
 #: times the most tokens per byte billed for them (see ModelBackend._input_bound).
 TIGHTEN_AFTER = 3
 TIGHTEN_MARGIN = 1.5
+
+
+_NO_USAGE = Usage(0, 0)
 
 
 class _WaitForRoom(Exception):
@@ -184,6 +191,11 @@ class ModelBackend:
         self.limit = ModelRateLimit(connection, s.name, rpm=s.rpm, tpm=s.tpm)
         self.gate = ConcurrencyGate(SharedLimit(connection, s.name, _item_concurrency()), ctx.job_id if ctx else "")
         self._held = threading.local()  # per thread: the call being sent and the reservation it holds
+        # Answers an earlier attempt received and paid for but could not store (read once).
+        self._received: dict[str, dict] = {}
+        if ctx is not None:
+            self._received = {str(decoded(k)): json.loads(v)
+                              for k, v in connection.hgetall(keys.received_answers(ctx.job_id)).items()}
         # What this attempt saw billed: the most tokens per prompt byte (and how many answers)
         # per script, and the output tokens of its answers (sum, count).
         self._learned = threading.Lock()
@@ -246,6 +258,10 @@ class ModelBackend:
     # --- the loop -------------------------------------------------------------------------
 
     def _call(self, request: CallRequest) -> str:
+        digest = self._digest(request)
+        received = self._received.get(digest)
+        if received is not None:  # paid for and counted by an attempt that could not store it
+            return self._text(Answer(received["text"], received["finish"], received.get("stop"), _NO_USAGE), request)
         wait = DEFAULT_RETRY_AFTER
         sends_429 = 0
         room_wait = 0.0  # > 0: waiting for calls in flight to free room in a budget
@@ -274,6 +290,7 @@ class ModelBackend:
                         # Redis blip on the limits' bookkeeping): it was paid for.
                         answer = self._read(response, request)
                         self._after_call(request, answer.usage)
+                        self._keep_answer(digest, answer)
                 except BaseException as exc:
                     if answer is not None:
                         outcome = OK
@@ -305,6 +322,20 @@ class ModelBackend:
                 self.gate.release(epoch, outcome)
             return self._text(answer, request)
         raise RetryLater(wait, f"the model server kept answering 429 (last Retry-After {wait:g}s)")
+
+    # --- answers received -----------------------------------------------------------------------
+
+    def _digest(self, request: CallRequest) -> str:
+        """The request as sent, in one digest: an answer stored under it answers that request only."""
+        sent = [self.name, self.settings.name, self.settings.temperature, request.max_tokens, request.messages]
+        return hashlib.sha256(json.dumps(sent, sort_keys=True).encode()).hexdigest()[:32]
+
+    def _keep_answer(self, digest: str, answer: Answer) -> None:
+        """Held with the call's usage until its item is stored; kept in Redis for the next
+        attempt if that write never lands (Meter.keep)."""
+        if self.ctx is not None and answer.text is not None:
+            self.ctx.meter.answered(self.settings.name, digest, json.dumps(
+                {"text": answer.text, "finish": answer.finish, "stop": answer.stop_reason}))
 
     # --- what a call may cost -----------------------------------------------------------------
 

@@ -51,6 +51,10 @@ class Pending:
     #: after a lost reply, or by the attempt's closing flush after the write gave up -- it is
     #: counted once (add_usage_once in jobs/lua/_lib.lua).
     write_id: str = ""
+    #: The answers of these calls (request digest -> answer JSON), kept for the next attempt
+    #: when the item write that would have stored them did not land (``Meter.keep``).
+    answers: dict[str, str] = field(default_factory=dict)
+    keep_answers: bool = False
 
     def encode(self) -> str:
         """The usage JSON the scripts read."""
@@ -115,6 +119,11 @@ class Meter:
             else:
                 pending.nusd += price.nano_usd(input_tokens, output_tokens, cached_input_tokens, batch=batch)
 
+    def answered(self, model: str, digest: str, answer: str) -> None:
+        """The answer of this thread's call, until its item is stored (then it is dropped)."""
+        with self._lock:
+            self._mine(model).answers[digest] = answer
+
     def take(self) -> Pending | None:
         """This thread's pending usage, for the write that stores its item."""
         with self._lock:
@@ -122,7 +131,9 @@ class Meter:
 
     def keep(self, pending: Pending) -> None:
         """Give back usage whose write did not land (it raised): the attempt's closing flush
-        sends it again, under its first write id."""
+        sends it again, under its first write id, with the answers it paid for (the next
+        attempt uses them instead of asking again)."""
+        pending.keep_answers = True
         with self._lock:
             self._spilled.append(pending)
 
@@ -157,16 +168,23 @@ def write_args(attempt, pending: Pending | None, now: float) -> tuple[list[str],
     return (usage_keys, [pending.encode(), day, attempt.number, attempt.usage_ttl, DAY_TTL])
 
 
-def flush(attempt, pending: list[Pending], now: float | None = None) -> None:
-    """Write usage that has no item to ride on (usage_record_v2), riding out a Redis blip as
-    the attempt's other writes do (a repeat after a lost reply counts once). Best effort at an
-    attempt's end: a write that still fails is logged, not raised over the attempt's outcome."""
+def flush(attempt, pending: list[Pending], now: float | None = None, patience: float | None = None) -> None:
+    """Write usage that has no item to ride on (usage_record_v3), and the answers of items whose
+    write did not land, riding out a Redis blip (a repeat after a lost reply counts once): for
+    as long as the lease lasts, or ``patience`` seconds -- an attempt that ends holding paid
+    answers waits LEASH_USAGE_HOLD_SECONDS for Redis to take them. A write that still fails is
+    logged, not raised over the attempt's outcome."""
     now = time.time() if now is None else now
     for entry in pending:
-        if not entry.calls and not entry.reservations:
+        answers = entry.answers if entry.keep_answers else {}
+        if not entry.calls and not entry.reservations and not answers:
             continue
         usage_keys, args = write_args(attempt, entry, now)
         try:
-            attempt.run_lua("usage_record_v2", [keys.job(attempt.job_id)] + usage_keys, [attempt.token] + args)
+            attempt.run_lua("usage_record_v3", [keys.job(attempt.job_id)] + usage_keys
+                            + [keys.received_answers(attempt.job_id)],
+                            [attempt.token] + args + [json.dumps(answers) if answers else ""],
+                            patience=patience if entry.calls or answers else None)
         except Exception as exc:
-            log.warning("job %s: could not record the usage of %d call(s): %s", attempt.job_id, entry.calls, exc)
+            log.error("job %s: could not record the usage of %d call(s) it was answered (%s): Redis did not take "
+                      "it", attempt.job_id, entry.calls, exc)

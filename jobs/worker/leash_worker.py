@@ -58,6 +58,8 @@ CANCELED_IN_RQ_VIEW = ("canceled through leash (`leash cancel` or the job page),
 log = logging.getLogger("leash.worker")
 
 REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+#: Seconds a work-horse whose job was reclaimed has before it is stopped (see _check_current_attempt).
+RECLAIMED_HORSE_GRACE = 5.0
 
 
 class LeashJob(NoResultStreamJob):
@@ -200,6 +202,12 @@ class LeashWorker(Shutdown, FullRedis, Worker):
                 # Handing off: the work-horse has just released the job and is finishing up
                 # (or, if it was reclaimed, learns so at its next heartbeat); the grace
                 # deadline above still bounds it.
+                return
+            # A few seconds first: a work-horse that rode out an outage writes the usage and
+            # answers it was paid for (unfenced) the moment Redis is back; its fenced writes
+            # are refused meanwhile anyway.
+            noticed = attempt.__dict__.setdefault("reclaim_noticed_at", clock.monotonic())
+            if clock.monotonic() - noticed < RECLAIMED_HORSE_GRACE:
                 return
             log.warning("job %s was reclaimed from this worker; stopping its work-horse", attempt.job_id)
             attempt.settle(Outcome.SUPERSEDED)

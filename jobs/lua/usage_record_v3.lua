@@ -1,0 +1,27 @@
+-- usage_record_v3: count the usage of model calls that came with no item write (an item
+-- that failed, a call outside ``for_each``, an attempt that is ending), and keep the answers
+-- of calls whose item write never landed (refused, or Redis was away), so the next attempt
+-- uses them instead of paying for them again. Not fenced: a call a superseded attempt made was
+-- paid for all the same. A write sent again after its reply was lost counts once
+-- (add_usage_once). Unlike usage_record_v2 (kept for workers of the release before), it keeps
+-- answers.
+-- KEYS[1] job hash  KEYS[2] job usage hash  KEYS[3] owner's usage for the UTC day
+-- KEYS[4] the model's usage totals  KEYS[5] the owner's reservations (by deadline)
+-- KEYS[6] their records (the usage JSON's "r" names the ones this write settles)
+-- KEYS[7] the job's received answers
+-- ARGV[1] token  ARGV[2] usage JSON (see add_usage_once)  ARGV[3] the UTC day its calls were
+-- admitted on, which KEYS[3] is  ARGV[4] attempt number
+-- ARGV[5] usage hash ttl  ARGV[6] owner day ttl  ARGV[7] answers: a JSON object of request
+-- digest -> answer JSON ('' or '{}': none)
+-- Returns 1.
+add_usage_once(KEYS[1], KEYS[2], KEYS[3], KEYS[4], cjson.decode(ARGV[2]), ARGV[1], ARGV[3], ARGV[4], ARGV[5],
+  ARGV[6], KEYS[5], KEYS[6])
+if ARGV[7] ~= '' and redis.call('EXISTS', KEYS[1]) == 1 then
+  local kept = false
+  for digest, answer in pairs(cjson.decode(ARGV[7])) do
+    redis.call('HSET', KEYS[7], digest, answer)
+    kept = true
+  end
+  if kept then redis.call('EXPIRE', KEYS[7], tonumber(ARGV[5])) end
+end
+return 1
