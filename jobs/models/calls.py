@@ -45,10 +45,7 @@ The two hooks, the only places the loop looks at the cost of a call:
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import math
 import threading
 import time
 from contextlib import nullcontext
@@ -57,10 +54,8 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from jobs import keys
 from jobs.config import get, settings
 from jobs.core.connection import connect
-from jobs.core.text import decoded
 from jobs.errors import ItemError, LeaseLost, PermanentError, RetryLater
 from jobs.models.concurrency import OK, ConcurrencyGate, SharedLimit
 from jobs.models.concurrency import RATE_LIMITED as GATE_RATE_LIMITED
@@ -78,10 +73,9 @@ from jobs.models.provider import (
     CallRequest,
     Failure,
     Usage,
-    estimate_text_tokens,
-    prompt_bytes,
 )
 from jobs.models.rate import PAUSED, TOKENS_SPENT, ModelRateLimit
+from jobs.models.spending import NO_USAGE, ROOM_WAIT_FIRST, ROOM_WAIT_MAX, AskForLess, Spending, WaitForRoom
 from jobs.usage import budget, prices
 
 if TYPE_CHECKING:
@@ -93,38 +87,6 @@ log = logging.getLogger("leash.models")
 MAX_INLINE_429 = 5
 #: Wait after a 429 that names no delay.
 DEFAULT_RETRY_AFTER = 5.0
-#: A call that does not fit its budget while other calls hold room asks again after this
-#: long, then half as long again each time, up to ROOM_WAIT_MAX (it renews the lease meanwhile).
-ROOM_WAIT_FIRST = 0.2
-ROOM_WAIT_MAX = 2.0
-#: Input bounds tighten after this many answers to prompts of the same script, to this many
-#: times the most tokens per byte billed for them (see ModelBackend._input_bound).
-TIGHTEN_AFTER = 3
-TIGHTEN_MARGIN = 1.5
-
-
-_NO_USAGE = Usage(0, 0)
-
-
-class _WaitForRoom(Exception):
-    """The call does not fit a budget now, but calls in flight hold room they may free."""
-
-
-class _AskForLess(Exception):
-    """Nothing in flight can free room: the call may still ask for ``max_tokens`` output tokens."""
-
-    def __init__(self, max_tokens: int):
-        super().__init__(max_tokens)
-        self.max_tokens = max_tokens
-
-
-def _script(request: CallRequest) -> str:
-    """Prompts are bounded apart by script: mostly ASCII text, or any other."""
-    text = request.prompt_text
-    non_ascii = sum(1 for c in text if c >= "\x80")
-    return "ascii" if non_ascii * 10 <= len(text) else "other"
-
-
 class ModelUnavailable(Exception):
     """The model server failed or could not be reached; the attempt is retried."""
 
@@ -171,7 +133,7 @@ class ModelSettings:
 
 # --- the backend every provider builds on -------------------------------------------------------
 
-class ModelBackend:
+class ModelBackend(Spending):
     """``classify`` and ``complete`` over one call loop. A provider subclass sets ``name`` and
     supplies ``_send``, ``_failure`` and ``_read``; it builds its SDK client in ``__init__``
     after calling this one (``self.settings`` then holds the model settings)."""
@@ -191,16 +153,7 @@ class ModelBackend:
         self.limit = ModelRateLimit(connection, s.name, rpm=s.rpm, tpm=s.tpm)
         self.gate = ConcurrencyGate(SharedLimit(connection, s.name, _item_concurrency()), ctx.job_id if ctx else "")
         self._held = threading.local()  # per thread: the call being sent and the reservation it holds
-        # Answers an earlier attempt received and paid for but could not store (read once).
-        self._received: dict[str, dict] = {}
-        if ctx is not None:
-            self._received = {str(decoded(k)): json.loads(v)
-                              for k, v in connection.hgetall(keys.received_answers(ctx.job_id)).items()}
-        # What this attempt saw billed: the most tokens per prompt byte (and how many answers)
-        # per script, and the output tokens of its answers (sum, count).
-        self._learned = threading.Lock()
-        self._tokens_per_byte: dict[str, tuple[float, int]] = {}
-        self._answers_seen = (0, 0)
+        self._init_spending(connection)
         try:
             self.daily_limits = budget.owner_daily_limits()  # read once per attempt: every call checks them
             self.price = prices.price_for(s.name, s.url or self.default_url)  # None: no price known, cost unknown
@@ -261,7 +214,7 @@ class ModelBackend:
         digest = self._digest(request)
         received = self._received.get(digest)
         if received is not None:  # paid for and counted by an attempt that could not store it
-            return self._text(Answer(received["text"], received["finish"], received.get("stop"), _NO_USAGE), request)
+            return self._text(Answer(received["text"], received["finish"], received.get("stop"), NO_USAGE), request)
         wait = DEFAULT_RETRY_AFTER
         sends_429 = 0
         room_wait = 0.0  # > 0: waiting for calls in flight to free room in a budget
@@ -273,11 +226,11 @@ class ModelBackend:
             try:
                 try:
                     self._before_call(request, self._worst_case(request))
-                except _WaitForRoom:
+                except WaitForRoom:
                     # The slot goes back while this call waits: other jobs' calls may use it.
                     room_wait = min(ROOM_WAIT_MAX, max(ROOM_WAIT_FIRST, room_wait * 1.5))
                     continue
-                except _AskForLess as less:
+                except AskForLess as less:
                     request = replace(request, max_tokens=less.max_tokens, budget_cut=True)
                     room_wait = 0.0
                     continue
@@ -323,103 +276,12 @@ class ModelBackend:
             return self._text(answer, request)
         raise RetryLater(wait, f"the model server kept answering 429 (last Retry-After {wait:g}s)")
 
-    # --- answers received -----------------------------------------------------------------------
-
-    def _digest(self, request: CallRequest) -> str:
-        """The request as sent, in one digest: an answer stored under it answers that request only."""
-        sent = [self.name, self.settings.name, self.settings.temperature, request.max_tokens, request.messages]
-        return hashlib.sha256(json.dumps(sent, sort_keys=True).encode()).hexdigest()[:32]
-
-    def _keep_answer(self, digest: str, answer: Answer) -> None:
-        """Held with the call's usage until its item is stored; kept in Redis for the next
-        attempt if that write never lands (Meter.keep)."""
-        if self.ctx is not None and answer.text is not None:
-            self.ctx.meter.answered(self.settings.name, digest, json.dumps(
-                {"text": answer.text, "finish": answer.finish, "stop": answer.stop_reason}))
-
-    # --- what a call may cost -----------------------------------------------------------------
-
-    def _worst_case(self, request: CallRequest) -> int:
-        """The call's worst case: its input bound (tightened by the answers this attempt has
-        seen, see ``_input_bound``) plus every token it may answer with."""
-        return self._input_bound(request) + request.max_tokens
-
-    def _input_bound(self, request: CallRequest) -> int:
-        """At most the prompt's UTF-8 bytes (``CallRequest.input_bound``, which holds for every
-        script). Once this attempt has seen ``TIGHTEN_AFTER`` answers to prompts of the same
-        script (mostly ASCII, or not), tightened to ``TIGHTEN_MARGIN`` times the most tokens per
-        byte the provider billed for them: English prompts then reserve ~a third of their
-        bytes, not all of them, while a Japanese prompt in an English job is still held to its
-        bytes."""
-        strict = request.input_bound()
-        seen = self._tokens_per_byte.get(_script(request))
-        if seen is None or seen[1] < TIGHTEN_AFTER:
-            return strict
-        overhead = strict - prompt_bytes(request.messages)
-        return min(strict, math.ceil(prompt_bytes(request.messages) * seen[0] * TIGHTEN_MARGIN) + overhead)
-
-    def _learn(self, request: CallRequest, usage: Usage) -> None:
-        """Remember what the provider billed for this prompt (tokens per byte, by script) and
-        for its answer (the average, for estimates of abandoned calls)."""
-        if usage.estimated or usage.batch:
-            return
-        size = max(1, prompt_bytes(request.messages))
-        with self._learned:
-            script = _script(request)
-            most, count = self._tokens_per_byte.get(script, (0.0, 0))
-            self._tokens_per_byte[script] = (max(most, usage.input_tokens / size), count + 1)
-            self._answers_seen = (self._answers_seen[0] + usage.output_tokens, self._answers_seen[1] + 1)
-
-    def _estimated_input(self, request: CallRequest) -> int:
-        """The input tokens a call probably costs: from what this attempt saw billed, else
-        ``estimate_text_tokens``; never above the bound."""
-        seen = self._tokens_per_byte.get(_script(request))
-        if seen is not None and seen[1]:
-            guess = math.ceil(prompt_bytes(request.messages) * seen[0])
-        else:
-            guess = estimate_text_tokens(request.prompt_text)
-        return min(request.input_bound(), guess)
-
-    def _abandoned_usage(self, request: CallRequest) -> Usage:
-        """A call leash gave up on (timed out) was probably paid for: its input, and an answer
-        as long as this attempt's average (the whole max_tokens when it has seen none)."""
-        total, count = self._answers_seen
-        output = min(request.max_tokens, math.ceil(total / count)) if count else request.max_tokens
-        return Usage(input_tokens=self._estimated_input(request), output_tokens=output, estimated=True)
-
-    def _call_estimate(self, request: CallRequest) -> budget.CallEstimate:
-        input_tokens = self._estimated_input(request)
-        input_nusd = self.price.nano_usd(input_tokens, 0) if self.price is not None else 0
-        return budget.CallEstimate(self.settings.name, input_tokens, input_nusd, request.max_tokens)
-
-    def _output_that_fits(self, request: CallRequest, admission: budget.Admission, input_bound: int) -> int | None:
-        """When nothing in flight can free room: the most output tokens the budget still has room
-        for (at least MIN_OUTPUT_TOKENS, or the call's own max_tokens when that is fewer),
-        else None (the job stops)."""
-        if admission.what.endswith("_unpriced") or admission.room <= 0:
-            return None
-        if admission.what.endswith("tokens"):
-            fits = admission.room - input_bound
-        else:
-            if self.price is None:
-                return None
-            low, high = 0, request.max_tokens  # the most output whose worst cost fits the room
-            while low < high:
-                middle = (low + high + 1) // 2
-                if self.price.nano_usd(input_bound, middle) <= admission.room:
-                    low = middle
-                else:
-                    high = middle - 1
-            fits = low if self.price.nano_usd(input_bound, low) <= admission.room else 0
-        fits = min(fits, request.max_tokens - 1)
-        return fits if fits >= min(budget.MIN_OUTPUT_TOKENS, request.max_tokens) else None
-
     def _before_call(self, request: CallRequest, worst_case_tokens: int) -> None:
         """Before each send (see the module's docstring). Inside a job: one round trip
         (model_admit_v3) checks the lease (a zombie spends nothing), reserves the call's worst
         case against the job's and the owner's daily budgets and takes the call's rate turn.
-        A call that does not fit waits while other calls in flight hold room (``_WaitForRoom``),
-        else asks for the output tokens left (``_AskForLess``), else is never sent
+        A call that does not fit waits while other calls in flight hold room (``WaitForRoom``),
+        else asks for the output tokens left (``AskForLess``), else is never sent
         (BudgetReached). The same call sent again (a 429, a changed request) keeps its
         reservation rather than reserving twice. Outside a job: the rate turn only."""
         if self.ctx is None:
@@ -445,10 +307,10 @@ class ModelBackend:
                 raise LeaseLost()
             if admission.code == budget.OVER_BUDGET:
                 if admission.can_wait:
-                    raise _WaitForRoom()
+                    raise WaitForRoom()
                 fits = self._output_that_fits(request, admission, input_bound)
                 if fits is not None:
-                    raise _AskForLess(fits)
+                    raise AskForLess(fits)
                 raise budget.BudgetReached(admission.refusal)
             if admission.code == budget.ADMITTED:  # reserved: the item's write settles it
                 self._held.reservation = admission.reservation

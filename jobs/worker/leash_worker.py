@@ -58,8 +58,6 @@ CANCELED_IN_RQ_VIEW = ("canceled through leash (`leash cancel` or the job page),
 log = logging.getLogger("leash.worker")
 
 REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
-#: Seconds a work-horse whose job was reclaimed has before it is stopped (see _check_current_attempt).
-RECLAIMED_HORSE_GRACE = 5.0
 
 
 class LeashJob(NoResultStreamJob):
@@ -91,8 +89,7 @@ class LeashWorker(Shutdown, FullRedis, Worker):
             log.warning("%s: model jobs on this worker will fail until it is fixed", problem)
         self.job_monitoring_interval = max(1, int(self.tick_seconds))
         self.reaper = Reaper(self.connection, self.name, self.tick_seconds, tuple(self.queue_names()),
-                             adopt_requeues=deadletter.adopt_requeues,
-                             count_abandoned_calls=budget.sweep_reservations)
+                             adopt_requeues=deadletter.adopt_requeues, count_abandoned_calls=budget.sweep_reservations)
         self._attempt: lease.Attempt | None = None
         logs.add_context_provider(self._log_context)
         self._handoff_deadline: float | None = None
@@ -189,8 +186,7 @@ class LeashWorker(Shutdown, FullRedis, Worker):
             return
         if self._handoff_deadline is not None and clock.monotonic() > self._handoff_deadline:
             log.warning("job %s did not hand off within the grace period; stopping it", attempt.job_id)
-            self.kill_horse()
-            return
+            return self.kill_horse()
         try:
             state, token, phase = self.connection.hmget(keys.job(attempt.job_id), "state", "token", "phase")
         except redis.exceptions.RedisError:
@@ -203,11 +199,8 @@ class LeashWorker(Shutdown, FullRedis, Worker):
                 # (or, if it was reclaimed, learns so at its next heartbeat); the grace
                 # deadline above still bounds it.
                 return
-            # A few seconds first: a work-horse that rode out an outage writes the usage and
-            # answers it was paid for (unfenced) the moment Redis is back; its fenced writes
-            # are refused meanwhile anyway.
-            noticed = attempt.__dict__.setdefault("reclaim_noticed_at", clock.monotonic())
-            if clock.monotonic() - noticed < RECLAIMED_HORSE_GRACE:
+            # A work-horse back from an outage first writes the usage and answers it was paid for.
+            if clock.monotonic() - attempt.__dict__.setdefault("reclaimed_at", clock.monotonic()) < 5.0:
                 return
             log.warning("job %s was reclaimed from this worker; stopping its work-horse", attempt.job_id)
             attempt.settle(Outcome.SUPERSEDED)
