@@ -60,12 +60,12 @@ def test_answers_received_while_redis_is_away_are_counted_once_and_never_asked_a
     calls, prompt, completion = billed(model_server)
     asked_twice = sum(1 for n in calls_per_item(model_server).values() if n > 1)
     print(f"{OUTAGE_SECONDS:g} s outage, lease 10 s: {calls} answers billed, {final['usage']['calls']} counted "
-          f"({final['usage']['estimated_calls']} estimated), {asked_twice} items asked twice, "
+          f"({final['usage'].get('estimated_calls', 0)} estimated), {asked_twice} items asked twice, "
           f"{final['attempts']} attempt(s)")
     assert final["state"] == "succeeded", final["error"]
     assert asked_twice == 0 and calls == 8
     assert counted(final) == (calls, prompt, completion)
-    assert final["usage"]["estimated_calls"] == 0
+    assert final["usage"].get("estimated_calls", 0) == 0
     client.close()
 
 
@@ -141,3 +141,41 @@ def test_answers_an_attempt_could_not_store_are_used_by_the_next_without_a_call(
     assert len(model_server.requests) == 1  # answered from what was kept: not asked, not paid again
     assert second.complete("something else") == "echo: something else"
     assert len(model_server.requests) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGKILL", "deploy past the grace"])
+def test_calls_cut_by_a_killed_work_horse_are_counted_as_estimates(conn, workers, model_server, env, how):
+    """8 answers stored, 4 calls in flight when the work-horse dies (SIGKILL, or a deploy whose
+    calls outlast LEASH_HANDOFF_GRACE): once their reservations' deadlines pass, the reaper's
+    sweep counts each as an estimated call (the job's average answer), marked estimated."""
+    import os
+    import signal
+
+    from tests.test_items_workers import ended
+
+    env.setenv("LEASH_ITEM_CONCURRENCY", "4")
+    env.setenv("LEASH_HANDOFF_GRACE", "1")
+    job_id, _ = enqueue(conn, "prompt", {"items": [f"item {i}" for i in range(20)], "template": "{item}"})
+    model_server.hold_after(8)
+    first = workers.start("--no-scheduler")
+    wait_for(lambda: states.status(conn, job_id)["done"] == 8, 30, message="8 items stored")
+    wait_for(lambda: len(model_server.requests) >= 12, 10, message="4 calls held in flight")
+    horse = workers.horse(first)
+    if how == "SIGKILL":
+        os.kill(first.pid, signal.SIGKILL)
+        os.kill(horse, signal.SIGKILL)
+    else:
+        os.kill(first.pid, signal.SIGTERM)
+        wait_for(lambda: first.poll() is not None, 30, message="the worker to stop after its grace")
+    model_server.release()  # the held calls' client is gone: leash never learns what they cost
+    workers.start("--no-scheduler")
+    final = ended(conn, job_id)
+    assert final["state"] == "succeeded" and final["usage"]["estimated_calls"] == 0
+    answered = final["usage"]["calls"]
+    abandoned = budget.sweep_reservations(conn, time.time() + 3600)  # their deadlines, passed
+    after = states.status(conn, job_id)["usage"]
+    print(f"{how}: {answered} calls answered and counted, {abandoned} abandoned calls counted as estimates")
+    assert abandoned == 4
+    assert after["calls"] == answered + 4 and after["estimated_calls"] == 4 and after["estimated"]
+    assert after["output_tokens"] > final["usage"]["output_tokens"]
