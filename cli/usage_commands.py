@@ -6,8 +6,9 @@ import json
 
 import click
 
+from jobs.read.money import money
 from jobs.usage.meter import DAYS_KEPT
-from jobs.usage.report import cost_text, owner_usage
+from jobs.usage.report import owner_usage
 
 from .job_commands import acting_owner, owner_option
 from .redis_target import connect_checked
@@ -17,7 +18,7 @@ def _line(label: str, figures: dict) -> str:
     usage = figures["usage"]
     approx = "~" if usage["estimated"] else ""
     return (f"{label:<32} {usage['calls']:>8,} {approx}{usage['input_tokens']:>13,} "
-            f"{approx}{usage['output_tokens']:>13,}  {cost_text(figures['cost_usd'], usage['calls'])}")
+            f"{approx}{usage['output_tokens']:>13,}  {money(figures['cost_usd']) if usage['calls'] else '$0'}")
 
 
 @click.command("usage")
