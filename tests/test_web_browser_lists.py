@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -64,7 +65,10 @@ def jobs_with_money(conn) -> tuple[str, str]:
     attempt.finish({"items": 3})
     running, _ = enqueue(conn, "classify", {"items": [f"item {i}" for i in range(200)],
                                             "labels": ["positive", "negative"]}, owner="shared", name="Reviews")
-    lease.claim(conn, running, "leash", "worker-2").heartbeat(item=(0, json.dumps("negative")))
+    start = time.time() - 120  # 40 items over two minutes: 20 items a minute
+    attempt = lease.claim(conn, running, "leash", "worker-2", now=start)
+    for index in range(40):
+        attempt.heartbeat(item=(index, json.dumps("negative")), now=start + 3 * (index + 1))
     return done, running
 
 
@@ -98,6 +102,7 @@ def test_my_jobs_the_job_page_and_the_overview_read_well_at_1280_and_390_px(conn
             assert no_sideways_scroll(page), width
             assert "Reviews" in page.inner_text("#running-jobs")
             assert page.inner_text("#running-count") == "1"
+            assert page.inner_text("#items-per-minute") == "20"
             assert page.locator("#workers").count() == 1
             assert "$0.000037" in page.inner_text("#cost-per-day")
             if width == 1280 and UPDATE_SCREENSHOTS:
@@ -154,6 +159,11 @@ def test_a_batch_jobs_page_shows_its_provider_batch_and_look_now_reads_it_at_onc
     batch_env.batches.complete(batch_id)
     context, page = open_page(chromium, 1280, javascript=False)
     try:
+        # The job waits at its provider holding no worker: the overview lists that worker idle.
+        page.goto(f"{server.url}/overview")
+        assert page.locator("#workers tbody tr").count() == 1
+        assert page.inner_text("#workers tbody tr td[data-label=State]") == "idle"
+        assert page.inner_text("#busy-workers") == "0 of 1"
         page.goto(f"{server.url}/jobs/{job_id}")
         page.click("#look-now")
         assert "a worker looks within seconds" in page.inner_text("#next-look")
