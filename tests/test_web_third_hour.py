@@ -110,3 +110,10 @@ def test_the_overview_lists_workers_running_jobs_throughput_and_cost_and_refresh
     assert 'id="workers"' in html and 'id="throughput"' in html
     assert re.search(r'id="items-per-minute"[^>]*>\d+', html)
     assert "$0.0012" in html, "cost per day, with its significant digits"
+
+
+def test_look_now_is_refused_with_a_409_for_a_job_not_waiting_at_its_provider(api, client, conn):
+    job_id = submit(api)
+    refused = api.post(f"/jobs/{job_id}/look")
+    assert refused.status_code == 409 and "not waiting at its provider" in refused.get_json()["error"]
+    assert api.post("/jobs/no-such-job/look").status_code == 404
