@@ -94,11 +94,14 @@ def worker(queues, burst, name, scheduler, log_level, imports):
 @click.option("--host", default="0.0.0.0", show_default=True, help="The address to listen on.")
 @click.option("--port", default=5000, type=click.IntRange(1, 65535), envvar="PORT", show_envvar=True,
               show_default=True, help="The web app's port.")
-def web(host, port):
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+              help="The least severe log lines printed.")
+def web(host, port, log_level):
     """Serve the web app (waitress: requests are read whole before a thread takes them)."""
     from web.serve import serve
 
-    sys.exit(serve(host, port))
+    sys.exit(serve(host, port, log_level.upper()))
 
 
 @main.command()
@@ -106,7 +109,9 @@ def web(host, port):
               show_default=True, help="The web app's port.")
 @click.option("--workers", "n_workers", default=1, envvar="LEASH_DEV_WORKERS", show_envvar=True, show_default=True)
 @click.option("--fresh", is_flag=True, help="Start with no jobs: forget what earlier runs on this port kept.")
-def dev(port, n_workers, fresh):
+@click.option("-v", "--verbose", is_flag=True,
+              help="Print every log line of the workers and the web app, not only one line per job event.")
+def dev(port, n_workers, fresh, verbose):
     """Run Redis (REDIS_URL, a redis-server on PATH, or the bundled one), the web app and
     workers on this machine; Ctrl-C stops all of it. Jobs and results are kept across runs
     (per port, in the state directory) unless --fresh."""
@@ -121,7 +126,7 @@ def dev(port, n_workers, fresh):
                                     f"run leash dev --port {free_port(preferred=port + 1)} (or stop that program)")
     pid = os.getpid()
     try:
-        code = run_dev(port=port, n_workers=n_workers, fresh=fresh,
+        code = run_dev(port=port, n_workers=n_workers, fresh=fresh, verbose=verbose,
                        on_ready=lambda redis_url, web_url: write_record(redis_url, web_url, pid),
                        on_stop=lambda: remove_record(pid))
     except (DataInUse, RuntimeError) as exc:

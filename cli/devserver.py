@@ -28,7 +28,10 @@ import redis
 from jobs import config
 from jobs.core.connection import masked
 
-from . import devrecord
+from . import devfeed, devrecord
+
+#: How often the job feed reads the jobs.
+FEED_SECONDS = 1.0
 
 
 def _bindable(port: int) -> int | None:
@@ -139,7 +142,7 @@ def lock_data(port: int, fresh: bool):
     return lock
 
 
-def run_dev(port: int, n_workers: int, fresh: bool = False,
+def run_dev(port: int, n_workers: int, fresh: bool = False, verbose: bool = False,
             on_ready: Callable[[str, str], None] = lambda redis_url, web_url: None,
             on_stop: Callable[[], None] = lambda: None) -> int:
     """Run everything until Ctrl-C; ``on_ready(redis_url, web_url)`` once the web app answers."""
@@ -160,9 +163,13 @@ def run_dev(port: int, n_workers: int, fresh: bool = False,
         env["SECRET_KEY"] = devrecord.secret(port)  # browsers keep their session across restarts
     env.setdefault("LEASH_LOCAL_DELAY_MS", "300")
     exe = [sys.executable, "-m"]
-    web = subprocess.Popen(exe + ["cli", "web", "--host", "127.0.0.1", "--port", str(port)], env=env,
+    # Quiet unless -v: the workers' and the web app's warnings and errors only; the job events
+    # are this process's feed (cli/devfeed.py), one line each, none per model call.
+    level = "INFO" if verbose else "WARNING"
+    web = subprocess.Popen(exe + ["cli", "web", "--host", "127.0.0.1", "--port", str(port), "--log-level", level],
+                           env=env,
                            start_new_session=True)
-    workers = [subprocess.Popen(exe + ["cli", "worker"], env=env, start_new_session=True)
+    workers = [subprocess.Popen(exe + ["cli", "worker", "--log-level", level], env=env, start_new_session=True)
                for _ in range(n_workers)]
     stopping = {"now": False}
 
@@ -173,11 +180,23 @@ def run_dev(port: int, n_workers: int, fresh: bool = False,
     signal.signal(signal.SIGTERM, on_signal)
     code = 0
     try:
+        feed = None
         if _wait_listening(port, web, lambda: stopping["now"]):
             print(f"leash is running at http://127.0.0.1:{port}/  (Redis: {masked(url)}; jobs kept in {kept}; "
                   "Ctrl-C stops everything)", flush=True)
+            print(f"  {devfeed.backend_line()}", flush=True)
+            print("  one line per job event below" + ("" if verbose else "; leash dev -v prints every log line"),
+                  flush=True)
             on_ready(url, f"http://127.0.0.1:{port}")
+            feed = devfeed.Feed(redis.Redis.from_url(url), lambda line: print(line, flush=True))
+        next_feed = 0.0
         while not stopping["now"]:
+            if feed is not None and time.monotonic() >= next_feed:
+                next_feed = time.monotonic() + FEED_SECONDS
+                try:
+                    feed.poll()
+                except redis.exceptions.RedisError as exc:
+                    print(f"cannot read the jobs from Redis ({exc}); retrying", file=sys.stderr, flush=True)
             if any(p.poll() is not None for p in [web, *workers]):
                 print("a leash process exited; stopping", file=sys.stderr)
                 code = 1

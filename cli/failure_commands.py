@@ -8,11 +8,12 @@ and exit status 2, with nothing changed.
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import click
 
-from jobs import deadletter
+from jobs import deadletter, keys
 from jobs.core import clock
 from jobs.deadletter import alerts, durations, failures
 from jobs.usage.budget import Budget
@@ -47,6 +48,30 @@ ALL = float("inf")
 
 
 
+def _count(n: int, noun: str) -> str:
+    """``1 failed job``, ``3 failed jobs``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+#: An HTTP status in an error's text: "failed (500)", "rejected the request (400)".
+_STATUS = re.compile(r"\((\d{3})\)")
+
+
+def _with_status(conn, group: dict) -> str:
+    """A group's error with the HTTP status its jobs met, plainly: grouping reads every number
+    as ``<n>`` (so one bug is one group), which hides "(500)"; the examples' own errors say it."""
+    text = group["error"]
+    if "(<n>)" not in text:
+        return text
+    found: list[str] = []
+    for job_id in group["examples"]:
+        error = (conn.hget(keys.job(job_id), "error") or b"").decode(errors="replace")
+        found += [code for code in _STATUS.findall(error.strip().split("\n", 1)[0]) if code not in found]
+    if not found:
+        return text
+    return text.replace("(<n>)", f"(HTTP {', '.join(sorted(found))})", 1)
+
+
 def _short(ts: str | None) -> str:
     return (ts or "-")[:19].replace("T", " ")
 
@@ -69,11 +94,12 @@ def failures_command(since, kind, include_canceled, as_json):
     if not result["groups"]:
         click.echo(f"no failed jobs in {window}")
         return
-    click.echo(f"{result['total']} failed jobs in {len(result['groups'])} groups, {window}")
+    groups = len(result["groups"])
+    click.echo(f"{_count(result['total'], 'failed job')} in {_count(groups, 'group')}, {window}")
     click.echo(f"{'COUNT':>7}  {'KIND':<14} {'FIRST SEEN':<19}  {'LAST SEEN':<19}  {'EXAMPLES':<49}  ERROR")
     for g in result["groups"]:
         click.echo(f"{g['count']:>7}  {g['kind'][:14]:<14} {_short(g['first_seen']):<19}  "
-                   f"{_short(g['last_seen']):<19}  {' '.join(g['examples']):<49}  {g['error']}")
+                   f"{_short(g['last_seen']):<19}  {' '.join(g['examples']):<49}  {_with_status(conn, g)}")
 
 
 @click.command("alert")

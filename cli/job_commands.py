@@ -26,7 +26,7 @@ from jobs.errors import InvalidJob, NoSuchJob, QueueFull
 from jobs.intake import admission
 from jobs.intake.modes import MODE_FIELD, MODES
 from jobs.models.backends import get_backend
-from jobs.read import humane, listing, results
+from jobs.read import humane, listing, money, results
 from jobs.read.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens
 from jobs.usage.budget import BUDGET_FIELD
 
@@ -267,30 +267,42 @@ def jobs_command(state, kind, search, limit, owner, token, as_json):
     owner = acting_owner(owner, token)
     filters = listing.Filters(view=state, kind=kind, search=search)
     found = listing.find(connect_checked(), owner, 0, limit, filters)
+    rows = []
     for job in found.jobs:
         if as_json:
             click.echo(json.dumps(job))
             continue
         shown = listing.view_of(job) + (" (stale)" if job["stale"] else "")
         error = job["error_summary"] if job["state"] == "failed" and not job["canceled"] else ""
-        click.echo(f"{job['job_id']}  {(job['name'] or '-')[:20]:<20} {(job['kind'] or '')[:12]:<12} {shown:<17} "
-                   f"{job['done']:>6}/{job['total']:<6} {humane.relative(job['created_at']):<12}  {_spent(job):>18}  "
-                   f"{humane.cut(error, 60)[0] if error else ''}".rstrip())
+        rows.append((job["job_id"], (job["name"] or "-")[:20], (job["kind"] or "")[:12], shown,
+                     f"{job['done']}/{job['total']}", humane.relative(job["created_at"]) or "-",
+                     humane.duration(job["elapsed_seconds"]) if job.get("elapsed_seconds") is not None else "-",
+                     money.tokens_text(job), money.cost_cell(job), humane.cut(error, 60)[0] if error else ""))
+    if rows:
+        for line in _table(JOBS_HEADER, rows):
+            click.echo(line)
     if not as_json:
         which = " ".join(f"{label} {value}" for label, value in (("in state", state), ("of kind", kind),
                                                                    ("matching", search)) if value)
-        click.echo(f"{len(found.jobs)} of {found.total} job(s) of owner {owner}" + (f" {which}" if which else ""),
-                   err=True)
+        click.echo(f"{len(found.jobs)} of {found.total} job{'s' if found.total != 1 else ''} of owner {owner}"
+                   + (f" {which}" if which else "") + ("; ~ marks estimated tokens" if any(
+                       r[7].startswith("~") for r in rows) else ""), err=True)
 
 
-def _spent(job: dict) -> str:
-    """Tokens and cost in a column: "12,345 tok $0.0123" ("~" estimated, "$?" no price)."""
-    usage = job.get("usage") or {}
-    if not usage.get("calls"):
-        return "-"
-    tokens = usage["input_tokens"] + usage["output_tokens"]
-    cost = "$?" if job.get("cost_usd") is None else f"${job['cost_usd']:.4f}"
-    return f"{'~' if usage.get('estimated') else ''}{tokens:,} tok {cost}"
+#: The columns of ``leash jobs``; the numbers are right-aligned.
+JOBS_HEADER = ("JOB", "NAME", "KIND", "STATE", "DONE", "SUBMITTED", "DURATION", "TOKENS", "COST", "ERROR")
+_RIGHT = {"DONE", "DURATION", "TOKENS", "COST"}
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    """A header row and the rows under it, each column as wide as its widest cell."""
+    widths = [max(len(str(row[n])) for row in (header, *rows)) for n in range(len(header))]
+    lines = []
+    for row in (header, *rows):
+        cells = [str(cell).rjust(width) if name in _RIGHT else str(cell).ljust(width)
+                 for name, cell, width in zip(header, row, widths, strict=True)]
+        lines.append("  ".join(cells).rstrip())
+    return lines
 
 
 COMMANDS = (submit, status, watch, results_command, cancel_command, jobs_command)

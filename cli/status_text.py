@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import json
 
-from jobs.read import humane, listing
-from jobs.usage.report import spend_text
+from jobs.read import humane, listing, money
 
 LABEL = 12
 
@@ -77,7 +76,7 @@ def lines(f: dict, page: str, columns: int = 100, full: bool = False) -> list[st
         ("started", humane.when(f["started_at"]) if f.get("started_at") else None),
         ("finished", humane.when(f["finished_at"]) if f.get("finished_at") else None),
         ("elapsed", humane.duration(f["elapsed_seconds"]) if f.get("elapsed_seconds") is not None else None),
-        ("usage", spend_text(f) or "no model calls yet"),
+        ("usage", money.spend_text(f)),
         ("labels", ", ".join(f["labels"]) if f.get("labels") else None),
         ("template", f.get("template")),
     ]

@@ -6,9 +6,10 @@ import json
 
 import click
 
+from jobs.read.money import money
 from jobs.usage.meter import DAYS_KEPT
 from jobs.usage.prices import why_no_price
-from jobs.usage.report import cost_text, owner_usage, unpriced_models
+from jobs.usage.report import owner_usage, unpriced_models
 
 from .job_commands import acting_owner, owner_option
 from .redis_target import connect_checked
@@ -17,7 +18,7 @@ from .redis_target import connect_checked
 def _line(label: str, figures: dict) -> str:
     usage = figures["usage"]
     approx = "~" if usage["estimated"] else ""
-    cost = "cost unknown" if figures["cost_usd"] is None else cost_text(figures["cost_usd"], usage["calls"])
+    cost = "cost unknown" if figures["cost_usd"] is None else (money(figures["cost_usd"]) if usage["calls"] else "$0")
     return (f"{label:<32} {usage['calls']:>8,} {approx}{usage['input_tokens']:>13,} "
             f"{approx}{usage['output_tokens']:>13,}  {cost}")
 

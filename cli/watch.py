@@ -17,9 +17,8 @@ from typing import TextIO
 import click
 
 from jobs.core.states import TERMINAL
-from jobs.read import humane
+from jobs.read import humane, money
 from jobs.read.poll_schedule import poll_delay
-from jobs.usage.report import spend_text
 
 BAR_TEMPLATE = "[%(bar)s] %(info)s"
 
@@ -46,9 +45,8 @@ def facts(fields: dict) -> str:
         parts.append(f"ETA {clock_text(fields.get('eta_seconds'))}")
     if fields.get("elapsed_seconds") is not None:
         parts.append(f"elapsed {clock_text(fields['elapsed_seconds'])}")
-    spent = spend_text(fields)
-    if spent:
-        parts.append(spent)
+    if (fields.get("usage") or {}).get("calls"):
+        parts.append(money.spend_text(fields))
     if fields["attempts"] > 1:
         parts.append(f"attempt {fields['attempts']}/{fields['max_attempts']}")
     if fields["state"] == "queued" and fields.get("waiting"):

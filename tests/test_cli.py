@@ -144,7 +144,7 @@ def test_jobs_lists_the_owners_jobs_newest_first_by_state(conn, env):
     assert json.loads(canceled.stdout)["state"] == "failed", "the state machine still says failed"
     assert run("jobs", "--state", "failed", "--json").stdout == "", "a canceled job is not a failure"
     limited = run("jobs", "--limit", "1")
-    assert third in limited.stdout and first not in limited.stdout and "1 of 3 job(s)" in limited.stderr
+    assert third in limited.stdout and first not in limited.stdout and "1 of 3 jobs" in limited.stderr
     assert run("jobs", "--owner", "somebody-else").stdout == ""
 
 
@@ -222,7 +222,7 @@ def test_submit_with_a_name_and_jobs_finds_it_by_search_and_kind(conn, env):
     assert json.loads(run("status", named, "--json").stdout)["name"] == "March reviews"
     found = run("jobs", "--search", "march")
     assert named in found.stdout and other not in found.stdout and "March reviews" in found.stdout
-    assert "1 of 1 job(s) of owner shared matching march" in found.stderr
+    assert "1 of 1 job of owner shared matching march" in found.stderr
     assert run("jobs", "--kind", "prompt").stdout == ""
     assert other in run("jobs", "--kind", "classify").stdout
     bad = run("submit", "--labels", "a,b", "--name", "a\tb", "-", input="x\n")

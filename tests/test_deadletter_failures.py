@@ -105,7 +105,7 @@ def test_cli_prints_a_table_and_json(conn):
     table = runner.invoke(main, ["failures"])
     assert table.exit_code == 0, table.output
     lines = table.output.splitlines()
-    assert lines[0] == "3 failed jobs in 1 groups, the last 1d"
+    assert lines[0] == "3 failed jobs in 1 group, the last 1d"
     assert lines[1].split() == ["COUNT", "KIND", "FIRST", "SEEN", "LAST", "SEEN", "EXAMPLES", "ERROR"]
     assert lines[2].split()[0:2] == ["3", "classify"] and lines[2].endswith("ValueError: bad item <n>")
 

@@ -137,7 +137,7 @@ def test_every_shell_block_of_the_quick_start_works_in_a_fresh_checkout(tmp_path
                                   timeout=180)
         assert followed.returncode == 0, followed.stdout[-3000:] + followed.stderr[-3000:]
         assert '"state":"queued"' in followed.stdout and '"url":"/jobs/' in followed.stdout  # the API's 202
-        assert "job(s) of owner shared" in followed.stderr and "skipped" in followed.stdout  # jobs, replay
+        assert "of owner shared" in followed.stderr and "skipped" in followed.stdout  # jobs, replay
     finally:
         note_children()
         os.killpg(dev.pid, signal.SIGINT)  # Ctrl-C

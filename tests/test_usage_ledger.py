@@ -307,7 +307,8 @@ def test_the_cli_and_the_page_show_tokens_and_cost_beside_progress(conn, env, cl
     status = runner.invoke(main, ["status", job_id])
     assert "1,234 tokens (1,200 in / 34 out, 2 calls), $0.0013 of a budget of 5,000 tokens" in status.output
     listed = runner.invoke(main, ["jobs"])
-    assert "1,234 tok $0.0013" in listed.output
+    [row] = [line for line in listed.output.splitlines() if job_id in line]
+    assert row.split()[-2:] == ["1,234", "$0.0013"]  # the TOKENS and COST columns
     usage = runner.invoke(main, ["usage", "--days", "1"])
     assert usage.exit_code == 0 and "m / classify" in usage.output and "1,200" in usage.output
     assert json.loads(runner.invoke(main, ["usage", "--json"]).output)["total"]["usage"]["calls"] == 2

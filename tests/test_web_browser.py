@@ -47,8 +47,9 @@ ITEMS = [
 ITEM_DELAY_MS = "400"  # 20 items take about 8 s on one worker
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def chromium():
+    """One headless Chromium per test module (each test opens its own contexts in it)."""
     if not os.path.exists(CHROMIUM):
         message = (f"headless Chromium was not found ({CHROMIUM}); install it with `apt-get install -y chromium` "
                    "or point LEASH_CHROMIUM at a Chromium binary")

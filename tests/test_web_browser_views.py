@@ -75,6 +75,7 @@ def test_the_replay_button_takes_a_failed_job_to_success(conn, env, workers, web
         assert page.inner_text("#replay-command") == f"leash replay {job_id}"
         conn.delete("test:broken:replay-browser")  # the fix is deployed
         page.click("#replay-button")
+        page.click("#confirm-button")  # the confirm step
         page.wait_for_selector("#state.state-succeeded", timeout=30_000)  # the page follows the job by itself
         assert not page.is_visible("#replay-button")
         fields = states.status(conn, job_id)

@@ -256,7 +256,7 @@ def test_jobs_have_a_name_and_the_list_searches_and_filters_by_kind_and_date(bro
     assert '<span class="job-name">March reviews</span>' in html and f"/jobs/{prompt}" not in html
     page = browser.get("/jobs", headers=HTML).data.decode()
     # The error column: cut at a word with the whole line in the title; times relative, UTC on hover.
-    cell = re.search(r'<td class="error-cell"><span title="([^"]+)">([^<]+)</span>', page)
+    cell = re.search(r'<td data-label="Error" class="error-cell"><span title="([^"]+)">([^<]+)</span>', page)
     assert cell and cell.group(1).startswith("RuntimeError: the model server answered 500 word")
     assert cell.group(2).endswith("word…") and len(cell.group(2)) <= 80
     assert re.search(r'<time datetime="[^"]+" title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC">(just now|\d+ s ago)</time>', page)

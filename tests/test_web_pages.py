@@ -12,6 +12,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from jobs import keys
+from jobs.core import states
 from tests.web_support import HTML, csrf_from, finish_job
 
 
@@ -161,7 +162,14 @@ def test_a_finished_job_page_shows_the_results_table_paged(browser, conn):
 
 def test_the_cancel_button_cancels_and_returns_to_the_page(browser, conn):
     job_id = _job(browser, conn)
-    response = browser.post(f"/jobs/{job_id}/cancel", data={"csrf_token": browser.token}, headers=HTML)
+    # The button asks first (a page, no JavaScript needed); nothing is canceled until confirmed.
+    asked = browser.post(f"/jobs/{job_id}/cancel", data={"csrf_token": browser.token}, headers=HTML)
+    page = asked.data.decode()
+    assert asked.status_code == 200 and 'id="confirm-form"' in page and 'name="confirm" value="yes"' in page
+    assert f'action="/jobs/{job_id}/cancel"' in page and f'href="/jobs/{job_id}"' in page
+    assert states.status(conn, job_id)["state"] == "queued"
+    response = browser.post(f"/jobs/{job_id}/cancel", data={"csrf_token": browser.token, "confirm": "yes"},
+                            headers=HTML)
     assert response.status_code == 303 and response.headers["Location"] == f"/jobs/{job_id}"
     html = browser.get(f"/jobs/{job_id}", headers=HTML).data.decode()
     assert 'class="state state-canceled">canceled<' in html and 'id="canceled-note"' in html
@@ -221,7 +229,8 @@ def test_canceling_a_running_job_says_at_once_that_the_cancel_is_on_its_way(brow
 
     job_id = _job(browser, conn)
     lease.claim(conn, job_id, "leash", "w")
-    response = browser.post(f"/jobs/{job_id}/cancel", data={"csrf_token": browser.token}, headers=HTML)
+    response = browser.post(f"/jobs/{job_id}/cancel", data={"csrf_token": browser.token, "confirm": "yes"},
+                            headers=HTML)
     assert response.status_code == 303 and response.headers["Location"] == f"/jobs/{job_id}?cancel=requested"
     html = browser.get(response.headers["Location"], headers=HTML).data.decode()
     assert 'id="cancel-requested"' in html and "stops at its next heartbeat" in html

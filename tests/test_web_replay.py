@@ -46,7 +46,11 @@ def test_a_job_still_retrying_has_no_replay_button(browser, conn):
 
 def test_the_replay_button_requeues_the_job_and_audits_the_web_user(browser, conn):
     job_id = failed_job(browser, conn)
-    response = browser.post(f"/jobs/{job_id}/replay", data={"csrf_token": browser.token}, headers=HTML)
+    asked = browser.post(f"/jobs/{job_id}/replay", data={"csrf_token": browser.token}, headers=HTML)
+    assert asked.status_code == 200 and 'name="confirm" value="yes"' in asked.data.decode()
+    assert states.status(conn, job_id)["state"] == "failed", "nothing replayed before the confirm"
+    response = browser.post(f"/jobs/{job_id}/replay", data={"csrf_token": browser.token, "confirm": "yes"},
+                            headers=HTML)
     assert response.status_code == 303 and response.headers["Location"] == f"/jobs/{job_id}"
     fields = states.status(conn, job_id)
     assert (fields["state"], fields["attempts"], fields["done"]) == ("queued", 0, 1), "checkpoint kept"

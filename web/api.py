@@ -35,6 +35,7 @@ from jobs.usage.meter import DAYS_KEPT
 from jobs.usage.report import owner_usage
 
 from .auth import Need, request_owner
+from .confirm import confirm_page, needs_confirming
 from .error_replies import api_error, wants_html
 from .reads import FILTER_ARGS, NoSuchJobHere, filters_arg, int_arg, read_status, redis_conn
 
@@ -172,7 +173,9 @@ def result(job_id: str):
 def cancel(job_id: str):
     owner = request_owner(Need.ACT)
     connection = redis_conn()
-    read_status(connection, job_id, owner)  # 404 unless it is the caller's job
+    fields = read_status(connection, job_id, owner)  # 404 unless it is the caller's job
+    if needs_confirming():
+        return confirm_page("cancel", fields, "api.cancel")
     previous = control.cancel(connection, job_id)
     if previous == control.WAITING:  # a batch job waiting at its provider: its batch is canceled too
         provider_batch.cancel_at_provider(connection, job_id, get_backend())

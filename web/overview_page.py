@@ -1,6 +1,8 @@
-"""GET /overview: how the queue is doing, as charts — queue depth now, the caller's jobs and
-failures per hour over the last day, and the tokens the caller's jobs used per UTC day (with
-what they cost) over the last two weeks.
+"""GET /overview: how the queue is doing — now: the workers (busy or idle, since when, on which
+of the caller's jobs), the caller's running jobs and the items a minute they get through; as
+charts: queue depth, the caller's jobs and failures per hour over the last day, and the tokens
+the caller's jobs used per UTC day over the last two weeks, with a table of what each day cost.
+The page reloads itself every REFRESH_SECONDS (a meta refresh: no JavaScript needed).
 
 Charts are a list: each is drawn here from data Redis already holds (usage: the owner's daily
 totals that every item write adds to, jobs/usage/report.py).
@@ -12,7 +14,8 @@ from datetime import UTC, datetime
 
 from flask import Blueprint, make_response, render_template
 
-from jobs.read import overview
+from jobs.core import clock
+from jobs.read import humane, money, overview
 from jobs.usage.report import cost_text, days_back, owner_usage, unpriced_models
 
 from . import charts
@@ -66,14 +69,31 @@ def _tokens_per_day(connection, owner: str) -> charts.Chart:
         charts.bars(f"Tokens used per UTC day, last {USAGE_DAYS} days", [d[5:] for d in days], tokens, "tokens",
                     tick_every=2, unit="tokens"),
         f"{sum(tokens):,} tokens in {calls:,} model calls over the last {USAGE_DAYS} days, "
-        f"{cost}" + ("; ~ some figures are estimates" if total["usage"]["estimated"]
-                                                     else "") + " (per model and kind: GET /usage, leash usage).")
+        f"{cost}" + ("; ~ some figures are estimates" if total["usage"]["estimated"] else "")
+        + " (per model and kind: GET /usage, leash usage).")
+
+
+#: How often the overview reloads itself.
+REFRESH_SECONDS = 10
+
+
+def cost_per_day(connection, owner: str) -> list[dict]:
+    """The days of the last USAGE_DAYS with model calls, newest first: calls, tokens, cost."""
+    report = owner_usage(connection, owner, days=USAGE_DAYS)
+    return [{"day": day["day"], "calls": day["usage"]["calls"],
+             "tokens": day["usage"]["input_tokens"] + day["usage"]["output_tokens"],
+             "estimated": day["usage"]["estimated"], "cost": money.money(day["cost_usd"])} for day in report["days"]]
 
 
 @bp.get("/overview")
 def overview_page():
     owner = browser_owner(Need.LIST)
-    response = make_response(render_template("overview.html", charts=overview_charts(redis_conn(), owner)))
+    connection = redis_conn()
+    response = make_response(render_template(
+        "overview.html", charts=overview_charts(connection, owner), workers=overview.workers(connection, owner),
+        running=overview.running(connection, owner), days=cost_per_day(connection, owner),
+        refresh=REFRESH_SECONDS, ago=humane.relative, money_cell=money.cost_cell, utc=humane.utc,
+        now=humane.utc(clock.iso(clock.wall()))))
     response.headers["Cache-Control"] = "no-cache, private"
     response.vary.update(("Cookie",))
     return response

@@ -33,11 +33,12 @@ from jobs.errors import InvalidJob, QueueFull
 from jobs.intake import admission, limits
 from jobs.intake.modes import MODE_FIELD, check_mode
 from jobs.models import backends
-from jobs.read import humane, listing, poll_schedule, results
+from jobs.read import humane, job_view, listing, money, poll_schedule, results
 from jobs.usage.budget import BUDGET_FIELD
-from jobs.usage.report import spend_text
 
 from .auth import Need, browser_owner, request_owner
+from .batch_look import look_now
+from .confirm import confirm_page, needs_confirming
 from .error_replies import api_error, wants_html
 from .forms import BaseSubmitForm, submit_form
 from .reads import FILTER_ARGS, filters_arg, int_arg, read_status, redis_conn
@@ -202,17 +203,39 @@ def job_page(job_id: str):
     schedule = _schedule()
     refresh = None if terminal else int(poll_schedule.poll_delay(_age(fields)))
     waiting_at_provider = (fields.get("batch") or {}).get("phase") == "waiting"
+    attempts = job_view.marked_attempts(fields["history"])
+    batch = job_view.batch_details(connection, fields)
     return _page(render_template(
         "job.html", job=fields, stale_text=STALE_LOOK_TEXT if waiting_at_provider else STALE_TEXT,
         terminal=terminal, table=_results_table(connection, job_id, fields),
         submitted=[(f, given[f.name]) for f, _ in kinds.fields() if f.name in (given := fields.get("submitted", {}))],
         refresh=refresh, schedule=schedule, percent=_percent(fields),
-        shown_state=listing.view_of(fields), attempts=humane.attempts(fields),
-        traceback=_traceback(fields["error"]), duration=humane.duration,
-        replay_command=f"leash replay {job_id}", spend_text=spend_text, ago=humane.relative,
+        shown_state=listing.view_of(fields), attempts=humane.attempts(fields), history=attempts,
+        run=job_view.run_timing(connection, fields, attempts), batch=batch,
+        per_request=job_view.cost_per_request(fields, batch["answered"]) if batch else None,
+        traceback=_traceback(fields["error"]), duration=humane.duration, money=money.money,
+        replay_command=f"leash replay {job_id}", spend_text=money.spend_text, ago=humane.relative,
         cancel_requested=not terminal and request.args.get("cancel") == "requested",
+        look_requested=waiting_at_provider and request.args.get("look") == "requested",
         summary=fields["result"]["summary"] if fields["result"] else None,
     ))
+
+
+@bp.post("/jobs/<job_id>/look")
+def look(job_id: str):
+    """Look at a waiting batch job's provider batch now rather than at its next scheduled look
+    (the "Look now" button): the look is moved earlier, never later; a worker takes it within
+    seconds. 409 when the job is not waiting at its provider."""
+    owner = request_owner(Need.ACT)
+    connection = redis_conn()
+    fields = read_status(connection, job_id, owner)  # 404 unless it is the caller's job
+    if (fields.get("batch") or {}).get("phase") != "waiting" or not look_now(connection, job_id):
+        return api_error(409, "no look to move: the job is not waiting at its provider")
+    if wants_html():
+        return redirect(url_for("api.job", job_id=job_id, look="requested"), 303)
+    response = jsonify(job_id=job_id, look="requested", url=url_for("api.job", job_id=job_id))
+    response.status_code = 202
+    return response
 
 
 def _percent(fields: dict) -> int:
@@ -227,7 +250,9 @@ def replay(job_id: str):
     the audit entry naming the web user. CSRF is checked for browsers by the app's policy."""
     owner = request_owner(Need.ACT)
     connection = redis_conn()
-    read_status(connection, job_id, owner)  # 404 unless it is the caller's job
+    fields = read_status(connection, job_id, owner)  # 404 unless it is the caller's job
+    if needs_confirming():
+        return confirm_page("replay", fields, "pages.replay")
     selection = deadletter.select(connection, [job_id])
     if not selection.matched:
         reason = selection.skipped[0][1] if selection.skipped else "only failed jobs can be replayed"
@@ -256,7 +281,9 @@ def _row(job: dict) -> dict:
     error = job["error_summary"] if job["state"] == "failed" and not job["canceled"] else None
     shown_error, cut = humane.cut(error, LIST_ERROR_CHARS) if error else (None, False)
     return dict(job, percent=_percent(job), view=listing.view_of(job), shown_error=shown_error, error_cut=cut,
-                created_ago=humane.relative(job["created_at"]), created_utc=humane.utc(job["created_at"]))
+                created_ago=humane.relative(job["created_at"]), created_utc=humane.utc(job["created_at"]),
+                tokens=money.tokens_text(job), cost=money.cost_cell(job),
+                duration=humane.duration(job["elapsed_seconds"]) if job.get("elapsed_seconds") is not None else "—")
 
 
 def jobs_page():

@@ -92,7 +92,7 @@ def _schema_refusal() -> str | None:
     return None
 
 
-def serve(host: str, port: int) -> int:
+def serve(host: str, port: int, log_level: str = "INFO") -> int:
     """Run until stopped; a missing secret is one line on stderr and exit status 1, a malformed
     setting one line and exit status 2."""
     import waitress
@@ -100,7 +100,7 @@ def serve(host: str, port: int) -> int:
     from .app import SecretKeyMissing, create_app
 
     try:
-        logs.configure("INFO")  # waitress's own lines too, as text or JSON (LEASH_LOG_FORMAT)
+        logs.configure(log_level)  # waitress's own lines too, as text or JSON (LEASH_LOG_FORMAT)
         app = create_app()
     except SecretKeyMissing as exc:
         sys.stderr.write(f"{exc}\n")

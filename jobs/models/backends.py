@@ -43,20 +43,65 @@ class Backend(Protocol):
         LEASH_MODEL_MAX_TOKENS); an answer cut off there raises ItemError unless ``truncation_ok``."""
 
 
-# Words that hint at common labels; anything else falls back to word overlap, then a hash.
+# Words that hint at common labels, compared by their stems ("crashes" is "crash"); anything
+# else falls back to word overlap with the label, then to a neutral label if there is one, then
+# to a hash. A negation just before a sentiment word ("not good") turns it around.
 _LEXICON = {
-    "positive": {"good", "great", "love", "excellent", "happy", "nice", "awesome", "thanks", "fast", "perfect"},
-    "negative": {"bad", "terrible", "hate", "awful", "broken", "slow", "angry", "worst", "refund", "poor"},
-    "spam": {"free", "winner", "prize", "click", "offer", "viagra", "lottery", "urgent"},
-    "bug": {"error", "crash", "broken", "fails", "exception", "bug", "wrong"},
-    "question": {"how", "why", "what", "when", "where", "?"},
+    "positive": {"good", "great", "love", "excellent", "happy", "nice", "awesome", "thanks", "thank", "fast",
+                 "perfect", "amazing", "helpful", "recommend", "best", "like", "enjoy", "works", "worked", "fixed",
+                 "smooth", "easy", "wonderful", "pleased", "glad", "friendly", "quick", "brilliant", "fantastic"},
+    "negative": {"bad", "terrible", "hate", "awful", "broken", "slow", "angry", "worst", "refund", "poor",
+                 "crash", "freeze", "fail", "failure", "error", "bug", "wrong", "problem", "issue", "useless",
+                 "disappointed", "disappointing", "annoying", "missing", "late", "lost", "charged", "overcharged",
+                 "expensive", "rude", "never", "unusable", "horrible", "complaint", "cancel", "return", "returned",
+                 "stuck", "damaged", "scam", "waste", "confusing", "hang", "laggy", "unhappy"},
+    "spam": {"free", "winner", "prize", "click", "offer", "viagra", "lottery", "urgent", "congratulations",
+             "unsubscribe", "bitcoin", "crypto"},
+    "bug": {"error", "crash", "broken", "fails", "fail", "exception", "bug", "wrong", "freeze", "hang",
+            "stuck", "glitch"},
+    "question": {"how", "why", "what", "when", "where", "which", "can", "?"},
 }
+_NEUTRAL = ("neutral", "other", "none", "unknown", "mixed")
+_NEGATIONS = {"not", "no", "never", "isn't", "wasn't", "don't", "doesn't", "didn't", "can't", "won't", "hardly"}
+_FLIP = {"positive": "negative", "negative": "positive"}
 _WORD = re.compile(r"[a-z0-9']+|\?")
 LOCAL_ANSWER_CHARS = 200
 
 
+def _stem(word: str) -> str:
+    """A crude stem, enough to match a lexicon: "crashes", "crashed", "crashing" are "crash"."""
+    for suffix in ("ing", "ed", "es", "s", "ly"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith("ss"):
+            word = word[: -len(suffix)]
+            break
+    return word[:-1] if word.endswith("e") and len(word) > 3 else word
+
+
+_STEMMED = {label: {_stem(w) for w in words} for label, words in _LEXICON.items()}
+
+
+def _scores(text: str, labels: list[str]) -> dict[str, int]:
+    """Each label's count of hint words in ``text`` (sentiment words after a negation count for
+    the opposite sentiment)."""
+    words = _WORD.findall(text.lower())
+    stems = [_stem(w) for w in words]
+    scores = dict.fromkeys(labels, 0)
+    by_name = {label.lower(): label for label in labels}
+    for n, stem in enumerate(stems):
+        negated = any(w in _NEGATIONS for w in words[max(0, n - 2):n])
+        for label in labels:
+            name = label.lower()
+            hints = _STEMMED.get(name, set()) | {_stem(w) for w in _WORD.findall(name)}
+            if stem in hints:
+                target = by_name.get(_FLIP[name]) if negated and name in _FLIP else label
+                if target is not None:
+                    scores[target] += 1
+    return scores
+
+
 class LocalBackend:
-    """Deterministic offline classifier: lexicon and word overlap, ties broken by a hash."""
+    """Deterministic offline classifier: a small lexicon (stems, negation) and word overlap;
+    a neutral label when nothing hints, else a hash."""
 
     name = "local"
     supports_batch = False
@@ -67,15 +112,13 @@ class LocalBackend:
     def classify(self, text: str, labels: list[str]) -> str:
         if self.delay_s:
             time.sleep(self.delay_s)  # stands in for a model call's latency in demos
-        words = set(_WORD.findall(text.lower()))
-        best, best_score = None, 0
-        for label in labels:
-            hints = _LEXICON.get(label.lower(), set()) | set(_WORD.findall(label.lower()))
-            score = len(words & hints)
-            if score > best_score:
-                best, best_score = label, score
-        if best is not None:
+        scores = _scores(text, labels)
+        best = max(labels, key=lambda label: scores[label])  # the first of equals
+        if scores[best] > 0:
             return best
+        neutral = next((label for label in labels if label.lower() in _NEUTRAL), None)
+        if neutral is not None:
+            return neutral
         digest = hashlib.sha256(text.encode()).digest()
         return labels[digest[0] % len(labels)]
 

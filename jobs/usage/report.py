@@ -4,6 +4,7 @@ per UTC day, a model's all-time totals, and each item's. No model code, no SDK."
 from __future__ import annotations
 
 import calendar
+import math
 import time
 from typing import Any
 
@@ -143,14 +144,29 @@ def model_totals(connection: Redis) -> dict[str, dict[str, int]]:
             for model, row in zip(models, rows, strict=True) if any(row)}
 
 
+#: Significant digits an amount under a dollar keeps.
+SIGNIFICANT = 2
+
+
+def money(usd: float | None) -> str:
+    """``$0.000037``, ``$0.012``, ``$0.42``, ``$12.30``, ``$1,234.50``; ``$0`` for nothing;
+    ``unknown`` for None."""
+    if usd is None:
+        return "unknown"
+    if usd == 0:
+        return "$0"
+    if abs(usd) >= 1:
+        return f"${usd:,.2f}"
+    decimals = max(2, SIGNIFICANT - 1 - math.floor(math.log10(abs(usd))))
+    return f"${usd:.{decimals}f}"
+
+
 def cost_text(cost_usd: float | None, calls: int, models: list[str] | tuple[str, ...] = ()) -> str:
     """A cost for people: "$0.0123", or why there is none: which model has no price and what
     to set (``models``: those whose calls have none; default the configured LEASH_MODEL_NAME)."""
     if cost_usd is None:
         return "cost unknown: " + "; ".join(why_no_price(model) for model in (models or (None,)))
-    if not calls:
-        return "$0"
-    return f"${cost_usd:.4f}" if cost_usd >= 0.0001 else f"${cost_usd:.6f}"
+    return money(cost_usd) if calls else "$0"
 
 
 def spend_text(fields: dict[str, Any]) -> str | None:

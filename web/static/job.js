@@ -80,14 +80,12 @@
       });
   }
 
-  // Cancel answers at once: the button says so before the server has, and cannot be pressed twice.
+  // Cancel opens its confirm page (the same as without JavaScript); the button cannot be pressed twice.
   root.addEventListener("submit", function (event) {
     var button = event.target.querySelector("#cancel-button");
     if (!button) return;
     if (button.disabled) { event.preventDefault(); return; }
     button.disabled = true;
-    button.textContent = "Canceling…";
-    setLive("Cancel requested; the job stops at its next heartbeat.");
   });
 
   document.addEventListener("visibilitychange", function () {

@@ -1,0 +1,62 @@
+"""`leash dev`'s terminal: the banner names the model backend and its server, and a job prints
+one line per event (queued, running, succeeded), never one per model call: a 200-item job
+against a model server prints at most one line per 20 calls. `-v` prints every log line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, wait_for
+from tests.fake_openai import MODEL
+from tests.test_dev import _healthy, free_port, get_json
+
+pytestmark = pytest.mark.slow
+
+ITEMS = 200
+
+
+def _run_dev(tmp_path: Path, server, *flags: str):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_URL", "LEASH_"))}
+    env.update({k: v for k, v in os.environ.items() if k.startswith("LEASH_MODEL_")},
+               PYTHONPATH=str(ROOT), XDG_STATE_HOME=str(tmp_path / "state"), LEASH_ITEM_CONCURRENCY="8")
+    out = open(tmp_path / f"dev{'-v' if flags else ''}.txt", "w")  # noqa: SIM115 - closed below
+    dev = subprocess.Popen([sys.executable, "-m", "cli", "dev", "--port", str(port), *flags], cwd=tmp_path,
+                           env=env, stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        wait_for(lambda: _healthy(port), 60, interval=0.2, message="leash dev's web app to answer")
+        status, body = get_json(f"http://127.0.0.1:{port}/jobs", {
+            "kind": "classify", "name": "two hundred", "labels": ["positive", "negative"],
+            "items": [f"review number {i}" for i in range(ITEMS)]})
+        assert status == 202
+        wait_for(lambda: get_json(f"http://127.0.0.1:{port}/jobs/{body['job_id']}")[1]["state"] == "succeeded",
+                 120, interval=0.3, message="the job to finish on the dev worker")
+        wait_for(lambda: "succeeded" in (tmp_path / out.name).read_text(), 10, interval=0.2,
+                 message="the job's last event to be printed")
+    finally:
+        os.killpg(dev.pid, signal.SIGINT)
+        try:
+            dev.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(dev.pid, signal.SIGKILL)
+            dev.wait(timeout=10)
+        out.close()
+    return (tmp_path / out.name).read_text().splitlines(), body["job_id"]
+
+
+def test_a_200_item_job_prints_one_line_per_event_not_per_call(tmp_path, model_server):
+    lines, job_id = _run_dev(tmp_path, model_server)
+    assert len(model_server.requests) >= ITEMS, "the items were model calls"
+    [at] = [n for n, line in enumerate(lines) if "leash is running at" in line]
+    assert f"model: {MODEL} via openai at {model_server.url}" in lines[at + 1]
+    during = [line for line in lines[at + 3:] if line != "leash stopped"]
+    assert len(during) <= ITEMS // 20, "\n".join(during)
+    events = [line for line in during if f"job {job_id[:10]} (two hundred)" in line]
+    assert any("queued: 200 classify items" in e for e in events), during
+    assert any("succeeded: 200 of 200 items" in e for e in events), during

@@ -1,0 +1,33 @@
+"""A confirm step for the buttons that change a job (Cancel, Replay) that works without
+JavaScript: a browser's first POST (no ``confirm`` field) gets a page saying what will happen,
+with a form that posts again with ``confirm=yes``. API clients (JSON) act at once, as before."""
+
+from __future__ import annotations
+
+from flask import make_response, render_template, request, url_for
+
+from .error_replies import wants_html
+
+#: What each action does, in the page's words.
+ACTIONS = {
+    "cancel": ("Cancel this job?", "Cancel job", "danger",
+               "A queued job stops at once; a running one at its next heartbeat (within seconds). Items already "
+               "done keep their results. A canceled job can be replayed later."),
+    "replay": ("Replay this job?", "Replay job", "primary",
+               "It runs again from its checkpoint with its attempts counted from 0: items already done stay done; "
+               "model calls for the rest are made, and paid for, again."),
+}
+
+
+def needs_confirming() -> bool:
+    """A browser's POST without ``confirm=yes``: show the confirm page instead of acting."""
+    return wants_html() and request.form.get("confirm") != "yes"
+
+
+def confirm_page(action: str, fields: dict, endpoint: str):
+    title, button, style, explained = ACTIONS[action]
+    response = make_response(render_template(
+        "confirm.html", action=action, title=title, button=button, style=style, explained=explained, job=fields,
+        action_url=url_for(endpoint, job_id=fields["job_id"]), back=url_for("api.job", job_id=fields["job_id"])))
+    response.headers["Cache-Control"] = "no-store"
+    return response
