@@ -47,7 +47,7 @@ def test_an_item_write_carries_its_calls_usage_to_the_job_attempt_item_owner_day
     attempt.heartbeat(item=(1, '"y"'), now=NOW, usage=Pending("m", "classify", calls=1, input=50, output=3, nusd=2_000))
     fields = used(conn, job_id)
     assert fields["usage"] == {"calls": 3, "input_tokens": 150, "output_tokens": 10, "cached_input_tokens": 40,
-                               "estimated": False}
+                               "estimated": False, "estimated_calls": 0}
     assert fields["cost_usd"] == pytest.approx(7e-6)
     assert conn.hget(keys.usage(job_id), "i0") == b"2,100,7" and conn.hget(keys.usage(job_id), "a1:calls") == b"3"
     day = conn.hgetall(keys.usage_owner_day("alice", DAY))
@@ -166,7 +166,7 @@ def test_usage_with_no_item_rides_out_a_lost_reply_and_counts_once(conn, env, mo
     attempt = lease.claim(conn, job_id, "leash", "w", now=NOW)
     meter = Meter("classify")
     meter.record("m", 10, 5, price=None)
-    runs = _lose_first_reply(monkeypatch, "usage_record_v2")
+    runs = _lose_first_reply(monkeypatch, "usage_record_v3")
     flush(attempt, meter.take_all(), now=NOW)
     assert len(runs) == 2  # sent again, not given up on
     assert used(conn, job_id)["usage"]["calls"] == 1
