@@ -227,7 +227,8 @@ def test_a_usd_budget_without_a_known_price_is_refused_rather_than_guessed(conn,
     job_id = submit(conn, budget={"usd": 1})
     attempt = lease.claim(conn, job_id, "leash", "w", now=NOW)
     refused = admit(conn, attempt, tokens=10, nusd=None)
-    assert refused.code == budgets.OVER_BUDGET and "no price is known" in refused.refusal
+    assert refused.code == budgets.OVER_BUDGET and "no price for" in refused.refusal  # names the model, what to set
+    assert "LEASH_MODEL_PRICES" in refused.refusal
     assert admit(conn, attempt, tokens=10, nusd=500_000_000).code == budgets.ADMITTED
     assert admit(conn, attempt, tokens=10, nusd=600_000_000).code == budgets.OVER_BUDGET  # $0.5 + $0.6 > $1
 

@@ -197,7 +197,7 @@ def admit(connection: Redis, rate_keys: list[str], ms_per_request: float, ms_per
     if code == OVER_BUDGET:
         what, used, reserved, limit, others = (str(decoded(r)) for r in reply[1:6])
         return Admission(code, refusal=refusal_text(owner, what, used, reserved, limit, worst_tokens=worst_tokens,
-                                                    day=day),
+                                                    day=day, model=call.model or None),
                          what=what, room=int(limit) - int(used) - int(reserved), others=int(others))
     if code == ADMITTED:
         return Admission(code, int(reply[1]) / 1000, reservation=reservation, day=str(decoded(reply[2])))
@@ -240,7 +240,7 @@ def reservation_day(connection: Redis, owner: str, reservation: str) -> str | No
 
 
 def refusal_text(owner: str, what: str, used: str, reserved: str, limit: str, worst_tokens: int = 0,
-                 day: str = "") -> str:
+                 day: str = "", model: str | None = None) -> str:
     """The error a budget stop leaves on the job: starts ``budget reached``, names the figure
     and the budget, and what raises it."""
     used_n, reserved_n, limit_n = int(used), int(reserved), int(limit)
@@ -254,8 +254,8 @@ def refusal_text(owner: str, what: str, used: str, reserved: str, limit: str, wo
                 f"${prices.usd(limit_n):.4f} -- raise it with `leash replay --budget-usd X -- <job id>`")
     if what in ("job_usd_unpriced", "owner_usd_unpriced"):
         whose = "the job's" if what.startswith("job") else f"owner {owner!r}'s daily"
-        return (f"budget reached: {whose} budget is in USD (${prices.usd(limit_n):.4f}) but no price is known for "
-                f"this model: set LEASH_MODEL_PRICES, or give a budget in tokens")
+        return (f"budget reached: {whose} budget is in USD (${prices.usd(limit_n):.4f}) but "
+                f"{prices.why_no_price(model)} -- or give a budget in tokens")
     if what == "owner_tokens":
         return (f"budget reached: owner {owner!r} used {used_n:,} tokens today (UTC {day}){in_flight}; the next call "
                 f"would pass its daily budget of {limit_n:,} tokens (LEASH_OWNER_DAILY_TOKENS)")
