@@ -35,7 +35,7 @@ from rq.worker import Worker
 
 from jobs import deadletter, keys, runner
 from jobs.config import settings
-from jobs.core import clock, consistency, lease, state_index
+from jobs.core import clock, consistency, lease, retention, state_index
 from jobs.core.connection import follow_primary
 from jobs.core.lease import Outcome
 from jobs.core.reaper import Reaper, release_rate_limit_slot
@@ -252,9 +252,10 @@ class LeashWorker(Shutdown, FullRedis, Worker):
             self._expire_owner_index(attempt)
 
     def _expire_owner_index(self, attempt: lease.Attempt) -> None:
-        """The job ended or went back (its work-horse decided which): its owner's indexes may
-        now expire with their jobs, or must not (one script, nothing to do when all is well)."""
+        """The job ended or went back: an ended job's keys expire with its record (RQ's too), its
+        owner's indexes may now expire with their jobs, or must not."""
         try:
+            retention.retain(self.connection, attempt.job_id)
             state_index.trim_expired(self.connection, attempt.owner_name())
         except redis.exceptions.RedisError as exc:
             if not self.noted_full(exc):  # the next ended job of the owner trims it
@@ -288,6 +289,7 @@ class LeashWorker(Shutdown, FullRedis, Worker):
         if consistency.requeued_by_rq(state, rq_status, float(ended_at) if ended_at else None, clock.wall()):
             if deadletter.adopt_requeues(self.connection, [job.id], source="rq requeue"):
                 return
+        retention.retain(self.connection, job.id)  # an ended job's RQ record goes with it
         log.info("job %s is not claimable (%s); dropped this queue entry", job.id, state)
 
     def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
