@@ -46,7 +46,7 @@ from jobs.observability import logs
 from jobs.worker import scheduler_locks
 from jobs.worker.dequeue import LeashQueue
 from jobs.worker.full_redis import FullRedis, refused_for_memory
-from jobs.worker.log import log_not_a_failure
+from jobs.worker.log import log_not_a_failure, quiet_ridden_out_errors
 from jobs.worker.rq_job import NoResultStreamJob
 from jobs.worker.shutdown import Shutdown
 
@@ -91,6 +91,7 @@ class LeashWorker(Shutdown, FullRedis, Worker):
                              adopt_requeues=deadletter.adopt_requeues)
         self._attempt: lease.Attempt | None = None
         logs.add_context_provider(self._log_context)
+        quiet_ridden_out_errors()  # a failover or restart ridden out logs WARNINGs, not RQ's ERRORs
         self._handoff_deadline: float | None = None
         self._scheduler_checked_at = 0.0
 
@@ -211,7 +212,7 @@ class LeashWorker(Shutdown, FullRedis, Worker):
         except REDIS_DOWN as exc:
             # The attempt's lease is in Redis: once Redis is back and the lease has run out,
             # any worker reclaims the job. Never leave a work-horse running unsupervised.
-            log.error("lost Redis while handling job %s: %s; it will be reclaimed", job.id, exc)
+            log.warning("lost Redis while handling job %s: %s; reclaimed once Redis answers", job.id, exc)
             if self.horse_pid and _still_running(self.horse_pid):
                 self.kill_horse()
                 self.wait_for_horse()
@@ -252,8 +253,7 @@ class LeashWorker(Shutdown, FullRedis, Worker):
             self._expire_owner_index(attempt)
 
     def _expire_owner_index(self, attempt: lease.Attempt) -> None:
-        """The job ended or went back: an ended job's keys expire with its record (RQ's too), its
-        owner's indexes may now expire with their jobs, or must not."""
+        """The job ended or went back: its keys (RQ's too) and its owner's indexes may expire."""
         try:
             retention.retain(self.connection, attempt.job_id)
             state_index.trim_expired(self.connection, attempt.owner_name())
