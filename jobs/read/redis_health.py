@@ -62,12 +62,24 @@ def checks(connection: Redis) -> list[Check]:
             _clients(connection, info), *_workers(connection)]
 
 
+def server(info: dict) -> tuple[str, str]:
+    """The server's name and its own version from INFO server: Valkey says ``server_name:valkey``
+    and ``valkey_version`` (its ``redis_version`` stays the Redis 7.2.4 it answers as)."""
+    name = str(info.get("server_name") or "redis").lower()
+    if name == "valkey" or "valkey_version" in info:
+        return "Valkey", str(info.get("valkey_version") or info.get("redis_version", "?"))
+    return ("Redis" if name == "redis" else name), str(info.get("redis_version", "?"))
+
+
 def _version(info: dict) -> Check:
-    version = str(info.get("redis_version", "0"))
-    parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    name, version = server(info)
+    compatible = str(info.get("redis_version", "0"))
+    seen = f"{name} {version}" + (f" (answers as Redis {compatible})" if name != "Redis" else "")
+    parts = tuple(int(p) for p in compatible.split(".")[:2] if p.isdigit())
     if parts >= MIN_VERSION:
-        return Check("redis version", "ok", version)
-    return Check("redis version", "fail", f"{version}: leash needs Redis {'.'.join(map(str, MIN_VERSION))} or newer")
+        return Check("server", "ok", seen)
+    return Check("server", "fail", f"{seen}: leash needs Redis {'.'.join(map(str, MIN_VERSION))} or newer "
+                 "(or Valkey)")
 
 
 def _persistence(connection: Redis, info: dict) -> Check:
