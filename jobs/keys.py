@@ -61,6 +61,8 @@ SWEEP_OWNERS_SEEN = PREFIX + "sweep:owners"
 #: overdue (its time plus a grace): the sweep reads only those past it (jobs/core/lost_looks.py).
 #: A lower bound: an entry whose job has moved on is corrected or removed when it is read.
 BATCH_LOOKS = PREFIX + "batch:looks"
+#: Written (and expiring at once) by the web app's readiness check: does Redis take writes?
+READY_PROBE = PREFIX + "ready:probe"
 #: Throttle key so that, of many workers, one reaps per interval.
 REAPER_THROTTLE = PREFIX + "reaper:throttle"
 #: Stream of replay audit entries (who, when, selector, ids), capped at REPLAY_AUDIT_MAXLEN.

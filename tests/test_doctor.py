@@ -138,3 +138,28 @@ def test_doctor_names_the_server_it_talks_to(own_redis):
     info = conn.info("server")
     name = "Valkey " + info["valkey_version"] if "valkey_version" in info else "Redis " + info["redis_version"]
     assert f"ok    server: {name}" in doctor().output
+
+
+def test_readiness_reports_a_full_redis_and_no_workers_while_liveness_stays_200(own_redis):
+    """A load balancer keeps reads in rotation (/healthz: 200) while /readyz tells a monitor the
+    truth: Redis refusing writes, no worker to run jobs."""
+    from jobs.read.redis_health import NO_WORKERS, WRITES_REFUSED
+
+    conn, url = own_redis(appendonly=True)
+    client = make_app(REDIS_URL=url).test_client()
+    assert client.get("/healthz").status_code == 200
+    ready = client.get("/readyz")
+    assert ready.status_code == 503 and ready.get_json()["problems"] == [NO_WORKERS]
+    assert "no workers" in ready.get_json()["error"]
+    _worker_record(conn, "w1")
+    assert client.get("/readyz").status_code == 200 and client.get("/readyz").get_json() == {"ok": True}
+    conn.config_set("maxmemory", 1)  # every write that may add memory is refused (noeviction)
+    try:
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and ready.get_json()["problems"] == [WRITES_REFUSED]
+        assert ready.get_json()["error"].startswith("writes refused (Redis full)")
+        assert client.get("/healthz?deep=1").status_code == 503
+        assert client.get("/healthz").status_code == 200  # liveness: reads are still served
+    finally:
+        conn.config_set("maxmemory", 0)
+    assert client.get("/readyz").status_code == 200

@@ -15,6 +15,9 @@ from redis import Redis
 from rq.serializers import JSONSerializer
 from rq.worker import Worker
 
+from jobs import keys
+from jobs.core.connection import is_out_of_memory
+
 #: RQ 3.0 needs LMOVE / BLMOVE (Redis 6.2).
 MIN_VERSION = (6, 2)
 #: Used memory, as a share of maxmemory, from which the headroom is a warning, then a failure.
@@ -147,3 +150,25 @@ def _workers(connection: Redis) -> list[Check]:
     return out
 
 
+
+
+#: What ``readiness`` reports for each problem.
+WRITES_REFUSED = "writes refused (Redis full): submissions and job progress wait until memory is freed"
+NO_WORKERS = "no workers: queued jobs will not run; start `leash worker`"
+
+
+def readiness(connection: Redis) -> list[str]:
+    """What keeps this deployment from doing its work, beyond answering reads: a Redis that
+    refuses writes (full, with noeviction) and no worker registered. Empty when ready. One
+    small write (an expiring probe key) tells the first truly: INFO's figures only estimate
+    when Redis refuses."""
+    problems = []
+    try:
+        connection.set(keys.READY_PROBE, "1", px=1000)
+    except redis.exceptions.ResponseError as exc:
+        if not is_out_of_memory(exc):
+            raise
+        problems.append(WRITES_REFUSED)
+    if not Worker.all(connection=connection, serializer=JSONSerializer):
+        problems.append(NO_WORKERS)
+    return problems
