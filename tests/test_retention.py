@@ -143,3 +143,17 @@ def test_a_job_whose_rq_bookkeeping_a_full_redis_refused(conn, retention):
     run_burst(conn)
     assert conn.llen(keys.rq_queue("leash")) == 0
     assert_retained(conn, job_id)
+
+
+def test_a_job_an_earlier_release_canceled_leaves_with_its_registry_entry(conn, retention):
+    """Before this rule a canceled job's RQ record kept no expiry, and outlived leash's record:
+    the sweep lets both go once the cancel is older than the retention."""
+    job_id, _ = enqueue(conn, "count", {"items": ["a"] * 100}, owner="alice")
+    Job.fetch(job_id, connection=conn, serializer=JSONSerializer).cancel()
+    conn.delete(keys.job(job_id))  # leash's record expired long ago
+    assert conn.ttl(keys.rq_job(job_id)) == -1
+    consistency.sweep(conn)
+    assert conn.ttl(keys.rq_job(job_id)) == -1  # not yet a retention old
+    consistency.sweep(conn, now=clock.wall() + RETENTION + 1)
+    assert conn.zscore(keys.rq_canceled("leash", conn), job_id) is None
+    assert 0 < conn.ttl(keys.rq_job(job_id)) <= 1 or not conn.exists(keys.rq_job(job_id))

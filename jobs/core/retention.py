@@ -44,14 +44,36 @@ def retain_many(connection: Redis, job_ids: list[str]) -> int:
 def trim_canceled(connection: Redis, now: float) -> int:
     """Let go of the entries of RQ's canceled registries older than the retention. RQ scores
     them by when the job was canceled and never removes them; their records expire a
-    retention after the cancel, and so do they. Returns how many left."""
+    retention after the cancel, and so do they. A record a release before this rule left
+    without an expiry (still canceled: a replayed job's record is left alone) goes with its
+    entry. Returns how many entries left."""
     queue_keys = connection.smembers(keys.rq_queues_set())
     if not queue_keys:
         return 0
     prefix = len(keys.rq_queue(""))
-    before = now - settings().result_ttl
+    before = f"({now - settings().result_ttl}"
+    registries = [keys.rq_canceled(_text(k)[prefix:], connection) for k in queue_keys]
     with connection.pipeline(transaction=False) as pipe:
-        for queue_key in queue_keys:
-            name = queue_key.decode() if isinstance(queue_key, bytes) else queue_key
-            pipe.zremrangebyscore(keys.rq_canceled(name[prefix:], connection), "-inf", f"({before}")
+        for registry in registries:
+            pipe.zrangebyscore(registry, "-inf", before)
+        due = [_text(job_id) for found in pipe.execute() for job_id in found]
+    if due:
+        with connection.pipeline(transaction=False) as pipe:
+            for job_id in due:
+                pipe.hget(keys.rq_job(job_id), "status")
+                pipe.ttl(keys.rq_job(job_id))
+            seen = pipe.execute()
+        with connection.pipeline(transaction=False) as pipe:
+            for n, job_id in enumerate(due):
+                if seen[2 * n] == b"canceled" and seen[2 * n + 1] == -1:
+                    pipe.expire(keys.rq_job(job_id), 1)
+            if pipe.command_stack:
+                pipe.execute()
+    with connection.pipeline(transaction=False) as pipe:
+        for registry in registries:
+            pipe.zremrangebyscore(registry, "-inf", before)
         return sum(pipe.execute())
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else value
