@@ -142,6 +142,7 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
     name = check_name(name)
     queue_name = resolve_queue(queue, s.queues)
     idem_key = keys.idempotency(owner, idempotency_key) if idempotency_key else None
+    legacy_key = keys.legacy_idempotency(owner, idempotency_key) if idempotency_key else None
     q = rq_queue(connection, queue_name)
     job_id = new_job_id()
     door.take(connection, owner, job_id)  # QueueFull at the owner's cap; else a place is held
@@ -151,15 +152,19 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
             stamp = clock.wall() if now is None else now
             with connection.pipeline() as pipe:
                 if idem_key:
-                    pipe.watch(idem_key)
+                    pipe.watch(idem_key, legacy_key)
                     existing = pipe.get(idem_key)
                     if existing is not None:
                         return existing.decode(), False
-                    earlier = _job_of_legacy_key(connection, owner, idempotency_key)
+                    earlier = _job_of_legacy_key(pipe, owner, idempotency_key)
                     if earlier is not None:
                         return earlier, False
                     pipe.multi()
                     pipe.set(idem_key, job_id, ex=s.result_ttl)
+                    if writes_legacy_key(owner):
+                        # The previous release's form too, so a repeat it takes (a deploy's overlap,
+                        # a rollback) returns this job; never over another owner's key (nx).
+                        pipe.set(legacy_key, job_id, ex=s.result_ttl, nx=True)
                 registry, concurrency = _write_job(pipe, q, job_id, kind, payload, owner, max_attempts, total,
                                                    stamp, s, name)
                 door.written(pipe, owner, job_id)  # in the queued index and out of the holds at once
@@ -180,6 +185,14 @@ def job_for_key(connection: Redis, owner: str, idempotency_key: str) -> str | No
     earlier one's (jobs.intake.admission lets such a repeat in: it writes nothing)."""
     job_id = connection.get(keys.idempotency(owner, idempotency_key))
     return job_id.decode() if job_id is not None else _job_of_legacy_key(connection, owner, idempotency_key)
+
+
+def writes_legacy_key(owner: str) -> bool:
+    """Whether a submission also writes its idempotency key in the previous release's form
+    (``keys.legacy_idempotency``). Only for an owner without a colon: that form cannot tell
+    owner "team" + key "ops:k1" from owner "team:ops" + key "k1", and the previous release
+    returns whatever job it finds there without checking its owner."""
+    return ":" not in owner
 
 
 def _job_of_legacy_key(connection: Redis, owner: str, idempotency_key: str) -> str | None:

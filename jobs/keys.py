@@ -14,7 +14,14 @@ from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job
 from rq.queue import Queue
 from rq.rate_limit import RateLimitRegistry
-from rq.registry import CanceledJobRegistry, FailedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
+from rq.registry import (
+    CanceledJobRegistry,
+    FailedJobRegistry,
+    FinishedJobRegistry,
+    ScheduledJobRegistry,
+    StartedJobRegistry,
+)
+from rq.results import Result
 from rq.scheduler import RQScheduler
 from rq.worker import Worker
 
@@ -54,6 +61,8 @@ SWEEP_OWNERS_SEEN = PREFIX + "sweep:owners"
 #: overdue (its time plus a grace): the sweep reads only those past it (jobs/core/lost_looks.py).
 #: A lower bound: an entry whose job has moved on is corrected or removed when it is read.
 BATCH_LOOKS = PREFIX + "batch:looks"
+#: Written (and expiring at once) by the web app's readiness check: does Redis take writes?
+READY_PROBE = PREFIX + "ready:probe"
 #: Throttle key so that, of many workers, one reaps per interval.
 REAPER_THROTTLE = PREFIX + "reaper:throttle"
 #: Stream of replay audit entries (who, when, selector, ids), capped at REPLAY_AUDIT_MAXLEN.
@@ -226,6 +235,10 @@ def rq_failed(queue_name: str, connection) -> str:
     return FailedJobRegistry(queue_name, connection=connection).key
 
 
+def rq_finished(queue_name: str, connection) -> str:
+    return FinishedJobRegistry(queue_name, connection=connection).key
+
+
 def rq_scheduled(queue_name: str, connection) -> str:
     return ScheduledJobRegistry(queue_name, connection=connection).key
 
@@ -272,9 +285,20 @@ def rq_scheduler_lock(queue_name: str) -> str:
 
 
 def ended_job_keys(job_id: str) -> list[str]:
-    """The keys of one job that must expire with its record once it has ended (besides the
-    record itself): the sweep gives any of them that lost its expiry the record's."""
-    return [payload(job_id), items(job_id), errors(job_id), history(job_id), usage(job_id)]
+    """leash's keys of one job that must expire with its record once it has ended (besides the
+    record itself)."""
+    return [payload(job_id), items(job_id), errors(job_id), history(job_id), usage(job_id), provider_batches(job_id)]
+
+
+def rq_results(job_id: str) -> str:
+    """RQ's stream of a job's results (each attempt's outcome and traceback)."""
+    return Result.get_key(job_id)
+
+
+def retained_with_job(job_id: str, connection) -> list[str]:
+    """Every key of one job, leash's and RQ's, that expires no later than its record once it
+    has ended (jobs/core/retention.py): RQ's record holds the submitted items."""
+    return ended_job_keys(job_id) + [rq_job(job_id), rq_results(job_id), rq_executions(job_id, connection)]
 
 
 def usage(job_id: str) -> str:

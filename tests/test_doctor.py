@@ -55,7 +55,7 @@ def test_doctor_passes_a_persistent_noeviction_redis_with_a_worker_whose_clock_a
     result = doctor()
     assert result.exit_code == 0, result.output
     assert "FAIL" not in result.output
-    for name in ("redis version", "persistence", "maxmemory-policy", "memory headroom", "clients", "workers",
+    for name in ("server", "persistence", "maxmemory-policy", "memory headroom", "clients", "workers",
                  "clock of worker on-time"):
         assert f"{name}:" in result.output
 
@@ -75,7 +75,7 @@ def test_doctor_fails_without_persistence_with_an_evicting_policy_and_a_skewed_w
     assert verdicts["maxmemory-policy"] == "fail"
     assert verdicts["memory headroom"] == "ok"
     assert verdicts["clock of worker ahead"] == "fail"
-    assert verdicts["redis version"] == "ok"
+    assert verdicts["server"] == "ok"
     text = doctor().output
     assert "FAIL  maxmemory-policy: maxmemory-policy volatile-lru lets Redis evict keys" in text
     assert "ahead of Redis' clock" in text
@@ -119,3 +119,47 @@ def test_workers_and_the_web_app_warn_once_at_start_when_redis_may_evict(own_red
     with caplog.at_level(logging.WARNING):
         make_app(REDIS_URL=url)
     assert not [r for r in caplog.records if "maxmemory-policy" in r.getMessage()]
+
+
+@pytest.mark.parametrize(("info", "seen"), [
+    ({"redis_version": "7.0.15"}, "Redis 7.0.15"),
+    ({"redis_version": "7.2.4", "server_name": "valkey", "valkey_version": "9.1.0"},
+     "Valkey 9.1.0 (answers as Redis 7.2.4)"),
+    ({"redis_version": "6.0.9"}, "Redis 6.0.9: leash needs Redis 6.2 or newer (or Valkey)"),
+])
+def test_doctor_names_the_server_and_its_own_version(info, seen):
+    from jobs.read.redis_health import _version
+
+    assert _version(info).detail == seen
+
+
+def test_doctor_names_the_server_it_talks_to(own_redis):
+    conn, _ = own_redis(appendonly=True)
+    info = conn.info("server")
+    name = "Valkey " + info["valkey_version"] if "valkey_version" in info else "Redis " + info["redis_version"]
+    assert f"ok    server: {name}" in doctor().output
+
+
+def test_readiness_reports_a_full_redis_and_no_workers_while_liveness_stays_200(own_redis):
+    """A load balancer keeps reads in rotation (/healthz: 200) while /readyz tells a monitor the
+    truth: Redis refusing writes, no worker to run jobs."""
+    from jobs.read.redis_health import NO_WORKERS, WRITES_REFUSED
+
+    conn, url = own_redis(appendonly=True)
+    client = make_app(REDIS_URL=url).test_client()
+    assert client.get("/healthz").status_code == 200
+    ready = client.get("/readyz")
+    assert ready.status_code == 503 and ready.get_json()["problems"] == [NO_WORKERS]
+    assert "no workers" in ready.get_json()["error"]
+    _worker_record(conn, "w1")
+    assert client.get("/readyz").status_code == 200 and client.get("/readyz").get_json() == {"ok": True}
+    conn.config_set("maxmemory", 1)  # every write that may add memory is refused (noeviction)
+    try:
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and ready.get_json()["problems"] == [WRITES_REFUSED]
+        assert ready.get_json()["error"].startswith("writes refused (Redis full)")
+        assert client.get("/healthz?deep=1").status_code == 503
+        assert client.get("/healthz").status_code == 200  # liveness: reads are still served
+    finally:
+        conn.config_set("maxmemory", 0)
+    assert client.get("/readyz").status_code == 200

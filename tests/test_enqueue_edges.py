@@ -247,3 +247,23 @@ def test_an_enqueue_is_one_round_trip_and_still_promotes_after_redis_lost_its_sc
     assert third in owner_limit.get_allowed_job_ids(), "promoted at once, by the script loaded again"
     assert conn.lrange(keys.rq_queue("leash"), 0, -1) == [third.encode()]
     assert states.status(conn, third)["state"] == "queued"
+
+
+def test_a_submission_writes_its_idempotency_key_in_the_previous_releases_form_too(conn, env):
+    """During the compatibility window a repeat may reach the previous release (a deploy's
+    overlap, a rollback), which reads only ``leash:idem:<owner>:<key>``: both forms point at the
+    job, with the same expiry. An owner with a colon gets only this release's form (the old one
+    is ambiguous), and an old key of another owner is never overwritten."""
+    env.setenv("LEASH_RESULT_TTL", "600")
+    job_id, _ = enqueue(conn, "classify", ITEMS, owner="alice", idempotency_key="K")
+    for key in (keys.idempotency("alice", "K"), keys.legacy_idempotency("alice", "K")):
+        assert conn.get(key) == job_id.encode(), key
+        assert 0 < conn.ttl(key) <= 600, key
+    colon, _ = enqueue(conn, "classify", ITEMS, owner="team:ops", idempotency_key="k1")
+    assert conn.get(keys.idempotency("team:ops", "k1")) == colon.encode()
+    assert not conn.exists(keys.legacy_idempotency("team:ops", "k1"))
+    theirs, _ = enqueue(conn, "classify", ITEMS, owner="bob", idempotency_key="x")
+    conn.set(keys.legacy_idempotency("carol", "x"), theirs)  # another owner's job under carol's old form
+    mine, created = enqueue(conn, "classify", ITEMS, owner="carol", idempotency_key="x")
+    assert created and mine != theirs
+    assert conn.get(keys.legacy_idempotency("carol", "x")) == theirs.encode()

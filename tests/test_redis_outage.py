@@ -143,4 +143,9 @@ def test_worker_and_web_ride_out_a_redis_outage_and_the_job_still_finishes(own_r
     # Checkpoints survived the restart (AOF): no item was computed more than twice.
     assert max(item_calls(conn, job_id).values()) <= 2
     assert worker_proc.poll() is None, "the worker did not survive the outage"
+    # Ridden out, so nothing at ERROR (an alert on ERROR must not fire), and a WARNING says what
+    # the worker is doing meanwhile and for how long.
+    log = worker_proc.log_path.read_text()
+    assert [line for line in log.splitlines() if "ERROR" in line or "Traceback" in line] == [], log[-3000:]
+    assert "WARNING" in log and "could not connect to Redis" in log
     conn.close()

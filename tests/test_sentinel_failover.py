@@ -80,7 +80,8 @@ def _nothing_stuck(client) -> bool:
 
 
 @pytest.mark.timeout(240)
-def test_the_primary_killed_mid_flight_with_writes_lost_every_job_still_succeeds(env, workers, sentinels, slow_model):
+def test_the_primary_killed_mid_flight_with_writes_lost_every_job_still_succeeds(env, workers, sentinels, slow_model,
+                                                                                 tmp_path):
     env.setenv("REDIS_URL", sentinels.url())
     # Longer than the failover (about 3 s here), as the lease must be in production (OPERATIONS.md).
     env.setenv("LEASH_LEASE_SECONDS", "6")
@@ -88,7 +89,8 @@ def test_the_primary_killed_mid_flight_with_writes_lost_every_job_still_succeeds
     client = connect(sentinels.url())
     job_ids = [enqueue(client, "classify", {"items": [f"job {j} item {i} -> positive" for i in range(ITEMS)],
                                             "labels": LABELS}, owner=f"owner-{j}")[0] for j in range(JOBS)]
-    procs = [workers.start("--name", f"sentinel-w{i}") for i in range(3)]
+    logs = [(tmp_path / f"worker-{i}.log").open("wb") for i in range(3)]
+    procs = [workers.start("--name", f"sentinel-w{i}", stderr=logs[i]) for i in range(3)]
     wait_for(lambda: _states(client, job_ids).get("succeeded", 0) >= 3, 60, message="three jobs done")
 
     assert client.execute_command("WAIT", 1, 2000) == 1  # everything so far is on the replica
@@ -115,6 +117,10 @@ def test_the_primary_killed_mid_flight_with_writes_lost_every_job_still_succeeds
         assert int(job["attempts"]) <= int(job["max_attempts"])
         assert json.loads(client.hget(keys.items(job_id), 0)) == "positive"
     assert all(proc.poll() is None for proc in procs), "a worker died in the failover"
+    for i, log in enumerate(logs):  # ridden out: an alert on ERROR must not fire
+        log.close()
+        text = (tmp_path / f"worker-{i}.log").read_text()
+        assert [line for line in text.splitlines() if " ERROR " in line or "Traceback" in line] == [], text[-4000:]
     billed = len(slow_model.billed)
     figures = {"jobs": JOBS, "items": JOBS * ITEMS, "calls_billed": billed, "calls_redone": billed - JOBS * ITEMS,
                "items_acknowledged_then_lost": lost_items, "running_at_kill": running_at_kill,

@@ -244,6 +244,25 @@ def test_upgrade_in_place_with_work_in_flight(previous_bin, conn, workers, model
     assert _keys_without_expiry(conn) == []
 
 
+def test_a_key_this_release_wrote_returns_its_job_through_the_previous_release(previous_bin, conn, tmp_path):
+    """A rollback, or a deploy's overlap: a client's repeat reaching the previous release finds
+    the job this release made (both forms of the key were written) instead of making a second."""
+    old = Previous(previous_bin, tmp_path)
+    items = ["one", "two"]
+    made = _this_release("submit", "--kind", "prompt", "--template", "{item}", "--owner", "alice",
+                         "--idempotency-key", "K", "-", stdin="\n".join(items) + "\n")
+    assert made.returncode == 0, made.stderr
+    job_id = made.stdout.strip()
+    assert old.submit("repeat", items, "alice", "K") == f"{job_id} (existing job for this idempotency key)"
+    assert conn.zcard(keys.owner_jobs("alice")) == 1  # no second job
+    # And the other way, within the same window: a key the previous release wrote.
+    first = old.submit("old first", items, "bob", "K")
+    again = _this_release("submit", "--kind", "prompt", "--template", "{item}", "--owner", "bob",
+                          "--idempotency-key", "K", "--json", "-", stdin="\n".join(items) + "\n")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["job_id"] == first and json.loads(again.stdout)["created"] is False
+
+
 # --- what the previous release left, read by this one (no old release needed) ---------------
 
 

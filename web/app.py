@@ -34,7 +34,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from jobs import config, kinds
 from jobs.core.connection import connect
-from jobs.read.redis_health import eviction_warning
+from jobs.read.redis_health import eviction_warning, readiness
 
 from . import api, auth, dashboard, error_replies, metrics, overview_page, pages, request_logs, signin
 from .redis_guard import guarded_connection
@@ -126,7 +126,20 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     @app.get("/healthz")
     def healthz():
+        """Liveness, for a load balancer: this process answers and Redis is reachable, so reads
+        are served (200) even while Redis is full or no worker runs."""
+        if request.args.get("deep") in ("1", "true"):
+            return readyz()
         app.extensions["leash_redis"].ping()  # unreachable -> the 503 handler
+        return jsonify(ok=True)
+
+    @app.get("/readyz")
+    def readyz():
+        """Readiness, for monitoring: 503 with what is wrong when Redis refuses writes or no
+        worker is registered (docs/OPERATIONS.md, "Health checks")."""
+        problems = readiness(app.extensions["leash_redis"])  # unreachable -> the 503 handler
+        if problems:
+            return jsonify(ok=False, error="; ".join(problems), problems=problems), 503
         return jsonify(ok=True)
 
     return app

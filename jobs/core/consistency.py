@@ -33,7 +33,7 @@ from rq.serializers import JSONSerializer
 
 from jobs import keys
 from jobs.config import settings
-from jobs.core import clock, lost_looks, lua, rq_changes, state_index
+from jobs.core import clock, lost_looks, lua, retention, rq_changes, state_index
 from jobs.core.lease import error_entry, truncate
 from jobs.core.rq_side import ENDED_BY_RQ, PLAIN_WORKER, REMOVED, requeued_by_rq  # noqa: F401 (PLAIN_WORKER: read as consistency.PLAIN_WORKER)
 from jobs.core.text import decoded, summary_of_ids
@@ -59,6 +59,8 @@ def end_outside(connection: Redis, job_id: str, message: str, now: float | None 
         args=[job_id, now, message, error_entry(int(attempts or 0), message, now), settings().result_ttl,
               f"{outcome}:{kind}", keys.STATS_MINUTE_TTL],
     )
+    if int(ended):
+        retention.retain(connection, job_id)  # RQ's canceled or failed record goes with it
     if int(ended) and owner:
         # RQ's own cancel: out of the waiting set, and the slot freed unless RQ still runs it.
         RateLimitRegistry(keys.owner_rate_limit_key(owner), connection).cancel(job_id)
@@ -93,6 +95,7 @@ def sweep(connection: Redis, now: float | None = None, batch: int | None = None,
     counts = {"removed": 0, "ended_by_rq": 0, "requeued": 0, "slots_freed": 0, "looks_put_back": 0}
     requeued: list[str] = []
     seen: dict[str, list[str]] = {"removed": [], "ended_by_rq": [], "slots_freed": []}
+    retention.trim_canceled(connection, now)  # before the sizes are read: a trim is not RQ's tools
     changes = rq_changes.observe(connection)
     rotation, size = _rotation_slice(connection, batch)
     rows = _check_jobs(connection, list(dict.fromkeys(changes.job_ids() + [j for j, _ in rotation])), now,
@@ -210,24 +213,12 @@ def _advance_rotation(connection: Redis, rotation: list[tuple[str, float]], rows
 
 
 def _repair_expiries(connection: Redis, job_ids: list[str]) -> None:
-    """Every key of an ended job expires with its record. A worker of an earlier release, or
-    a script that did not know a key, can end a job leaving one of them without an expiry
-    (the payload copy: up to LEASH_MAX_PAYLOAD_BYTES, forever): each ended job is seen here
-    once, as it leaves ACTIVE, and each of its keys left without one gets the record's
-    remaining time. Two round trips for the whole batch."""
-    with connection.pipeline(transaction=False) as pipe:
-        for job_id in job_ids:
-            pipe.ttl(keys.job(job_id))
-            for key in keys.ended_job_keys(job_id):
-                pipe.ttl(key)
-        ttls = iter(pipe.execute())
-        for job_id in job_ids:
-            job_ttl = next(ttls)
-            for key in keys.ended_job_keys(job_id):
-                if next(ttls) == -1 and job_ttl > 0:  # -2: no such key; -1: one without an expiry
-                    pipe.expire(key, job_ttl)
-        if pipe.command_stack:
-            pipe.execute()
+    """Every key of an ended job expires with its record (``jobs.core.retention``). A worker of
+    an earlier release, a script that did not know a key, or a process that died between a
+    job's end and its ``retain`` can leave one without an expiry (the payload copy, RQ's record:
+    the submitted items, forever): each ended job is seen here once, as it leaves ACTIVE, and
+    each of its keys gets at most the record's remaining time. One round trip for the batch."""
+    retention.retain_many(connection, job_ids)
 
 
 def _free_slots(connection: Redis, holders: list[tuple[RateLimitRegistry, str, bool]], rows: dict, now: float,

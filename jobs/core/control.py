@@ -9,7 +9,7 @@ from rq.serializers import JSONSerializer
 
 from jobs import keys
 from jobs.config import settings
-from jobs.core import clock, lua, state_index
+from jobs.core import clock, lua, retention, state_index
 from jobs.core.lease import error_entry
 from jobs.errors import CANCELED, NoSuchJob
 from jobs.usage.budget import batch_reservation
@@ -53,11 +53,15 @@ def cancel(connection: Redis, job_id: str, now: float | None = None) -> str:
     if state == "waiting":
         if phase != b"waiting":
             _cancel_in_rq(connection, job_id)  # parked since we looked: RQ has it scheduled
+        retention.retain(connection, job_id)  # ended: RQ's record too expires with it
         return WAITING  # the caller cancels its provider batch (provider_batch.cancel_at_provider)
     if state == "queued" and before != b"queued":
         _cancel_in_rq(connection, job_id)  # it went back to the queue since we looked
     if state == "queued":
-        state_index.trim_expired(connection, (owner or b"").decode(), now)  # ended: its index may expire
+        # Ended: every key of it expires with its record, RQ's canceled record (which holds
+        # the submitted items) and the history of an attempt that waited for a retry too.
+        retention.retain(connection, job_id)
+        state_index.trim_expired(connection, (owner or b"").decode(), now)  # its index may expire
     return state
 
 

@@ -15,6 +15,9 @@ from redis import Redis
 from rq.serializers import JSONSerializer
 from rq.worker import Worker
 
+from jobs import keys
+from jobs.core.connection import is_out_of_memory
+
 #: RQ 3.0 needs LMOVE / BLMOVE (Redis 6.2).
 MIN_VERSION = (6, 2)
 #: Used memory, as a share of maxmemory, from which the headroom is a warning, then a failure.
@@ -62,12 +65,24 @@ def checks(connection: Redis) -> list[Check]:
             _clients(connection, info), *_workers(connection)]
 
 
+def server(info: dict) -> tuple[str, str]:
+    """The server's name and its own version from INFO server: Valkey says ``server_name:valkey``
+    and ``valkey_version`` (its ``redis_version`` stays the Redis 7.2.4 it answers as)."""
+    name = str(info.get("server_name") or "redis").lower()
+    if name == "valkey" or "valkey_version" in info:
+        return "Valkey", str(info.get("valkey_version") or info.get("redis_version", "?"))
+    return ("Redis" if name == "redis" else name), str(info.get("redis_version", "?"))
+
+
 def _version(info: dict) -> Check:
-    version = str(info.get("redis_version", "0"))
-    parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    name, version = server(info)
+    compatible = str(info.get("redis_version", "0"))
+    seen = f"{name} {version}" + (f" (answers as Redis {compatible})" if name != "Redis" else "")
+    parts = tuple(int(p) for p in compatible.split(".")[:2] if p.isdigit())
     if parts >= MIN_VERSION:
-        return Check("redis version", "ok", version)
-    return Check("redis version", "fail", f"{version}: leash needs Redis {'.'.join(map(str, MIN_VERSION))} or newer")
+        return Check("server", "ok", seen)
+    return Check("server", "fail", f"{seen}: leash needs Redis {'.'.join(map(str, MIN_VERSION))} or newer "
+                 "(or Valkey)")
 
 
 def _persistence(connection: Redis, info: dict) -> Check:
@@ -135,3 +150,25 @@ def _workers(connection: Redis) -> list[Check]:
     return out
 
 
+
+
+#: What ``readiness`` reports for each problem.
+WRITES_REFUSED = "writes refused (Redis full): submissions and job progress wait until memory is freed"
+NO_WORKERS = "no workers: queued jobs will not run; start `leash worker`"
+
+
+def readiness(connection: Redis) -> list[str]:
+    """What keeps this deployment from doing its work, beyond answering reads: a Redis that
+    refuses writes (full, with noeviction) and no worker registered. Empty when ready. One
+    small write (an expiring probe key) tells the first truly: INFO's figures only estimate
+    when Redis refuses."""
+    problems = []
+    try:
+        connection.set(keys.READY_PROBE, "1", px=1000)
+    except redis.exceptions.ResponseError as exc:
+        if not is_out_of_memory(exc):
+            raise
+        problems.append(WRITES_REFUSED)
+    if not Worker.all(connection=connection, serializer=JSONSerializer):
+        problems.append(NO_WORKERS)
+    return problems

@@ -35,7 +35,7 @@ from rq.worker import Worker
 
 from jobs import deadletter, keys, runner
 from jobs.config import settings
-from jobs.core import clock, consistency, lease, state_index
+from jobs.core import clock, consistency, lease, retention, state_index
 from jobs.core.connection import follow_primary
 from jobs.core.lease import Outcome
 from jobs.core.reaper import Reaper, release_rate_limit_slot
@@ -47,7 +47,7 @@ from jobs.usage import budget
 from jobs.worker import scheduler_locks
 from jobs.worker.dequeue import LeashQueue
 from jobs.worker.full_redis import FullRedis, refused_for_memory
-from jobs.worker.log import log_not_a_failure
+from jobs.worker.log import log_not_a_failure, quiet_ridden_out_errors
 from jobs.worker.rq_job import NoResultStreamJob
 from jobs.worker.shutdown import Shutdown
 
@@ -92,6 +92,7 @@ class LeashWorker(Shutdown, FullRedis, Worker):
                              adopt_requeues=deadletter.adopt_requeues, count_abandoned_calls=budget.sweep_reservations)
         self._attempt: lease.Attempt | None = None
         logs.add_context_provider(self._log_context)
+        quiet_ridden_out_errors()  # a failover or restart ridden out logs WARNINGs, not RQ's ERRORs
         self._handoff_deadline: float | None = None
         self._scheduler_checked_at = 0.0
 
@@ -146,8 +147,7 @@ class LeashWorker(Shutdown, FullRedis, Worker):
 
     def _restart_dead_scheduler(self) -> None:
         """RQ restarts a dead scheduler (retry backoff) only in maintenance, every 10 minutes;
-        after a Redis outage killed it, or the worker holding its lock died, check more often.
-        Never once shutdown has begun: that scheduler would only delay the exit."""
+        check more often (an outage killed it, or its lock's worker died), but not in shutdown."""
         if self.scheduler is None or self.scheduler.closed or self._shutdown_requested_date is not None:
             return
         if clock.monotonic() - self._scheduler_checked_at < self.scheduler_check_seconds:
@@ -212,9 +212,8 @@ class LeashWorker(Shutdown, FullRedis, Worker):
         try:
             self._execute_job(job, queue)
         except REDIS_DOWN as exc:
-            # The attempt's lease is in Redis: once Redis is back and the lease has run out,
-            # any worker reclaims the job. Never leave a work-horse running unsupervised.
-            log.error("lost Redis while handling job %s: %s; it will be reclaimed", job.id, exc)
+            # Never leave a work-horse unsupervised: the lease in Redis gets the job reclaimed.
+            log.warning("lost Redis while handling job %s: %s; reclaimed once Redis answers", job.id, exc)
             if self.horse_pid and _still_running(self.horse_pid):
                 self.kill_horse()
                 self.wait_for_horse()
@@ -255,9 +254,9 @@ class LeashWorker(Shutdown, FullRedis, Worker):
             self._expire_owner_index(attempt)
 
     def _expire_owner_index(self, attempt: lease.Attempt) -> None:
-        """The job ended or went back (its work-horse decided which): its owner's indexes may
-        now expire with their jobs, or must not (one script, nothing to do when all is well)."""
+        """The job ended or went back: its keys (RQ's too) and its owner's indexes may expire."""
         try:
+            retention.retain(self.connection, attempt.job_id)
             state_index.trim_expired(self.connection, attempt.owner_name())
         except redis.exceptions.RedisError as exc:
             if not self.noted_full(exc):  # the next ended job of the owner trims it
@@ -291,6 +290,7 @@ class LeashWorker(Shutdown, FullRedis, Worker):
         if consistency.requeued_by_rq(state, rq_status, float(ended_at) if ended_at else None, clock.wall()):
             if deadletter.adopt_requeues(self.connection, [job.id], source="rq requeue"):
                 return
+        retention.retain(self.connection, job.id)  # an ended job's RQ record goes with it
         log.info("job %s is not claimable (%s); dropped this queue entry", job.id, state)
 
     def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:

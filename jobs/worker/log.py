@@ -11,6 +11,7 @@ ERROR and traceback).
 from __future__ import annotations
 
 import logging
+import time
 
 import redis
 
@@ -40,6 +41,56 @@ def log_not_a_failure(attempt: Attempt, exc: BaseException | None, how: str = "a
     else:
         return False
     return True
+
+
+#: RQ's loggers whose ERROR lines about an unreachable Redis are rewritten (RQ's own workers,
+#: its retry scheduler).
+RQ_LOGGERS = ("rq.worker", "rq.scheduler")
+#: How long after the last "could not connect" line the next one starts a new outage.
+OUTAGE_GAP_SECONDS = 60.0
+
+
+class RiddenOut(logging.Filter):
+    """A failover, a restart or a network blip that the worker rides out is not an error: RQ's
+    ERROR lines about it (``could not connect to Redis instance … retrying``, an exception
+    record carrying a Redis connection error) become WARNINGs that say what the worker does
+    and since when. What leash gives up on keeps its ERROR."""
+
+    def __init__(self, clock=time.monotonic):
+        super().__init__()
+        self.clock = clock
+        self.since: float | None = None
+        self.last: float | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.ERROR:
+            return True
+        exc = record.exc_info[1] if record.exc_info else None
+        if "could not connect to Redis" in str(record.msg):
+            now = self.clock()
+            if self.since is None or self.last is None or now - self.last > OUTAGE_GAP_SECONDS:
+                self.since = now
+            self.last = now
+            record.msg = (str(record.msg).rstrip(".") + " (Redis unreachable for %.0f s so far; the worker stays "
+                          "up, retries with backoff of at most 5 s, and running jobs resume once it answers)")
+            record.args = (*(record.args or ()), now - self.since)
+        elif isinstance(exc, REDIS_DOWN):
+            record.msg = f"{record.msg} (Redis unreachable: ridden out, this process carries on or is restarted)"
+        else:
+            return True
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+_ridden_out = RiddenOut()
+
+
+def quiet_ridden_out_errors() -> None:
+    """Install ``RiddenOut`` on RQ's loggers (once; a worker calls it as it starts)."""
+    for name in RQ_LOGGERS:
+        logger = logging.getLogger(name)
+        if _ridden_out not in logger.filters:
+            logger.addFilter(_ridden_out)
 
 
 def _progress(attempt: Attempt) -> str:

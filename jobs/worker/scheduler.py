@@ -112,6 +112,17 @@ class LeashScheduler(RQScheduler):
             self._connection = rebuilt(self._source)
         return super().connection
 
+    def work(self):
+        """RQ's loop; Redis gone (a failover, a restart) ends this process quietly, with one
+        WARNING: its worker starts another within seconds of Redis answering again, so RQ's
+        "raised an exception" ERROR and the process's traceback would alarm for nothing."""
+        try:
+            super().work()
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            self.log.warning("retry scheduler %s lost Redis (%s): it stops; its worker starts another within "
+                             "seconds of Redis answering again (retries that fall due meanwhile wait until then)",
+                             os.getpid(), exc)
+
     def _install_signal_handlers(self):
         super()._install_signal_handlers()
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # a SIGTERM sent meanwhile lands now
