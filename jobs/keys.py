@@ -287,7 +287,8 @@ def rq_scheduler_lock(queue_name: str) -> str:
 def ended_job_keys(job_id: str) -> list[str]:
     """leash's keys of one job that must expire with its record once it has ended (besides the
     record itself)."""
-    return [payload(job_id), items(job_id), errors(job_id), history(job_id), usage(job_id), provider_batches(job_id)]
+    return [payload(job_id), items(job_id), errors(job_id), history(job_id), usage(job_id), provider_batches(job_id),
+            received_answers(job_id)]
 
 
 def rq_results(job_id: str) -> str:
@@ -310,7 +311,7 @@ def usage(job_id: str) -> str:
 def received_answers(job_id: str) -> str:
     """Hash of answers an attempt received but could not store with their items (its write was
     refused or Redis was away), by request digest: paid for and counted, so the next attempt
-    uses them instead of asking again. Expires with the job's usage."""
+    uses them instead of asking again. Expires with the job (ended_job_keys)."""
     return f"{PREFIX}answers:job:{job_id}"
 
 
