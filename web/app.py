@@ -115,6 +115,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     error_replies.init_app(app)
     dashboard.init_app(app)
     app.before_request(_dashboard_fails_fast)
+    app.before_request(_forms_take_form_data)
     app.before_request(_csrf_policy)
     app.register_blueprint(api.bp)
     app.register_blueprint(pages.bp)
@@ -175,6 +176,19 @@ def _dashboard_fails_fast():
         from flask import current_app
 
         current_app.extensions["leash_redis"].breaker.check()
+
+
+#: The views that read a form (flask-wtf would read a JSON body as one, and a list, a number or
+#: a string there, or a value that is not text, is a TypeError deep in WTForms: a 500).
+FORM_VIEWS = frozenset({"signin.signin", "signin.signout", "pages.index"})
+
+
+def _forms_take_form_data():
+    if request.method in UNSAFE_METHODS and request.endpoint in FORM_VIEWS and request.is_json:
+        return error_replies.error_response(
+            415, "this address takes a form (application/x-www-form-urlencoded or multipart/form-data), "
+                 "not JSON; API clients submit with POST /jobs")
+    return None
 
 
 def _csrf_policy():

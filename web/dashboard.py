@@ -37,6 +37,7 @@ from flask_wtf.csrf import generate_csrf
 from rq.exceptions import NoSuchJobError
 from rq.job import JOB_ID_PATTERN
 from rq.serializers import JSONSerializer
+from rq.worker import Worker
 
 from jobs import keys
 from jobs.core.connection import connect, redis_url
@@ -61,11 +62,22 @@ def _from_url(url, sentinel_options=None, client_options=None):
     return None, _client(url)
 
 
+class _JsonWorker(Worker):
+    """RQ's Worker as rq-dashboard lists them, reading the job each one runs with leash's
+    serializer (with RQ's default, pickle, a running leash job made workers.json a 500)."""
+
+    @classmethod
+    def all(cls, *args, **kwargs):
+        kwargs.setdefault("serializer", JSONSerializer)
+        return super().all(*args, **kwargs)
+
+
 def _patch_rq_dashboard() -> None:
     import rq_dashboard.web as web
 
     web.config.serializer = JSONSerializer
     web.from_url = _from_url
+    web.Worker = _JsonWorker
 
 
 def _credentials_ok(user: str, password: str) -> bool:

@@ -100,11 +100,12 @@ def init_app(app: Flask) -> None:
 
     @app.context_processor
     def who():
-        """The nav's "signed in as" (never an error: an error page renders this too)."""
+        """The nav's "signed in as" (never an error: an error page renders this too). Its
+        sign-out form only shows a token: it never reads the request's body."""
         try:
             owner = None if auth.open_mode() else auth.signed_in_owner()
         except Exception:  # noqa: BLE001 - a malformed proxy header is answered by the page itself
             owner = None
         return {"leash_owner_mode": not auth.open_mode(), "leash_signed_in": owner,
-                "leash_signout_form": SignOutForm() if owner and "owner" in session else None,
+                "leash_signout_form": SignOutForm(formdata=None) if owner and "owner" in session else None,
                 "leash_public_submit": bool(current_app.config.get("LEASH_PUBLIC_SUBMIT"))}
