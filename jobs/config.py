@@ -242,6 +242,7 @@ declare("LEASH_WORKER_NAME", "str", None, "`leash worker`: the worker's name (de
 declare("LEASH_WITH_SCHEDULER", "bool", True, "`leash worker`: run RQ's retry scheduler in this worker")
 declare("LEASH_LOG_LEVEL", "str", "INFO", "`leash worker`: log level")
 declare("LEASH_LOG_FORMAT", "str", "text", "`text` or `json` (one JSON object per log line)")
+declare("LEASH_LOG_HTTP_CALLS", "bool", False, "`1`: the HTTP clients' line per model call (httpx, openai, anthropic)")
 declare("SENTRY_DSN", "str", None, "report failed attempts and web errors to Sentry (`leash[sentry]`)")
 
 # --- limits: what one job may ask for ----------------------------------------------------------
