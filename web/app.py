@@ -133,8 +133,8 @@ def create_app(test_config: dict | None = None) -> Flask:
     return app
 
 
-# Our pages load nothing but their own script and stylesheet; rq-dashboard keeps its own
-# inline scripts, so it gets the other headers only.
+# Our pages load nothing but their own script and stylesheet; rq-dashboard's pages get a policy
+# of their own (web/dashboard.py: its inline script by hash, its templates' eval).
 CONTENT_SECURITY_POLICY = ("default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; "
                            "form-action 'self'; base-uri 'none'; object-src 'none'")
 

@@ -17,6 +17,15 @@ rq-dashboard 0.9.0 has no authentication and no CSRF protection, accepts GET on 
   400/404, compacting a queue that does not exist a 404; the login check never raises, whatever
   the Authorization header holds.
 
+Its pages fill their tables in the browser with underscore templates that insert most values
+unescaped (``<%= d.exc_info %>``): a failed job's error text (a provider that echoes the request
+in its 400 echoes an owner's item) would run as script in the operator's browser. So every text
+its data addresses answer is HTML-escaped here (except the few its templates escape themselves),
+and its pages get a strict Content-Security-Policy: scripts from /rq/static and the one inline
+script each page renders (allowed by its hash), no inline event handlers, nothing from elsewhere.
+Its templates compile with ``new Function``, hence ``'unsafe-eval'``; its markup has a few
+``style=`` attributes, hence ``'unsafe-inline'`` for styles only.
+
 Two more adaptations: leash's RQ jobs use the JSON serializer (so job pages can show the
 progress leash mirrors into ``job.meta``), and its per-request Redis client is replaced by
 leash's own client, one per URL (``jobs.core.connection.connect``: it would otherwise open a new
@@ -29,8 +38,12 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
 import hmac
+import html
+import json
 import logging
+import re
 
 from flask import Flask, Response, current_app, request
 from flask_wtf.csrf import generate_csrf
@@ -152,6 +165,49 @@ def _no_such_rq_job(exc: NoSuchJobError):
     return api_error(404, "no such job in RQ (it may have expired or been deleted)")
 
 
+#: Values its templates escape themselves (escaping them here too would show "&amp;lt;").
+ESCAPED_BY_TEMPLATE = {"list_jobs": frozenset({"description", "exc_info"}),
+                       "list_workers": frozenset({"description"})}
+_INLINE_SCRIPT = re.compile(r"<script(?![^>]*\b(?:src=|type=\"text/template\"))[^>]*>(.*?)</script>", re.S)
+
+
+def _escaped(value, keep: frozenset, key: str | None = None):
+    if isinstance(value, str):
+        return value if key in keep else html.escape(value)
+    if isinstance(value, list):
+        return [_escaped(v, keep) for v in value]
+    if isinstance(value, dict):
+        return {k: _escaped(v, keep, k) for k, v in value.items()}
+    return value
+
+
+def _escape_data(response: Response) -> None:
+    """Every text in a data answer (jobs.json, job.json, workers.json, queues.json) escaped."""
+    if response.mimetype != "application/json" or response.status_code >= 400 or response.direct_passthrough:
+        return
+    view = (request.endpoint or "").partition(".")[2]
+    data = json.loads(response.get_data())
+    response.set_data(json.dumps(_escaped(data, ESCAPED_BY_TEMPLATE.get(view, frozenset()))))
+
+
+def content_security_policy(page: str) -> str:
+    """The dashboard's policy for one page: its own inline script allowed by hash, no other."""
+    hashes = " ".join("'sha256-" + base64.b64encode(hashlib.sha256(script.encode()).digest()).decode() + "'"
+                      for script in _INLINE_SCRIPT.findall(page) if script.strip())
+    return ("default-src 'self'; script-src 'self' 'unsafe-eval' " + hashes + "; style-src 'self' 'unsafe-inline'; "
+            "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; form-action 'self'; "
+            "base-uri 'none'; object-src 'none'")
+
+
+def _protect_pages(response: Response) -> Response:
+    if request.blueprint != BLUEPRINT:
+        return response
+    _escape_data(response)
+    if response.mimetype == "text/html" and not response.direct_passthrough:
+        response.headers["Content-Security-Policy"] = content_security_policy(response.get_data(as_text=True))
+    return response
+
+
 def _set_csrf_cookie(response: Response) -> Response:
     if request.blueprint == BLUEPRINT and response.status_code < 400:
         response.set_cookie(CSRF_COOKIE, generate_csrf(), path=PREFIX, samesite="Strict",
@@ -179,6 +235,7 @@ def init_app(app: Flask) -> None:
     # touches Redis.
     app.before_request(_guard)
     app.after_request(_set_csrf_cookie)
+    app.after_request(_protect_pages)
     app.register_error_handler(NoSuchJobError, _no_such_rq_job)  # its job views fetch without checking
     app.config["LEASH_DASHBOARD_MOUNTED"] = True
     if not (user and password):
