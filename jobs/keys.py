@@ -197,6 +197,12 @@ JOB_PATTERN = PREFIX + "job:*"
 SUBMIT_RATE_PREFIX = PREFIX + "submit_rate"
 
 
+def browser_session(session_id: str) -> str:
+    """A signed-in browser's session (value: its owner), kept for the cookie's lifetime and
+    deleted at sign-out: a copy of the cookie is worth nothing once it is gone."""
+    return f"{PREFIX}session:{session_id}"
+
+
 def submit_rate_scope(owner: str) -> tuple[str, str]:
     """The identifiers of an owner's submission-rate counter."""
     return ("submit", owner)

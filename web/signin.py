@@ -1,7 +1,7 @@
 """Signing in and out in a browser (production: LEASH_API_TOKENS set).
 
     GET/POST /signin   a token in, the owner kept in the signed session; then back to ?next=
-    POST /signout      forget the owner
+    POST /signout      forget the owner, and end the session in Redis (copies of the cookie too)
 
 Both forms carry flask-wtf's CSRF token: another site cannot sign a visitor in as someone else
 (whose jobs the visitor would then fill) nor out. A page that needs an owner sends a browser
@@ -60,9 +60,7 @@ def signin():
     if form.validate_on_submit():
         owner = auth.owner_for_token(form.token.data.strip())
         if owner is not None:
-            session.clear()  # a fresh session (and CSRF token) for the signed-in owner
-            session["owner"], session["signed_in"] = owner, auth.token_digest(form.token.data.strip())
-            session.permanent = True
+            auth.start_session(owner, form.token.data.strip())
             return redirect(_local_path(form.next.data), 303)
         form.token.errors.append("Unknown token: check it, or ask for one (LEASH_API_TOKENS)")
         status = 401
@@ -76,7 +74,7 @@ def signout():
     form = SignOutForm()
     if not form.validate_on_submit():
         return error_response(403, "refused: the sign-out form expired or was not sent from this page; reload it")
-    session.clear()
+    auth.end_session()
     return redirect(url_for("signin.signin"), 303)
 
 
