@@ -303,6 +303,10 @@ declare("LEASH_TRUSTED_USER_HEADER", "str", None,
         "a header naming the signed-in owner, set by an auth proxy that strips it from clients (default: off)")
 declare("LEASH_PUBLIC_SUBMIT", "bool", False, "`1`: visitors who are not signed in may use the form, as owner `public`")
 declare("LEASH_MAX_QUEUED_PER_OWNER", "int", 1000, "an owner's queued jobs; a submission beyond is a 429", 1)
+declare("LEASH_GUESS_RATE", "rate", "10/minute;100/hour",
+        "failed sign-ins, tokens, dashboard passwords per client address and per token prefix")
+declare("LEASH_TRUSTED_PROXIES", "str", None,
+        "`leash web`: `*` or the proxy's address: read the client address from its X-Forwarded-For")
 declare("LEASH_SUBMIT_RATE", "rate", None, "an owner's submissions per period, e.g. `60/minute` (default: none)")
 # A thread is held only while the app works on a whole request (the server reads it first),
 # mostly waiting on Redis: a stall holds each for at most LEASH_REDIS_TIMEOUT once.

@@ -35,6 +35,7 @@ from werkzeug.exceptions import BadRequest, Unauthorized
 from jobs import keys
 from jobs.read.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens  # noqa: F401  (parse_tokens: web.app)
 
+from . import guessing
 from .error_replies import wants_html
 
 _OWNER = OWNER_PATTERN
@@ -198,8 +199,10 @@ def request_owner(need: Need = Need.READ) -> str:
         return _known(SHARED_OWNER)
     token = _bearer() if _tokens() else None
     if token is not None:
+        guessing.check("token", token, "API tokens")  # a 429 while this address guesses too often
         owner = owner_for_token(token)
         if owner is None:
+            guessing.failed("token", token, "API tokens")
             raise TokenRequired("unknown API token; check the token in 'Authorization: Bearer <token>'")
         return _known(owner)
     try:

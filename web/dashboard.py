@@ -55,6 +55,7 @@ from rq.worker import Worker
 from jobs import keys
 from jobs.core.connection import connect, redis_url
 
+from . import guessing
 from .error_replies import api_error
 
 log = logging.getLogger(__name__)
@@ -94,14 +95,26 @@ def _patch_rq_dashboard() -> None:
 
 
 def _credentials_ok(user: str, password: str) -> bool:
-    header = request.headers.get("Authorization", "")
-    scheme, _, encoded = header.partition(" ")
-    if scheme.lower() != "basic":
+    """Whether the basic-auth header names the operator; a header that does not is a failed
+    guess (web/guessing.py), a request without one is not (a browser's first ask)."""
+    header = request.headers.get("Authorization")
+    if header is None:
         return False
+    scheme, _, encoded = header.partition(" ")
     try:
+        if scheme.lower() != "basic":
+            raise ValueError("not basic auth")
         given_user, _, given_password = base64.b64decode(encoded, validate=True).decode().partition(":")
     except ValueError:  # not base64 (binascii.Error), not ASCII at all, not UTF-8 once decoded
+        given_user, given_password = "", ""
+    guessing.check("dashboard", given_user, "dashboard passwords")
+    if not _matches(given_user, given_password, user, password):
+        guessing.failed("dashboard", given_user, "dashboard passwords")
         return False
+    return True
+
+
+def _matches(given_user: str, given_password: str, user: str, password: str) -> bool:
     # Both comparisons always run: no early exit that would time the user name.
     user_ok = hmac.compare_digest(given_user.encode(), user.encode())
     password_ok = hmac.compare_digest(given_password.encode(), password.encode())

@@ -40,6 +40,8 @@ from jobs.models import concurrency as model_concurrency
 from jobs.usage.prices import usd
 from jobs.usage.report import model_totals
 
+from . import guessing
+
 bp = Blueprint("metrics", __name__)
 disable_created_metrics()  # the *_created series double the output and nothing here reads them
 
@@ -188,7 +190,11 @@ def _check_token() -> None:
     if not expected:
         return
     scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip().encode(), expected.encode()):
+    presented = presented.strip() if scheme.lower() == "bearer" else ""
+    guessing.check("metrics", presented, "metrics tokens")
+    if not hmac.compare_digest(presented.encode(), expected.encode()):
+        if "Authorization" in request.headers:
+            guessing.failed("metrics", presented, "metrics tokens")
         raise MetricsTokenRequired()
 
 

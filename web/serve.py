@@ -69,7 +69,19 @@ def waitress_options(host: str, port: int) -> dict:
         # X-Forwarded-* from anyone would let a client choose the scheme and host the app sees.
         "clear_untrusted_proxy_headers": True,
         "ident": "leash",
+        **_proxy_options(),
     }
+
+
+def _proxy_options() -> dict:
+    """LEASH_TRUSTED_PROXIES: the proxy (or ``*``: whatever connects, as behind Heroku's router)
+    whose last X-Forwarded-For hop is the client's address (REMOTE_ADDR) and whose
+    X-Forwarded-Proto is the scheme; waitress applies them and drops the headers otherwise."""
+    trusted = (config.get("LEASH_TRUSTED_PROXIES") or "").strip()
+    if not trusted:
+        return {}
+    return {"trusted_proxy": trusted, "trusted_proxy_count": 1,
+            "trusted_proxy_headers": {"x-forwarded-for", "x-forwarded-proto"}}
 
 
 def _schema_refusal() -> str | None:

@@ -18,7 +18,7 @@ from flask_wtf import FlaskForm
 from wtforms import HiddenField, PasswordField
 from wtforms.validators import InputRequired
 
-from . import auth
+from . import auth, guessing
 from .error_replies import error_response, wants_html
 
 bp = Blueprint("signin", __name__)
@@ -58,10 +58,13 @@ def signin():
         form.next.data = _local_path(request.args.get("next"))
     status = 200
     if form.validate_on_submit():
-        owner = auth.owner_for_token(form.token.data.strip())
+        token = form.token.data.strip()
+        guessing.check("signin", token, "sign-ins")  # a 429 while this address guesses too often
+        owner = auth.owner_for_token(token)
         if owner is not None:
-            auth.start_session(owner, form.token.data.strip())
+            auth.start_session(owner, token)
             return redirect(_local_path(form.next.data), 303)
+        guessing.failed("signin", token, "sign-ins")
         form.token.errors.append("Unknown token: check it, or ask for one (LEASH_API_TOKENS)")
         status = 401
     elif form.is_submitted():
