@@ -298,6 +298,7 @@ declare("LEASH_SECURE_COOKIES", "bool", False, "`1`: cookies only over HTTPS")
 declare("LEASH_REDIS_TIMEOUT", "float", 5.0,
         "seconds before an unanswered Redis call is given up: a 503 in the web app, exit 1 from a command", 0.01)
 declare("LEASH_METRICS_TOKEN", "str", None, "bearer token /metrics requires")
+declare("LEASH_METRICS_PUBLIC", "bool", False, "`1`: /metrics open to anyone in production (without a token)")
 # Sign-in and quotas (jobs/intake/admission.py, web/auth.py); they matter once LEASH_API_TOKENS is set.
 declare("LEASH_TRUSTED_USER_HEADER", "str", None,
         "a header naming the signed-in owner, set by an auth proxy that strips it from clients (default: off)")

@@ -13,7 +13,8 @@ Configuration comes from the environment (``test_config`` overrides it in tests)
     LEASH_REDIS_TIMEOUT             seconds before an unanswered Redis call is a 503 (default 5);
                                     after one, every request is a 503 at once until Redis
                                     answers again (web.redis_guard)
-    LEASH_METRICS_TOKEN             GET /metrics needs 'Authorization: Bearer <it>'; unset: open
+    LEASH_METRICS_TOKEN             GET /metrics needs 'Authorization: Bearer <it>'; unset: open in
+                                    development, a 403 in production unless LEASH_METRICS_PUBLIC=1
     LEASH_TRUSTED_USER_HEADER       a header an auth proxy sets to the signed-in owner (web/auth.py)
     LEASH_PUBLIC_SUBMIT=1           the form without signing in, as the owner 'public'
     LEASH_IMPORTS                   modules that register job kinds
@@ -66,6 +67,7 @@ def _config_from_env() -> dict:
         # A request must not hang on a Redis that accepts connections but does not answer.
         "LEASH_REDIS_TIMEOUT": get("LEASH_REDIS_TIMEOUT"),
         "LEASH_METRICS_TOKEN": get("LEASH_METRICS_TOKEN"),
+        "LEASH_METRICS_PUBLIC": get("LEASH_METRICS_PUBLIC"),
         "LEASH_TRUSTED_USER_HEADER": get("LEASH_TRUSTED_USER_HEADER"),
         "LEASH_PUBLIC_SUBMIT": get("LEASH_PUBLIC_SUBMIT"),
     }
