@@ -313,7 +313,12 @@ declare("LEASH_SUBMIT_RATE", "rate", None, "an owner's submissions per period, e
 # mostly waiting on Redis: a stall holds each for at most LEASH_REDIS_TIMEOUT once.
 declare("LEASH_WEB_THREADS", "int", 16, "`leash web`: threads answering requests", 1)
 # Each connection costs a socket and at most its buffered request, never a thread.
-declare("LEASH_WEB_CONNECTIONS", "int", 1000, "`leash web`: connections held at once (slow clients included)", 10)
+declare("LEASH_WEB_CONNECTIONS", "int", 0,
+        "`leash web`: connections held at once, slow ones included (0: as many as the open-file limit allows)", 0)
+declare("LEASH_WEB_CONNECTIONS_PER_ADDRESS", "int", 100,
+        "`leash web`: connections one client address may hold (not behind LEASH_TRUSTED_PROXIES; 0: no cap)", 0)
+declare("LEASH_WEB_REQUEST_DEADLINE", "float", 30.0,
+        "`leash web`: seconds from a request's first byte to its last (headers and body)", 1.0)
 declare("PORT", "int", 5000, "the web app's port (`leash web`, the Procfile; `leash dev --port`)", 1)
 declare("LEASH_DEV", "bool", False,
         "set by `leash dev`: development defaults (a per-run secret, /rq without a password)")

@@ -113,6 +113,7 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     metrics.init_app(app)  # first, so its timer starts before any hook can answer early
     app.before_request(_body_limit)
+    app.before_request(_form_field_limit)
     CSRFProtect(app)
     error_replies.init_app(app)
     dashboard.init_app(app)
@@ -169,6 +170,20 @@ def _body_limit():
     length = request.content_length
     if length is not None and length > current_app.config["MAX_CONTENT_LENGTH"]:
         raise RequestEntityTooLarge()
+
+
+def _form_field_limit():
+    """A urlencoded form of more fields than MAX_FORM_PARTS (Werkzeug counts them for multipart
+    only, after parsing every one: 350,000 fields cost 170 ms) is a 413, counted before parsing."""
+    from flask import current_app
+
+    if request.mimetype == "application/x-www-form-urlencoded" and request.method in UNSAFE_METHODS:
+        most = current_app.config["MAX_FORM_PARTS"]
+        fields = request.get_data(cache=True).count(b"&") + 1
+        if fields > most:
+            return error_replies.error_response(
+                413, f"the form has {fields} fields; at most {most}: send the items in the text box, or as a file")
+    return None
 
 
 def _dashboard_fails_fast():
