@@ -91,3 +91,20 @@ def test_turned_on_the_line_per_call_has_its_password_masked(captured, http_serv
         assert client.get(http_server).status_code == 200
     text = stream.getvalue()
     assert "HTTP Request: GET" in text and SECRET not in text
+
+
+def test_a_worker_calling_a_model_url_with_a_password_never_logs_it(conn, workers, model_server, tmp_path):
+    from jobs.enqueue import enqueue
+    from tests.conftest import wait_for
+
+    url = model_server.url.replace("http://", f"http://user:{SECRET}@")
+    job_id, _ = enqueue(conn, "prompt", {"items": ["cats", "dogs"], "template": "say {item}"})
+    log_path = tmp_path / "worker.log"
+    with log_path.open("wb") as log_file:
+        proc = workers.start("--burst", "--log-level", "INFO", extra_env={"LEASH_MODEL_URL": url},
+                             stderr=log_file, stdout=log_file)
+        wait_for(lambda: proc.poll() is not None, 60, message="the burst worker to finish")
+    text = log_path.read_text()
+    assert job_id in text  # the worker did log its work at INFO
+    assert SECRET not in text, [line for line in text.splitlines() if SECRET in line]
+    assert "HTTP Request" not in text
