@@ -44,7 +44,8 @@ class GuessingRefused(TooManyRequests):
         return [*super().get_headers(environ, scope), ("Retry-After", str(self.retry_after))]
 
 
-def _limiter() -> MovingWindowRateLimiter:
+def _limiter() -> tuple[MovingWindowRateLimiter, dict]:
+    """The shared counter of failures, and the refusals this process remembers."""
     extensions = current_app.extensions
     if "leash_guessing" not in extensions:
         connection = extensions["leash_redis"]
