@@ -245,6 +245,7 @@ declare("LEASH_WORKER_NAME", "str", None, "`leash worker`: the worker's name (de
 declare("LEASH_WITH_SCHEDULER", "bool", True, "`leash worker`: run RQ's retry scheduler in this worker")
 declare("LEASH_LOG_LEVEL", "str", "INFO", "`leash worker`: log level")
 declare("LEASH_LOG_FORMAT", "str", "text", "`text` or `json` (one JSON object per log line)")
+declare("LEASH_LOG_HTTP_CALLS", "bool", False, "`1`: the HTTP clients' line per model call (httpx, openai, anthropic)")
 declare("SENTRY_DSN", "str", None, "report failed attempts and web errors to Sentry (`leash[sentry]`)")
 
 # --- limits: what one job may ask for ----------------------------------------------------------
@@ -300,17 +301,27 @@ declare("LEASH_SECURE_COOKIES", "bool", False, "`1`: cookies only over HTTPS")
 declare("LEASH_REDIS_TIMEOUT", "float", 5.0,
         "seconds before an unanswered Redis call is given up: a 503 in the web app, exit 1 from a command", 0.01)
 declare("LEASH_METRICS_TOKEN", "str", None, "bearer token /metrics requires")
+declare("LEASH_METRICS_PUBLIC", "bool", False, "`1`: /metrics open to anyone in production (without a token)")
 # Sign-in and quotas (jobs/intake/admission.py, web/auth.py); they matter once LEASH_API_TOKENS is set.
 declare("LEASH_TRUSTED_USER_HEADER", "str", None,
         "a header naming the signed-in owner, set by an auth proxy that strips it from clients (default: off)")
 declare("LEASH_PUBLIC_SUBMIT", "bool", False, "`1`: visitors who are not signed in may use the form, as owner `public`")
 declare("LEASH_MAX_QUEUED_PER_OWNER", "int", 1000, "an owner's queued jobs; a submission beyond is a 429", 1)
+declare("LEASH_GUESS_RATE", "rate", "10/minute;100/hour",
+        "failed sign-ins, tokens, dashboard passwords per client address and per token prefix")
+declare("LEASH_TRUSTED_PROXIES", "str", None,
+        "`leash web`: `*` or the proxy's address: read the client address from its X-Forwarded-For")
 declare("LEASH_SUBMIT_RATE", "rate", None, "an owner's submissions per period, e.g. `60/minute` (default: none)")
 # A thread is held only while the app works on a whole request (the server reads it first),
 # mostly waiting on Redis: a stall holds each for at most LEASH_REDIS_TIMEOUT once.
 declare("LEASH_WEB_THREADS", "int", 16, "`leash web`: threads answering requests", 1)
 # Each connection costs a socket and at most its buffered request, never a thread.
-declare("LEASH_WEB_CONNECTIONS", "int", 1000, "`leash web`: connections held at once (slow clients included)", 10)
+declare("LEASH_WEB_CONNECTIONS", "int", 0,
+        "`leash web`: connections held at once, slow ones included (0: as many as the open-file limit allows)", 0)
+declare("LEASH_WEB_CONNECTIONS_PER_ADDRESS", "int", 100,
+        "`leash web`: connections one client address may hold (not behind LEASH_TRUSTED_PROXIES; 0: no cap)", 0)
+declare("LEASH_WEB_REQUEST_DEADLINE", "float", 30.0,
+        "`leash web`: seconds from a request's first byte to its last (headers and body)", 1.0)
 declare("PORT", "int", 5000, "the web app's port (`leash web`, the Procfile; `leash dev --port`)", 1)
 declare("LEASH_DEV", "bool", False,
         "set by `leash dev`: development defaults (a per-run secret, /rq without a password)")

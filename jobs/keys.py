@@ -214,6 +214,22 @@ JOB_PATTERN = PREFIX + "job:*"
 SUBMIT_RATE_PREFIX = PREFIX + "submit_rate"
 
 
+#: Prefix of the counters of failed sign-ins, tokens and dashboard passwords (web/guessing.py).
+GUESS_RATE_PREFIX = PREFIX + "guess_rate"
+
+
+def guess_rate_scope(door: str, by: str, value: str) -> tuple[str, ...]:
+    """The identifiers of one counter of failed guesses: at a door (signin, token, dashboard),
+    by client address or by the guessed secret's family."""
+    return ("guess", door, by, value)
+
+
+def browser_session(session_id: str) -> str:
+    """A signed-in browser's session (value: its owner), kept for the cookie's lifetime and
+    deleted at sign-out: a copy of the cookie is worth nothing once it is gone."""
+    return f"{PREFIX}session:{session_id}"
+
+
 def submit_rate_scope(owner: str) -> tuple[str, str]:
     """The identifiers of an owner's submission-rate counter."""
     return ("submit", owner)

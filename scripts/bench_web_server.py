@@ -145,7 +145,9 @@ def main() -> None:
     try:
         port = free_port()
         for name, argv in setups(port).items():  # one at a time, each on the same port
-            env = dict(os.environ, REDIS_URL=redis_server.url, SECRET_KEY="bench", LEASH_API_TOKENS="")
+            # The slow clients stand for many addresses (all loopback here): no per-address cap.
+            env = dict(os.environ, REDIS_URL=redis_server.url, SECRET_KEY="bench", LEASH_API_TOKENS="",
+                       LEASH_WEB_CONNECTIONS_PER_ADDRESS="0")
             env.pop("PROMETHEUS_MULTIPROC_DIR", None)
             server = children.start(argv, env, stderr=open(os.devnull, "wb"))  # noqa: SIM115 - the child owns it
 

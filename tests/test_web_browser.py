@@ -11,6 +11,7 @@ reason, so the README's test command still works on a machine that has only Pyth
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -23,6 +24,7 @@ import pytest
 from jobs import keys
 from jobs.core import states
 from tests.conftest import ROOT, wait_for
+from tests.web_support import CLASSIFY
 
 pytestmark = pytest.mark.slow
 
@@ -184,4 +186,25 @@ def test_the_dashboard_works_in_a_browser_and_refuses_a_cross_site_post(conn, we
         page.click("button")
     assert navigation.value.status == 403
     assert "CSRF token is missing" in page.content()
+
+    # A failed job whose error echoes markup: its page shows the text, runs none of it, and the
+    # dashboard's own scripts (allowed by its policy) filled the page.
+    from rq.job import Job
+    from rq.results import Result
+    from rq.serializers import JSONSerializer
+
+    job_id = urllib.request.urlopen(urllib.request.Request(
+        server.url + "/jobs", data=json.dumps(CLASSIFY).encode(), headers={"Content-Type": "application/json"}),
+        timeout=10).read()
+    job_id = json.loads(job_id)["job_id"]
+    markup = '<img src=x onerror="window.injected=1">'
+    Result.create_failure(Job.fetch(job_id, connection=conn, serializer=JSONSerializer), ttl=600,
+                          exc_string=f"BadRequest: the provider said: {markup}")
+    page = context.new_page()
+    dialogs: list = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    assert page.goto(server.url + f"/rq/0/view/job/{job_id}").status == 200
+    page.wait_for_selector("pre.exc_info", timeout=10_000)
+    assert markup in page.inner_text("pre.exc_info")
+    assert page.evaluate("() => window.injected") is None and dialogs == []
     context.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 
 import pytest
@@ -45,7 +46,8 @@ def test_with_the_right_credentials_it_is_200_and_shows_leash_jobs(dashboard_app
     queues = client.get("/rq/0/data/queues.json", headers=auth).get_json()["queues"]
     assert [(q["name"], q["count"]) for q in queues] == [("leash", 1)]
     job = client.get(f"/rq/0/data/job/{job_id}.json", headers=auth).get_json()
-    assert json.loads(job["metadata"])["leash_kind"] == "classify"  # JSON serializer: meta is readable
+    # JSON serializer: meta is readable (HTML-escaped, as the page inserts it as markup)
+    assert json.loads(html.unescape(job["metadata"]))["leash_kind"] == "classify"
     assert client.get(f"/rq/0/view/job/{job_id}", headers=auth).status_code == 200
 
 
@@ -92,3 +94,59 @@ def test_the_dashboard_reuses_one_redis_client_instead_of_one_per_request(dashbo
         assert client.get("/rq/0/data/queues.json", headers=auth).status_code == 200
         clients.append(dashboard_app.redis_conn)
     assert len({id(c) for c in clients}) == 1
+
+
+XSS = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
+
+
+def _failed_job_with_error(conn, client, text: str) -> str:
+    from rq.job import Job
+    from rq.results import Result
+    from rq.serializers import JSONSerializer
+
+    job_id = client.post("/jobs", json={**CLASSIFY, "items": [text]}).get_json()["job_id"]
+    Result.create_failure(Job.fetch(job_id, connection=conn, serializer=JSONSerializer), ttl=600,
+                          exc_string=f"BadRequest: the provider said: {text}")
+    return job_id
+
+
+def test_the_error_text_and_items_its_data_show_are_escaped(dashboard_app, conn):
+    client = dashboard_app.test_client()
+    job_id = _failed_job_with_error(conn, client, XSS)
+    auth = basic(USER, PASSWORD)
+    job = client.get(f"/rq/0/data/job/{job_id}.json", headers=auth).get_json()
+    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in job["exc_info"]
+    listed = client.get("/rq/0/data/jobs/leash/queued/10/asc/1.json", headers=auth)
+    for response in (client.get(f"/rq/0/data/job/{job_id}.json", headers=auth), listed,
+                     client.get("/rq/0/data/workers.json", headers=auth),
+                     client.get("/rq/0/data/queues.json", headers=auth)):
+        assert response.status_code == 200
+        data = json.loads(response.data)
+        # The values its templates insert as they are hold no markup; the two they escape
+        # themselves (the list's description and error) are left for them.
+        for row in data.get("jobs", [data]):
+            for key, value in row.items():
+                if isinstance(value, str) and key not in ("description", "exc_info"):
+                    assert "<" not in value, (key, value)
+    assert "&lt;" not in listed.get_json()["jobs"][0]["description"]  # not escaped twice
+
+
+def test_its_pages_get_a_strict_policy_allowing_only_their_own_inline_script(dashboard_app, conn):
+    import base64
+    import hashlib
+    import re
+
+    client = dashboard_app.test_client()
+    job_id = _failed_job_with_error(conn, client, XSS)
+    for path in ("/rq/", f"/rq/0/view/job/{job_id}", "/rq/0/view/workers", "/rq/0/view/jobs"):
+        response = client.get(path, headers=basic(USER, PASSWORD))
+        assert response.status_code == 200, path
+        policy = response.headers["Content-Security-Policy"]
+        scripts = dict(part.strip().split(" ", 1) for part in policy.split(";"))["script-src"].split()
+        assert "'unsafe-inline'" not in scripts and "*" not in scripts and "data:" not in scripts
+        inline = re.findall(r'<script type="text/javascript">(.*?)</script>', response.get_data(as_text=True), re.S)
+        assert inline
+        for script in inline:
+            digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+            assert f"'sha256-{digest}'" in scripts
+        assert "frame-ancestors 'none'" in policy and "object-src 'none'" in policy

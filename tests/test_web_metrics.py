@@ -86,3 +86,28 @@ def test_metrics_token_comes_from_the_environment(env, conn):
     client = make_app().test_client()
     assert client.get("/metrics").status_code == 401
     assert client.get("/metrics", headers={"Authorization": "Bearer from-the-env-0123456789"}).status_code == 200
+
+
+def test_in_production_metrics_need_a_token_unless_made_public_on_purpose(conn, caplog):
+    from tests.web_support import TOKENS, make_app
+
+    tokens = ",".join(f"{o}={t}" for o, t in TOKENS.items())
+    closed = make_app(LEASH_API_TOKENS=tokens).test_client().get("/metrics")
+    assert closed.status_code == 403
+    assert "LEASH_METRICS_TOKEN" in closed.get_json()["error"] and "LEASH_METRICS_PUBLIC" in closed.get_json()["error"]
+    assert "leash_queue_depth" not in closed.get_data(as_text=True)
+    assert any("LEASH_METRICS_TOKEN" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert make_app(LEASH_API_TOKENS=tokens, LEASH_METRICS_PUBLIC=True).test_client().get("/metrics").status_code == 200
+    assert make_app(LEASH_TRUSTED_USER_HEADER="X-User").test_client().get("/metrics").status_code == 403
+    assert make_app().test_client().get("/metrics").status_code == 200  # development: open
+
+
+def test_the_deploy_recipes_set_a_metrics_token():
+    import json
+
+    from tests.conftest import ROOT
+
+    assert json.loads((ROOT / "app.json").read_text())["env"]["LEASH_METRICS_TOKEN"]["generator"] == "secret"
+    render = (ROOT / "render.yaml").read_text()
+    assert "key: LEASH_METRICS_TOKEN" in render.split("type: worker")[0]
+    assert "LEASH_METRICS_TOKEN" in (ROOT / "docs" / "DEPLOY.md").read_text()

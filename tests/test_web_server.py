@@ -78,6 +78,8 @@ def test_the_server_gets_the_limits_it_enforces_before_the_app(env, monkeypatch)
     monkeypatch.setenv("LEASH_MAX_BODY_BYTES", "4096")
     options = serve.waitress_options("127.0.0.1", 5000)
     assert (options["threads"], options["connection_limit"], options["max_request_body_size"]) == (5, 300, 4096)
+    monkeypatch.setenv("LEASH_WEB_CONNECTIONS", "0")  # the default: sized to the open-file limit
+    assert serve.waitress_options("127.0.0.1", 5000)["connection_limit"] >= 10
     assert options["asyncore_use_poll"] and options["clear_untrusted_proxy_headers"]
 
 

@@ -13,7 +13,8 @@ Configuration comes from the environment (``test_config`` overrides it in tests)
     LEASH_REDIS_TIMEOUT             seconds before an unanswered Redis call is a 503 (default 5);
                                     after one, every request is a 503 at once until Redis
                                     answers again (web.redis_guard)
-    LEASH_METRICS_TOKEN             GET /metrics needs 'Authorization: Bearer <it>'; unset: open
+    LEASH_METRICS_TOKEN             GET /metrics needs 'Authorization: Bearer <it>'; unset: open in
+                                    development, a 403 in production unless LEASH_METRICS_PUBLIC=1
     LEASH_TRUSTED_USER_HEADER       a header an auth proxy sets to the signed-in owner (web/auth.py)
     LEASH_PUBLIC_SUBMIT=1           the form without signing in, as the owner 'public'
     LEASH_IMPORTS                   modules that register job kinds
@@ -66,6 +67,7 @@ def _config_from_env() -> dict:
         # A request must not hang on a Redis that accepts connections but does not answer.
         "LEASH_REDIS_TIMEOUT": get("LEASH_REDIS_TIMEOUT"),
         "LEASH_METRICS_TOKEN": get("LEASH_METRICS_TOKEN"),
+        "LEASH_METRICS_PUBLIC": get("LEASH_METRICS_PUBLIC"),
         "LEASH_TRUSTED_USER_HEADER": get("LEASH_TRUSTED_USER_HEADER"),
         "LEASH_PUBLIC_SUBMIT": get("LEASH_PUBLIC_SUBMIT"),
     }
@@ -111,10 +113,12 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     metrics.init_app(app)  # first, so its timer starts before any hook can answer early
     app.before_request(_body_limit)
+    app.before_request(_form_field_limit)
     CSRFProtect(app)
     error_replies.init_app(app)
     dashboard.init_app(app)
     app.before_request(_dashboard_fails_fast)
+    app.before_request(_forms_take_form_data)
     app.before_request(_csrf_policy)
     app.register_blueprint(api.bp)
     app.register_blueprint(pages.bp)
@@ -145,8 +149,8 @@ def create_app(test_config: dict | None = None) -> Flask:
     return app
 
 
-# Our pages load nothing but their own script and stylesheet; rq-dashboard keeps its own
-# inline scripts, so it gets the other headers only.
+# Our pages load nothing but their own script and stylesheet; rq-dashboard's pages get a policy
+# of their own (web/dashboard.py: its inline script by hash, its templates' eval).
 CONTENT_SECURITY_POLICY = ("default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; "
                            "form-action 'self'; base-uri 'none'; object-src 'none'")
 
@@ -181,6 +185,20 @@ def _body_limit():
         raise RequestEntityTooLarge()
 
 
+def _form_field_limit():
+    """A urlencoded form of more fields than MAX_FORM_PARTS (Werkzeug counts them for multipart
+    only, after parsing every one: 350,000 fields cost 170 ms) is a 413, counted before parsing."""
+    from flask import current_app
+
+    if request.mimetype == "application/x-www-form-urlencoded" and request.method in UNSAFE_METHODS:
+        most = current_app.config["MAX_FORM_PARTS"]
+        fields = request.get_data(cache=True).count(b"&") + 1
+        if fields > most:
+            return error_replies.error_response(
+                413, f"the form has {fields} fields; at most {most}: send the items in the text box, or as a file")
+    return None
+
+
 def _dashboard_fails_fast():
     """rq-dashboard has its own Redis client, outside the breaker: while the app knows Redis
     is unreachable, its pages are a 503 at once too, instead of holding a thread each."""
@@ -188,6 +206,19 @@ def _dashboard_fails_fast():
         from flask import current_app
 
         current_app.extensions["leash_redis"].breaker.check()
+
+
+#: The views that read a form (flask-wtf would read a JSON body as one, and a list, a number or
+#: a string there, or a value that is not text, is a TypeError deep in WTForms: a 500).
+FORM_VIEWS = frozenset({"signin.signin", "signin.signout", "pages.index"})
+
+
+def _forms_take_form_data():
+    if request.method in UNSAFE_METHODS and request.endpoint in FORM_VIEWS and request.is_json:
+        return error_replies.error_response(
+            415, "this address takes a form (application/x-www-form-urlencoded or multipart/form-data), "
+                 "not JSON; API clients submit with POST /jobs")
+    return None
 
 
 def _csrf_policy():

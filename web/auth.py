@@ -7,9 +7,10 @@
 - Otherwise (production) an owner is signed in one of three ways:
   API callers send ``Authorization: Bearer <token>`` (``LEASH_API_TOKENS`` maps tokens to
   owners); a browser signs in at ``/signin`` with a token and keeps the owner in its signed
-  session cookie; an auth proxy in front of the app names the owner in
-  ``LEASH_TRUSTED_USER_HEADER`` (only behind a proxy that strips that header from clients:
-  anyone who can send it directly can be anyone).
+  session cookie, with a session id Redis keeps until sign-out (a copied cookie dies with it)
+  and a digest of the token (removing the token signs its browsers out); an auth proxy in
+  front of the app names the owner in ``LEASH_TRUSTED_USER_HEADER`` (only behind a proxy
+  that strips that header from clients: anyone who can send it directly can be anyone).
   Nobody else may act: submitting, cancelling and every other change needs a signed-in owner,
   except the form under ``LEASH_PUBLIC_SUBMIT=1``, where a visitor who is not signed in
   submits as the owner ``public`` (whose jobs every such visitor can open by address).
@@ -25,13 +26,16 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
 from enum import Enum
 
 from flask import current_app, g, request, session
 from werkzeug.exceptions import BadRequest, Unauthorized
 
+from jobs import keys
 from jobs.read.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens  # noqa: F401  (parse_tokens: web.app)
 
+from . import guessing
 from .error_replies import wants_html
 
 _OWNER = OWNER_PATTERN
@@ -111,15 +115,46 @@ def _header_owner() -> str | None:
     return value
 
 
+def start_session(owner: str, token: str) -> None:
+    """Sign this browser in: a fresh session (and CSRF token) whose id Redis keeps for the
+    cookie's lifetime; the cookie carries the id, the owner and a digest of the token."""
+    session_id = secrets.token_urlsafe(24)
+    lifetime = int(current_app.permanent_session_lifetime.total_seconds())
+    _redis().set(keys.browser_session(session_id), owner, ex=lifetime)
+    session.clear()
+    session.update(owner=owner, signed_in=token_digest(token), session_id=session_id)
+    session.permanent = True
+
+
+def end_session() -> None:
+    """Sign this browser out, and every copy of its cookie with it."""
+    session_id = session.get("session_id")
+    if isinstance(session_id, str):
+        _redis().delete(keys.browser_session(session_id))
+    session.clear()
+
+
+def _redis():
+    return current_app.extensions["leash_redis"]
+
+
 def _session_owner() -> str | None:
-    """The owner this browser signed in as, if its token is still one of LEASH_API_TOKENS."""
-    owner, digest = session.get("owner"), session.get("signed_in")
-    if not isinstance(owner, str) or not isinstance(digest, str):
-        return None
-    for token, token_owner in _tokens().items():
-        if token_owner == owner and hmac.compare_digest(token_digest(token), digest):
-            return owner
-    return None
+    """The owner this browser signed in as, if its token is still one of LEASH_API_TOKENS and
+    its session was not ended (sign-out). Asked of Redis once per request."""
+    if "leash_session_owner" not in g:
+        g.leash_session_owner = _live_session_owner()
+    return g.leash_session_owner
+
+
+def _live_session_owner() -> str | None:
+    owner, digest, session_id = session.get("owner"), session.get("signed_in"), session.get("session_id")
+    if not isinstance(owner, str) or not isinstance(digest, str) or not isinstance(session_id, str):
+        return None  # signed in before sessions were kept server-side: sign in again
+    if not any(token_owner == owner and hmac.compare_digest(token_digest(token), digest)
+               for token, token_owner in _tokens().items()):
+        return None  # its token was removed from LEASH_API_TOKENS
+    kept = _redis().get(keys.browser_session(session_id))
+    return owner if kept is not None and kept.decode() == owner else None
 
 
 def signed_in_owner() -> str | None:
@@ -164,8 +199,10 @@ def request_owner(need: Need = Need.READ) -> str:
         return _known(SHARED_OWNER)
     token = _bearer() if _tokens() else None
     if token is not None:
+        guessing.check("token", token, "API tokens")  # a 429 while this address guesses too often
         owner = owner_for_token(token)
         if owner is None:
+            guessing.failed("token", token, "API tokens")
             raise TokenRequired("unknown API token; check the token in 'Authorization: Bearer <token>'")
         return _known(owner)
     try:

@@ -17,6 +17,15 @@ rq-dashboard 0.9.0 has no authentication and no CSRF protection, accepts GET on 
   400/404, compacting a queue that does not exist a 404; the login check never raises, whatever
   the Authorization header holds.
 
+Its pages fill their tables in the browser with underscore templates that insert most values
+unescaped (``<%= d.exc_info %>``): a failed job's error text (a provider that echoes the request
+in its 400 echoes an owner's item) would run as script in the operator's browser. So every text
+its data addresses answer is HTML-escaped here (except the few its templates escape themselves),
+and its pages get a strict Content-Security-Policy: scripts from /rq/static and the one inline
+script each page renders (allowed by its hash), no inline event handlers, nothing from elsewhere.
+Its templates compile with ``new Function``, hence ``'unsafe-eval'``; its markup has a few
+``style=`` attributes, hence ``'unsafe-inline'`` for styles only.
+
 Two more adaptations: leash's RQ jobs use the JSON serializer (so job pages can show the
 progress leash mirrors into ``job.meta``), and its per-request Redis client is replaced by
 leash's own client, one per URL (``jobs.core.connection.connect``: it would otherwise open a new
@@ -29,18 +38,24 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
 import hmac
+import html
+import json
 import logging
+import re
 
 from flask import Flask, Response, current_app, request
 from flask_wtf.csrf import generate_csrf
 from rq.exceptions import NoSuchJobError
 from rq.job import JOB_ID_PATTERN
 from rq.serializers import JSONSerializer
+from rq.worker import Worker
 
 from jobs import keys
 from jobs.core.connection import connect, redis_url
 
+from . import guessing
 from .error_replies import api_error
 
 log = logging.getLogger(__name__)
@@ -61,22 +76,45 @@ def _from_url(url, sentinel_options=None, client_options=None):
     return None, _client(url)
 
 
+class _JsonWorker(Worker):
+    """RQ's Worker as rq-dashboard lists them, reading the job each one runs with leash's
+    serializer (with RQ's default, pickle, a running leash job made workers.json a 500)."""
+
+    @classmethod
+    def all(cls, *args, **kwargs):
+        kwargs.setdefault("serializer", JSONSerializer)
+        return super().all(*args, **kwargs)
+
+
 def _patch_rq_dashboard() -> None:
     import rq_dashboard.web as web
 
     web.config.serializer = JSONSerializer
     web.from_url = _from_url
+    web.Worker = _JsonWorker
 
 
 def _credentials_ok(user: str, password: str) -> bool:
-    header = request.headers.get("Authorization", "")
-    scheme, _, encoded = header.partition(" ")
-    if scheme.lower() != "basic":
+    """Whether the basic-auth header names the operator; a header that does not is a failed
+    guess (web/guessing.py), a request without one is not (a browser's first ask)."""
+    header = request.headers.get("Authorization")
+    if header is None:
         return False
+    scheme, _, encoded = header.partition(" ")
     try:
+        if scheme.lower() != "basic":
+            raise ValueError("not basic auth")
         given_user, _, given_password = base64.b64decode(encoded, validate=True).decode().partition(":")
     except ValueError:  # not base64 (binascii.Error), not ASCII at all, not UTF-8 once decoded
+        given_user, given_password = "", ""
+    guessing.check("dashboard", given_user, "dashboard passwords")
+    if not _matches(given_user, given_password, user, password):
+        guessing.failed("dashboard", given_user, "dashboard passwords")
         return False
+    return True
+
+
+def _matches(given_user: str, given_password: str, user: str, password: str) -> bool:
     # Both comparisons always run: no early exit that would time the user name.
     user_ok = hmac.compare_digest(given_user.encode(), user.encode())
     password_ok = hmac.compare_digest(given_password.encode(), password.encode())
@@ -140,6 +178,49 @@ def _no_such_rq_job(exc: NoSuchJobError):
     return api_error(404, "no such job in RQ (it may have expired or been deleted)")
 
 
+#: Values its templates escape themselves (escaping them here too would show "&amp;lt;").
+ESCAPED_BY_TEMPLATE = {"list_jobs": frozenset({"description", "exc_info"}),
+                       "list_workers": frozenset({"description"})}
+_INLINE_SCRIPT = re.compile(r"<script(?![^>]*\b(?:src=|type=\"text/template\"))[^>]*>(.*?)</script>", re.S)
+
+
+def _escaped(value, keep: frozenset, key: str | None = None):
+    if isinstance(value, str):
+        return value if key in keep else html.escape(value)
+    if isinstance(value, list):
+        return [_escaped(v, keep) for v in value]
+    if isinstance(value, dict):
+        return {k: _escaped(v, keep, k) for k, v in value.items()}
+    return value
+
+
+def _escape_data(response: Response) -> None:
+    """Every text in a data answer (jobs.json, job.json, workers.json, queues.json) escaped."""
+    if response.mimetype != "application/json" or response.status_code >= 400 or response.direct_passthrough:
+        return
+    view = (request.endpoint or "").partition(".")[2]
+    data = json.loads(response.get_data())
+    response.set_data(json.dumps(_escaped(data, ESCAPED_BY_TEMPLATE.get(view, frozenset()))))
+
+
+def content_security_policy(page: str) -> str:
+    """The dashboard's policy for one page: its own inline script allowed by hash, no other."""
+    hashes = " ".join("'sha256-" + base64.b64encode(hashlib.sha256(script.encode()).digest()).decode() + "'"
+                      for script in _INLINE_SCRIPT.findall(page) if script.strip())
+    return ("default-src 'self'; script-src 'self' 'unsafe-eval' " + hashes + "; style-src 'self' 'unsafe-inline'; "
+            "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; form-action 'self'; "
+            "base-uri 'none'; object-src 'none'")
+
+
+def _protect_pages(response: Response) -> Response:
+    if request.blueprint != BLUEPRINT:
+        return response
+    _escape_data(response)
+    if response.mimetype == "text/html" and not response.direct_passthrough:
+        response.headers["Content-Security-Policy"] = content_security_policy(response.get_data(as_text=True))
+    return response
+
+
 def _set_csrf_cookie(response: Response) -> Response:
     if request.blueprint == BLUEPRINT and response.status_code < 400:
         response.set_cookie(CSRF_COOKIE, generate_csrf(), path=PREFIX, samesite="Strict",
@@ -167,6 +248,7 @@ def init_app(app: Flask) -> None:
     # touches Redis.
     app.before_request(_guard)
     app.after_request(_set_csrf_cookie)
+    app.after_request(_protect_pages)
     app.register_error_handler(NoSuchJobError, _no_such_rq_job)  # its job views fetch without checking
     app.config["LEASH_DASHBOARD_MOUNTED"] = True
     if not (user and password):

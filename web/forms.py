@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import secrets
 
 from flask_wtf import FlaskForm
@@ -22,6 +23,18 @@ CSV_TEXT_COLUMNS = ("text", "item", "items", "input", "prompt", "review", "comme
                     "sentence", "content", "body")
 
 
+class UsdField(DecimalField):
+    """A decimal box that takes finite numbers only: Decimal reads "sNaN", "NaN", "Infinity" and
+    "1e999999" (finite, but infinite as a float), which no budget is (and a signaling NaN raises
+    when NumberRange compares it)."""
+
+    def process_formdata(self, valuelist):
+        super().process_formdata(valuelist)
+        if self.data is not None and not (self.data.is_finite() and math.isfinite(float(self.data))):
+            self.data = None
+            raise ValueError("a USD budget is a number above 0")
+
+
 class BaseSubmitForm(FlaskForm):
     """What every job has; each kind's own fields are added by ``submit_form()``."""
 
@@ -35,7 +48,7 @@ class BaseSubmitForm(FlaskForm):
         SelectChoice("batch", "Batch: through the provider's batch API, half the price, within 24 h")])
     budget_tokens = IntegerField("Tokens", validators=[
         Optional(), NumberRange(min=1, message="a token budget is a whole number of at least 1")])
-    budget_usd = DecimalField("USD", places=None, validators=[
+    budget_usd = UsdField("USD", places=None, validators=[
         Optional(), NumberRange(min=0.000001, message="a USD budget is a number above 0")])
     # A fresh random key per rendered form: submitting the same form twice (double click,
     # back button) returns the first job instead of creating a second.

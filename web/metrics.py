@@ -8,7 +8,9 @@ Two kinds of numbers:
   the same answer from every process, so it needs no multiprocess bookkeeping.
 
 ``LEASH_METRICS_TOKEN`` set: a scrape must send ``Authorization: Bearer <token>`` (Prometheus:
-``authorization: {credentials: <token>}``); unset, /metrics is open.
+``authorization: {credentials: <token>}``). Unset, /metrics is open in development only: in
+production (``LEASH_API_TOKENS`` or a trusted user header set) it is a 403 unless
+``LEASH_METRICS_PUBLIC=1`` publishes it on purpose.
 
 If Redis cannot be reached the scrape still answers, with ``leash_redis_up 0``: a scrape that
 fails looks like a dead web process, not an unreachable store.
@@ -17,6 +19,7 @@ fails looks like a dead web process, not an unreachable store.
 from __future__ import annotations
 
 import hmac
+import logging
 import time
 
 import redis
@@ -31,7 +34,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
-from werkzeug.exceptions import Unauthorized
+from werkzeug.exceptions import Forbidden, Unauthorized
 
 from jobs import config, keys
 from jobs.config import settings
@@ -40,6 +43,9 @@ from jobs.models import concurrency as model_concurrency
 from jobs.usage.prices import usd
 from jobs.usage.report import model_totals
 
+from . import guessing
+
+log = logging.getLogger(__name__)
 bp = Blueprint("metrics", __name__)
 disable_created_metrics()  # the *_created series double the output and nothing here reads them
 
@@ -182,13 +188,34 @@ class MetricsTokenRequired(Unauthorized):
         return [*super().get_headers(environ, scope), ("WWW-Authenticate", 'Bearer realm="leash metrics"')]
 
 
+#: /metrics in production (LEASH_API_TOKENS or a trusted header set) without a token or
+#: LEASH_METRICS_PUBLIC=1: job counts, tokens and cost across owners are nobody's business.
+CLOSED = ("/metrics is closed: in production it needs LEASH_METRICS_TOKEN (scrapers send it as "
+          "'Authorization: Bearer <token>'), or LEASH_METRICS_PUBLIC=1 to publish the numbers on purpose")
+
+
+def closed(app: Flask) -> bool:
+    from . import auth
+
+    config_ = app.config
+    production = bool(auth.parse_tokens(config_.get("LEASH_API_TOKENS")) or config_.get("LEASH_TRUSTED_USER_HEADER"))
+    return production and not config_.get("LEASH_METRICS_TOKEN") and not config_.get("LEASH_METRICS_PUBLIC")
+
+
 def _check_token() -> None:
-    """With LEASH_METRICS_TOKEN set, only a scraper presenting it sees the numbers."""
+    """With LEASH_METRICS_TOKEN set, only a scraper presenting it sees the numbers; without it,
+    only development or LEASH_METRICS_PUBLIC=1 shows them to anyone."""
     expected = current_app.config.get("LEASH_METRICS_TOKEN")
     if not expected:
+        if current_app.config["LEASH_METRICS_CLOSED"]:
+            raise Forbidden(CLOSED)
         return
     scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip().encode(), expected.encode()):
+    presented = presented.strip() if scheme.lower() == "bearer" else ""
+    guessing.check("metrics", presented, "metrics tokens")
+    if not hmac.compare_digest(presented.encode(), expected.encode()):
+        if "Authorization" in request.headers:
+            guessing.failed("metrics", presented, "metrics tokens")
         raise MetricsTokenRequired()
 
 
@@ -200,6 +227,10 @@ def metrics():
 
 
 def init_app(app: Flask) -> None:
+    app.config["LEASH_METRICS_CLOSED"] = closed(app)
+    if app.config["LEASH_METRICS_CLOSED"]:
+        log.warning("GET /metrics answers 403: set LEASH_METRICS_TOKEN for your scraper "
+                    "(or LEASH_METRICS_PUBLIC=1 to publish it)")
     registry = CollectorRegistry(auto_describe=False)
     if config.get("PROMETHEUS_MULTIPROC_DIR"):
         MultiProcessCollector(registry)

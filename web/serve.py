@@ -8,8 +8,11 @@ Why waitress, and why these settings (figures in docs/BENCHMARKS.md, "Slow clien
   client a thread, and 16 of them stopped the whole app.
 - ``max_request_body_size`` is the body limit (``LEASH_MAX_BODY_BYTES``), counted while the
   body arrives: a chunked body over it is a 413 from the server itself, before any thread.
-- ``connection_limit`` bounds the sockets it holds (``LEASH_WEB_CONNECTIONS``); poll() instead of
-  select() lets it pass 1024 file descriptors, and the soft descriptor limit is raised to fit.
+- ``connection_limit`` bounds the sockets it holds (``LEASH_WEB_CONNECTIONS``; by default as
+  many as the open-file limit allows); poll() instead of select() lets it pass 1024 file
+  descriptors, and the soft descriptor limit is raised to fit.
+- web/server_guard.py's subclasses add a cap on one address's connections, a deadline for a
+  whole request, bounds on chunks and header lines, JSON refusals, and a lingering close.
 - One process with many threads: what one thread learns (a Redis stall, web/redis_guard.py)
   every thread knows at once, and /metrics counts every request without multiprocess files.
   The web app spends its time waiting on Redis, not computing, so one process is enough; run
@@ -43,10 +46,17 @@ SPARE_DESCRIPTORS = 64
 SHUTDOWN_GRACE = 20
 
 
+#: LEASH_WEB_CONNECTIONS=0 (the default): as many as the open-file limit allows, at most this.
+MAX_AUTO_CONNECTIONS = 10_000
+
+
 def _descriptors_for(connections: int) -> int:
     """Raise the soft limit on open files towards what ``connections`` needs (at most the hard
-    limit); returns how many connections fit."""
+    limit; 0: all of it, up to MAX_AUTO_CONNECTIONS); returns how many connections fit."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if connections <= 0:
+        connections = MAX_AUTO_CONNECTIONS if hard == resource.RLIM_INFINITY else \
+            max(10, min(MAX_AUTO_CONNECTIONS, hard - SPARE_DESCRIPTORS))
     wanted = connections + SPARE_DESCRIPTORS
     if soft != resource.RLIM_INFINITY and soft < wanted:
         new_soft = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
@@ -69,7 +79,27 @@ def waitress_options(host: str, port: int) -> dict:
         # X-Forwarded-* from anyone would let a client choose the scheme and host the app sees.
         "clear_untrusted_proxy_headers": True,
         "ident": "leash",
+        **_proxy_options(),
     }
+
+
+def guard_options() -> dict:
+    """web/server_guard.py's limits: no per-address cap behind a trusted proxy (every connection
+    is the proxy's)."""
+    behind_proxy = bool((config.get("LEASH_TRUSTED_PROXIES") or "").strip())
+    return {"per_address_cap": 0 if behind_proxy else config.get("LEASH_WEB_CONNECTIONS_PER_ADDRESS"),
+            "request_deadline": config.get("LEASH_WEB_REQUEST_DEADLINE")}
+
+
+def _proxy_options() -> dict:
+    """LEASH_TRUSTED_PROXIES: the proxy (or ``*``: whatever connects, as behind Heroku's router)
+    whose last X-Forwarded-For hop is the client's address (REMOTE_ADDR) and whose
+    X-Forwarded-Proto is the scheme; waitress applies them and drops the headers otherwise."""
+    trusted = (config.get("LEASH_TRUSTED_PROXIES") or "").strip()
+    if not trusted:
+        return {}
+    return {"trusted_proxy": trusted, "trusted_proxy_count": 1,
+            "trusted_proxy_headers": {"x-forwarded-for", "x-forwarded-proto"}}
 
 
 def _schema_refusal() -> str | None:
@@ -95,8 +125,7 @@ def _schema_refusal() -> str | None:
 def serve(host: str, port: int, log_level: str = "INFO") -> int:
     """Run until stopped; a missing secret is one line on stderr and exit status 1, a malformed
     setting one line and exit status 2."""
-    import waitress
-
+    from . import server_guard
     from .app import SecretKeyMissing, create_app
 
     try:
@@ -116,7 +145,7 @@ def serve(host: str, port: int, log_level: str = "INFO") -> int:
     if options["connection_limit"] < config.get("LEASH_WEB_CONNECTIONS"):
         log.warning("the open-file limit allows %d connections, not LEASH_WEB_CONNECTIONS=%d",
                     options["connection_limit"], config.get("LEASH_WEB_CONNECTIONS"))
-    server = waitress.create_server(app, **options)
+    server = server_guard.create_server(app, options, **guard_options())
     server.print_listen("Serving on http://{}:{}")
     _run_until_stopped(server)
     return 0

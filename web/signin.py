@@ -1,7 +1,7 @@
 """Signing in and out in a browser (production: LEASH_API_TOKENS set).
 
     GET/POST /signin   a token in, the owner kept in the signed session; then back to ?next=
-    POST /signout      forget the owner
+    POST /signout      forget the owner, and end the session in Redis (copies of the cookie too)
 
 Both forms carry flask-wtf's CSRF token: another site cannot sign a visitor in as someone else
 (whose jobs the visitor would then fill) nor out. A page that needs an owner sends a browser
@@ -18,7 +18,7 @@ from flask_wtf import FlaskForm
 from wtforms import HiddenField, PasswordField
 from wtforms.validators import InputRequired
 
-from . import auth
+from . import auth, guessing
 from .error_replies import error_response, wants_html
 
 bp = Blueprint("signin", __name__)
@@ -58,12 +58,13 @@ def signin():
         form.next.data = _local_path(request.args.get("next"))
     status = 200
     if form.validate_on_submit():
-        owner = auth.owner_for_token(form.token.data.strip())
+        token = form.token.data.strip()
+        guessing.check("signin", token, "sign-ins")  # a 429 while this address guesses too often
+        owner = auth.owner_for_token(token)
         if owner is not None:
-            session.clear()  # a fresh session (and CSRF token) for the signed-in owner
-            session["owner"], session["signed_in"] = owner, auth.token_digest(form.token.data.strip())
-            session.permanent = True
+            auth.start_session(owner, token)
             return redirect(_local_path(form.next.data), 303)
+        guessing.failed("signin", token, "sign-ins")
         form.token.errors.append("Unknown token: check it, or ask for one (LEASH_API_TOKENS)")
         status = 401
     elif form.is_submitted():
@@ -76,7 +77,7 @@ def signout():
     form = SignOutForm()
     if not form.validate_on_submit():
         return error_response(403, "refused: the sign-out form expired or was not sent from this page; reload it")
-    session.clear()
+    auth.end_session()
     return redirect(url_for("signin.signin"), 303)
 
 
@@ -100,11 +101,12 @@ def init_app(app: Flask) -> None:
 
     @app.context_processor
     def who():
-        """The nav's "signed in as" (never an error: an error page renders this too)."""
+        """The nav's "signed in as" (never an error: an error page renders this too). Its
+        sign-out form only shows a token: it never reads the request's body."""
         try:
             owner = None if auth.open_mode() else auth.signed_in_owner()
         except Exception:  # noqa: BLE001 - a malformed proxy header is answered by the page itself
             owner = None
         return {"leash_owner_mode": not auth.open_mode(), "leash_signed_in": owner,
-                "leash_signout_form": SignOutForm() if owner and "owner" in session else None,
+                "leash_signout_form": SignOutForm(formdata=None) if owner and "owner" in session else None,
                 "leash_public_submit": bool(current_app.config.get("LEASH_PUBLIC_SUBMIT"))}

@@ -10,11 +10,18 @@ worker (its work-horses and scheduler too) as one JSON object, through python-js
 ``job_id``, ``attempt``, ``kind`` and ``owner`` are there whenever a line is about a job: in a
 worker while it runs an attempt, in the web app while a request names a job or an owner.
 The same context tags errors sent to Sentry (``jobs.observability.reporting``).
+
+Every line leaves with the credentials of any URL in it masked (``redis://:***@host``,
+``http://user:***@host``, ``?api_key=***``): a model URL or ``REDIS_URL`` with a password,
+named in an error or a traceback, never reaches the log. The HTTP clients' one line per call
+(httpx2, which the openai and anthropic SDKs use, httpx, and the SDKs' own) is off unless
+``LEASH_LOG_HTTP_CALLS=1``.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from collections.abc import Callable
 
@@ -104,8 +111,44 @@ def json_formatter() -> logging.Formatter:
                          reserved_attrs=[*RESERVED_ATTRS, *LEFT_OUT])
 
 
+#: The userinfo of a URL (``scheme://user:password@`` or ``scheme://token@``).
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^\s/?#@:'\"<>]*)(:[^\s/?#@'\"<>]*)?@")
+#: Query parameters that carry a secret.
+_SECRET_PARAMS = re.compile(r"(?i)([?&](?:api[_-]?key|key|token|access_token|password|secret|signature|sig)=)"
+                            r"[^&\s'\"<>#]+")
+MASK = "***"
+
+
+def mask_credentials(text: str) -> str:
+    """``text`` with every URL's password (or lone user token) and secret query values masked."""
+    def userinfo(match: re.Match) -> str:
+        scheme, user, password = match.groups()
+        return f"{scheme}{MASK}@" if password is None else f"{scheme}{user}:{MASK}@"
+
+    return _SECRET_PARAMS.sub(rf"\1{MASK}", _USERINFO.sub(userinfo, text))
+
+
+class MaskingStreamHandler(logging.StreamHandler):
+    """Masks credentials in the whole formatted line: the message, its arguments, a traceback,
+    extra fields of a JSON line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return mask_credentials(super().format(record))
+
+
+#: Loggers that write one INFO line per HTTP call (with the whole URL).
+HTTP_CLIENT_LOGGERS = ("httpx", "httpx2", "httpcore", "openai", "anthropic", "urllib3")
+
+
+def quiet_http_clients() -> None:
+    """The HTTP clients' per-call lines at WARNING, unless LEASH_LOG_HTTP_CALLS=1."""
+    level = logging.NOTSET if config.get("LEASH_LOG_HTTP_CALLS") else logging.WARNING
+    for name in HTTP_CLIENT_LOGGERS:
+        logging.getLogger(name).setLevel(level)
+
+
 def make_handler(fmt: str, stream=None) -> logging.Handler:
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = MaskingStreamHandler(stream or sys.stderr)
     handler.addFilter(JobContextFilter())
     handler.setFormatter(json_formatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     handler._leash = True  # type: ignore[attr-defined]
@@ -121,6 +164,7 @@ def configure(level: str | int = "INFO", fmt: str | None = None) -> None:
         root.removeHandler(handler)
     root.addHandler(make_handler(fmt))
     root.setLevel(level.upper() if isinstance(level, str) else level)
+    quiet_http_clients()
 
 
 def configure_web() -> None:
