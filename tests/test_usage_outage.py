@@ -21,23 +21,16 @@ from jobs.usage import budget
 from jobs.usage.meter import Pending, flush
 from tests.conftest import wait_for
 from tests.test_items_workers import calls_per_item
-from tests.test_redis_outage import OwnRedis
+from tests.test_redis_outage import own_redis  # noqa: F401  (a Redis of the test's own, restartable)
 from tests.test_usage_workers import billed, counted
 
 OUTAGE_SECONDS = 45.0
 
 
-@pytest.fixture
-def own_redis(tmp_path, env):
-    server = OwnRedis(tmp_path)
-    env.setenv("REDIS_URL", server.url)
-    yield server
-    server.close()
-
-
 @pytest.mark.slow
 def test_answers_received_while_redis_is_away_are_counted_once_and_never_asked_again(
-        own_redis, workers, model_server, env, tmp_path):
+        own_redis,  # noqa: F811
+        workers, model_server, env, tmp_path):
     env.setenv("LEASH_LEASE_SECONDS", "10")
     env.setenv("LEASH_ITEM_CONCURRENCY", "8")
     client = redis.Redis.from_url(own_redis.url)
