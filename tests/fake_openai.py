@@ -63,7 +63,7 @@ class Reply:
 
     def result(self, server: FakeOpenAI, seen: Seen) -> tuple[int, dict, tuple[int, int] | None]:
         """The status, body and billed (prompt, completion) tokens of this answer."""
-        text = self.text if self.text is not None else server.answer(seen.item)
+        text = self.text if self.text is not None else server.answer_for(seen)
         finish = self.finish_reason
         # A provider never generates (nor bills) past the request's max_tokens: it cuts there.
         limit = seen.body.get("max_completion_tokens") or seen.body.get("max_tokens")
@@ -130,6 +130,38 @@ def billed_tokens(text: str) -> int:
     return ascii_chars // 4 + 2 * (len(text) - ascii_chars) + 1
 
 
+def schema_value(schema: dict, item: str):
+    """A value that follows ``schema`` (the subset the tests use), from the item's words."""
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    kind = next((k for k in kind if k != "null"), "null") if isinstance(kind, list) else kind
+    if kind == "object":
+        return {name: schema_value(sub, item) for name, sub in (schema.get("properties") or {}).items()}
+    if kind == "array":
+        return [schema_value(schema.get("items") or {"type": "string"}, item)]
+    if kind == "integer":
+        return len(item.split())
+    if kind == "number":
+        return len(item) / 10
+    if kind == "boolean":
+        return True
+    if kind == "null":
+        return None
+    return item.split()[-1] if item.split() else item
+
+
+def broken(schema: dict, value: dict) -> dict:
+    """``value`` with its first required property left out (a schema-breaking answer)."""
+    value = dict(value)
+    required = schema.get("required") or list(schema.get("properties") or {})
+    if required:
+        value.pop(required[0], None)
+    else:
+        value["unexpected"] = True
+    return value
+
+
 def send_json(handler, status: int, body: dict, headers: dict | None = None) -> bool:
     data = json.dumps(body).encode()
     # Like a model server, the request's slot is free once the answer is ready: a client that
@@ -190,6 +222,8 @@ class FakeOpenAI:
         self.requests: list[Seen] = []
         self.rules: list[list] = []  # [item, behaviour, times left]
         self.answer = default_answer
+        self.schema_answers = "valid"  # "break_first" or "never": see answer_for
+        self.structured_asked: dict[str, int] = {}  # item -> structured answers given about it
         self.stopping = threading.Event()
         self.lock = threading.Lock()
         self.billed: list[tuple[int, int]] = []  # (prompt, completion) tokens of each delivered answer
@@ -238,6 +272,30 @@ class FakeOpenAI:
     def error_body(self, error: Error) -> dict:
         return {"error": {"message": error.message, "type": "invalid_request_error", "param": None,
                           "code": error.code}}
+
+    # --- structured answers ------------------------------------------------------------------
+
+    def structured_schema(self, body: dict) -> dict | None:
+        """The JSON Schema a request asks its answer to follow (OpenAI's ``response_format``)."""
+        shape = body.get("response_format") or {}
+        if shape.get("type") == "json_schema":
+            return (shape.get("json_schema") or {}).get("schema")
+        return None
+
+    def answer_for(self, seen: Seen) -> str:
+        """The default answer: for a structured request an object built from its schema (broken
+        as ``schema_answers`` says: ``"break_first"`` its first answer about each item,
+        ``"never"`` every one), else ``answer(item)``."""
+        schema = self.structured_schema(seen.body)
+        if schema is None:
+            return self.answer(seen.item)
+        with self.lock:
+            asked = self.structured_asked.get(seen.item, 0)
+            self.structured_asked[seen.item] = asked + 1
+        value = schema_value(schema, seen.item)
+        if self.schema_answers == "never" or (self.schema_answers == "break_first" and asked == 0):
+            value = broken(schema, value)
+        return json.dumps(value)
 
     def on(self, item: str, behaviour, times: int = 1) -> None:
         with self.lock:
