@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from jobs import config
@@ -248,7 +248,13 @@ MAX_INVALID = Field("max_invalid", "Invalid answers allowed", "How many items ma
                     else (text.strip() or None), placeholder="0")
 
 
-@kind("extract", fields=(SCHEMA, TEMPLATE, MAX_INVALID))
+#: The template once more, optional for extract (the form and the CLI show one box, one option).
+EXTRACT_TEMPLATE = replace(TEMPLATE, check=check_extract_template,
+                           help="Your instruction, with {item} where each item goes (prompt: each item's answer is "
+                                "its result; extract: optional, a default instruction otherwise)")
+
+
+@kind("extract", fields=(SCHEMA, EXTRACT_TEMPLATE, MAX_INVALID))
 def extract(ctx: JobContext, payload: dict) -> dict[str, Any]:
     """Each item's answer as an object that follows ``payload["schema"]`` (provider-native
     structured output where the backend has it; every answer validated, an invalid one asked

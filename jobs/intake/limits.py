@@ -211,7 +211,9 @@ def check_extract_template(payload: dict) -> str | None:
 
 
 def check_max_invalid(payload: dict) -> int:
-    value = payload.get("max_invalid", 0)
+    value = payload.get("max_invalid")
+    if value is None:  # an empty form box
+        return 0
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidJob(f"'max_invalid' must be a count of items (0 or more), got {json.dumps(value)[:40]}")
     return value
