@@ -100,7 +100,8 @@ class OpenAIBackend(OpenAIBatches, ModelBackend):
                     "name": request.response_format["name"], "schema": request.response_format["schema"],
                     "strict": True}}
             elif mode == structured.JSON_MODE:
-                body["response_format"] = {"type": "json_object"}
+                # JSON mode; the schema beside it is enforced by servers that read it (llama-cpp-python's).
+                body["response_format"] = {"type": "json_object", "schema": request.response_format["schema"]}
         return body
 
     @classmethod

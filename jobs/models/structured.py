@@ -7,7 +7,8 @@ for an OpenAI-compatible server that lacks what OpenAI has):
     schema   the provider enforces the schema: OpenAI ``response_format: {"type": "json_schema",
              "json_schema": {"name", "schema", "strict": true}}``; Anthropic a tool whose
              ``input_schema`` is the schema, with ``tool_choice`` naming it
-    json     JSON mode (OpenAI ``{"type": "json_object"}``), the schema in the prompt
+    json     JSON mode (``{"type": "json_object", "schema": ...}``: llama-cpp-python's server enforces
+             that schema, OpenAI only valid JSON), the schema in the prompt too
     prompt   the schema in the prompt only
 
 Whatever the provider promises, every answer is validated (``jsonschema``, the draft the
