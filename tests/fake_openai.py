@@ -8,6 +8,9 @@ A test says how the model behaves for an item (the first user message) with ``on
 
 Items without a rule get ``Reply()``: the text after "->" in the item ("great -> positive"
 answers "positive"), else "echo: <item>".
+A structured request (a JSON Schema in ``response_format``; Anthropic's forced tool) gets an
+object built from its schema (``tests.fake_schema``); ``schema_answers = "break_first"`` breaks
+the first answer about each item, ``"never"`` every one.
 
 What a call cost: ``billed`` lists the usage of every answer the server delivered (prompt and
 completion tokens), and ``hold_after(n)`` holds every request after the n-th delivered answer
@@ -34,6 +37,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
+from tests.fake_schema import broken, schema_value
 
 MODEL = "fake-model"
 API_KEY = "test-key"
@@ -128,38 +133,6 @@ def billed_tokens(text: str) -> int:
     Japanese costs far more than characters / 4, never more than its UTF-8 bytes."""
     ascii_chars = sum(1 for c in text if c < "\x80")
     return ascii_chars // 4 + 2 * (len(text) - ascii_chars) + 1
-
-
-def schema_value(schema: dict, item: str):
-    """A value that follows ``schema`` (the subset the tests use), from the item's words."""
-    if "enum" in schema:
-        return schema["enum"][0]
-    kind = schema.get("type")
-    kind = next((k for k in kind if k != "null"), "null") if isinstance(kind, list) else kind
-    if kind == "object":
-        return {name: schema_value(sub, item) for name, sub in (schema.get("properties") or {}).items()}
-    if kind == "array":
-        return [schema_value(schema.get("items") or {"type": "string"}, item)]
-    if kind == "integer":
-        return len(item.split())
-    if kind == "number":
-        return len(item) / 10
-    if kind == "boolean":
-        return True
-    if kind == "null":
-        return None
-    return item.split()[-1] if item.split() else item
-
-
-def broken(schema: dict, value: dict) -> dict:
-    """``value`` with its first required property left out (a schema-breaking answer)."""
-    value = dict(value)
-    required = schema.get("required") or list(schema.get("properties") or {})
-    if required:
-        value.pop(required[0], None)
-    else:
-        value["unexpected"] = True
-    return value
 
 
 def send_json(handler, status: int, body: dict, headers: dict | None = None) -> bool:

@@ -19,7 +19,7 @@ from jobs.deadletter import failures
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob
 from jobs.models.structured import DEFAULT_TEMPLATE
-from tests.fake_openai import schema_value
+from tests.fake_schema import schema_value
 from tests.test_batch_jobs import only_batch, waiting
 from tests.test_items_workers import ended, stored
 
