@@ -14,6 +14,7 @@ import json
 import re
 import shutil
 import sys
+from pathlib import Path
 
 import click
 
@@ -100,7 +101,18 @@ def in_flags(message: str, given: dict) -> str:
 
 
 def _field_option(field: kinds.Field, kind_names: list[str]) -> click.Option:
-    return click.Option([_flag(field), field.name], help=f"{field.help} ({', '.join(kind_names)}).")
+    return click.Option([_flag(field), field.name], metavar="FILE" if field.from_file else None,
+                        help=f"{field.help}{' (a file)' if field.from_file else ''} ({', '.join(kind_names)}).")
+
+
+def _field_text(field: kinds.Field, given: str) -> str:
+    """What an option holds: the value's text, or for a field given as a file, the file's."""
+    if not field.from_file:
+        return given
+    try:
+        return Path(given).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"{_flag(field)}: cannot read {given}: {exc}") from None
 
 
 class KindFieldsCommand(click.Command):
@@ -152,7 +164,7 @@ def submit(kind, name, owner, token, idempotency_key, max_attempts, queue, item_
     payload: dict = {"items": items}
     for field, _ in kinds.fields():
         if field_texts.get(field.name) is not None:
-            payload[field.name] = field.from_text(field_texts[field.name])
+            payload[field.name] = field.from_text(_field_text(field, field_texts[field.name]))
     if item_concurrency is not None:
         payload[CONCURRENCY_FIELD] = item_concurrency
     if mode != "direct":
@@ -214,7 +226,8 @@ def watch(job_id):
 @click.command("results")
 @click.argument("job_id")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), default="jsonl", show_default=True,
-              help="jsonl: one {index, item, result, usage} object a line; csv: index,item,result,calls,tokens.")
+              help="jsonl: one {index, item, result, usage} object a line; csv: index,item,result,calls,tokens "
+                   "(an extract job: a column per property of its schema, then error).")
 @click.option("-o", "--output", type=click.File("w", encoding="utf-8", lazy=True), default="-",
               help="Write here instead of stdout.")
 def results_command(job_id, fmt, output):
@@ -223,13 +236,14 @@ def results_command(job_id, fmt, output):
     conn = connect_checked()
     status_or_exit(conn, job_id)
     writer = csv.writer(output) if fmt == "csv" else None
+    columns = results.result_columns(conn, job_id) if writer is not None else []
     if writer is not None:
-        writer.writerow(results.CSV_HEADER)
+        writer.writerow(results.csv_header(columns))
     missing = 0
     for row in results.iter_results(conn, job_id):
         missing += row[2] is None
         if writer is not None:
-            writer.writerow(results.csv_row(*row))
+            writer.writerow(results.csv_row(*row, columns=columns))
         else:
             output.write(results.jsonl_row(*row))
     if missing:

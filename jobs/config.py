@@ -264,6 +264,10 @@ declare("LEASH_MAX_SUMMARY_BYTES", "int", 1024, "a job's summary as JSON", 256)
 # Picking a CSV upload's text column reads every cell once; the bound keeps one odd row from
 # making every other row count.
 declare("LEASH_MAX_CSV_COLUMNS", "int", 1000, "columns of an uploaded CSV file", 1)
+# An `extract` job's JSON Schema: every answer is validated against it, and providers cap it.
+declare("LEASH_MAX_SCHEMA_BYTES", "int", 16_384, "an `extract` schema, as JSON", 64)
+declare("LEASH_MAX_SCHEMA_DEPTH", "int", 12, "how deeply an `extract` schema's lists and objects nest", 2)
+declare("LEASH_MAX_SCHEMA_PROPERTIES", "int", 100, "properties declared in an `extract` schema, all levels", 1)
 
 # --- model calls -------------------------------------------------------------------------------
 # Every backend shares these; a backend is chosen by name (jobs/models/backends.py lists them).
@@ -278,6 +282,9 @@ declare("LEASH_MODEL_TPM", "float", 0.0, "tokens per minute, shared by every wor
 declare("LEASH_MODEL_MAX_INLINE_WAIT", "float", 30.0, "the longest `Retry-After` a job waits out in place", 0.0)
 declare("LEASH_MODEL_TEMPERATURE", "float", None, "sampling temperature (default: the server's)", 0.0)
 declare("LEASH_MODEL_MAX_TOKENS", "int", 1024, "tokens one answer may take", 1)
+declare("LEASH_MODEL_STRUCTURED_OUTPUT", "str", "schema",
+        "`extract` answers: `schema` (the provider enforces it), `json` (JSON mode) or `prompt` (schema in the prompt)")
+declare("LEASH_REPAIR_ATTEMPTS", "int", 2, "times an `extract` answer that breaks its schema is asked again", 0)
 declare("LEASH_BATCH_POLL_SECONDS", "float", 60.0, "seconds between a waiting batch job's looks at its provider", 0.1)
 declare("LEASH_BATCH_POLL_MAX", "float", 900.0, "the longest gap between looks at a batch that has waited long", 0.1)
 declare("LEASH_BATCH_MAX_WAIT", "float", 86400.0, "seconds a batch job may wait; then the rest run direct", 1)
@@ -392,6 +399,9 @@ class Limits:
     max_payload_depth: int
     max_summary_bytes: int
     max_csv_columns: int
+    max_schema_bytes: int
+    max_schema_depth: int
+    max_schema_properties: int
 
 
 def limits() -> Limits:

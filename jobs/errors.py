@@ -52,6 +52,11 @@ class NeedsDirect(LeashError):
     """A batch's answer for an item cannot be used as it is (a label outside the list): the
     item is asked again directly, where the kind's own correction runs."""
 
+    def __init__(self, answer: str | None = None):
+        super().__init__()
+        #: The batch's answer, for a kind that repairs it (``BatchSpec.repair``) rather than ask anew.
+        self.answer = answer
+
 
 class Parked(LeashError):
     """The job's batch is at its provider and the job is parked (``Attempt.park``): the

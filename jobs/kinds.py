@@ -22,20 +22,25 @@ from __future__ import annotations
 import importlib
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from jobs import config
-from jobs.errors import InvalidJob, ItemError, NeedsDirect
+from jobs.errors import InvalidJob, ItemError, NeedsDirect, PermanentError
 from jobs.intake import modes
 from jobs.intake.limits import (  # check_fields: for kinds that write their own validator
+    check_extract_template,
     check_fields,
     check_items,
     check_labels,
+    check_max_invalid,
+    check_schema,
     check_template,
+    schema_from_text,
     validate_concurrency,
 )
 from jobs.intake.modes import BatchSpec
+from jobs.models import backends, structured
 from jobs.models.prompts import CLASSIFY_MAX_TOKENS, classify_messages, match_label
 from jobs.models.provider import CallRequest
 
@@ -62,6 +67,8 @@ class Field:
     placeholder: str = ""
     #: What the CLI says when the field is missing (a person typed no --option, not a JSON key).
     missing: str = ""
+    #: The CLI's option names a file holding the text (the form takes it pasted or uploaded).
+    from_file: bool = False
 
 
 def comma_list(text: str) -> list[str]:
@@ -227,3 +234,88 @@ prompt.batch = BatchSpec(
     request=lambda payload, item, max_tokens: CallRequest(
         [{"role": "user", "content": payload["template"].replace("{item}", item)}], max_tokens),
     read=lambda payload, item, text: text)
+
+
+SCHEMA = Field("schema", "Schema", "A JSON Schema of an object: each item's answer follows it, and its top-level "
+               "properties are the result's columns", check=check_schema, from_text=schema_from_text,
+               multiline=True, from_file=True,
+               placeholder='{"type": "object", "properties": {"product": {"type": "string"}}, "required": ["product"], '
+                           '"additionalProperties": false}',
+               missing="give the JSON Schema each answer follows: --schema schema.json")
+MAX_INVALID = Field("max_invalid", "Invalid answers allowed", "How many items may end without an answer that "
+                    "follows the schema (they keep their error) before the job fails; default 0",
+                    check=check_max_invalid, from_text=lambda text: int(text) if text.strip().isdigit()
+                    else (text.strip() or None), placeholder="0")
+
+
+#: The template once more, optional for extract (the form and the CLI show one box, one option).
+EXTRACT_TEMPLATE = replace(TEMPLATE, check=check_extract_template,
+                           help="Your instruction, with {item} where each item goes (prompt: each item's answer is "
+                                "its result; extract: optional, a default instruction otherwise)")
+
+
+@kind("extract", fields=(SCHEMA, EXTRACT_TEMPLATE, MAX_INVALID))
+def extract(ctx: JobContext, payload: dict) -> dict[str, Any]:
+    """Each item's answer as an object that follows ``payload["schema"]`` (provider-native
+    structured output where the backend has it; every answer validated, an invalid one asked
+    again with the validation error: jobs.models.structured). More items without a valid
+    answer than ``max_invalid`` fail the job, naming the first of them and its error."""
+    backend = ctx.model
+    schema = payload["schema"]
+    check = structured.validator(schema)
+    mode = backend.structured_mode() if hasattr(backend, "structured_mode") else structured.SCHEMA
+    results = _run_items(ctx, payload, _item_or_error(
+        lambda item: backend.extract(_extract_messages(payload, item, mode), schema, check=check)))
+    invalid = [(index, r["error"]) for index, r in enumerate(results) if _is_error(r)]
+    allowed = payload.get("max_invalid") or 0
+    if len(invalid) > allowed:
+        index, error = invalid[0]
+        title = f" (schema {schema['title']!r})" if isinstance(schema.get("title"), str) else ""
+        raise PermanentError(f"answers that do not follow the schema: {len(invalid)} of {len(results)} items "
+                             f"(max_invalid {allowed}); item {index}: {error}{title}")
+    return {"items": len(results), "valid": len(results) - len(invalid), "invalid": len(invalid)}
+
+
+@extract.validator
+def _(payload: dict) -> int:
+    problem = backends.structured_problem(check_schema(payload))  # what the provider's strict mode refuses
+    if problem:
+        raise InvalidJob(f"'schema': {problem}")
+    check_extract_template(payload)
+    check_max_invalid(payload)
+    total = len(validate_items(payload))
+    check_fields(payload, ("items", "schema", "template", "max_invalid"))
+    return total
+
+
+def _extract_messages(payload: dict, item: str, mode: str) -> list[dict]:
+    template = payload.get("template") or structured.DEFAULT_TEMPLATE
+    return structured.messages(template, item, payload["schema"], mode)
+
+
+def _extract_read(payload: dict, item: str, text: str) -> Any:
+    """A batch's answer: the object when it follows the schema, else asked again directly,
+    with the validation error (``_extract_repair``)."""
+    value, problem = structured.check_answer(text, structured.validator(payload["schema"]))
+    if problem is not None:
+        raise NeedsDirect(text)
+    return value
+
+
+def _extract_repair(backend, payload: dict, item: str, answer: str) -> Any:
+    """An item whose batch answer broke the schema: repaired by direct calls that carry it."""
+    mode = backend.structured_mode() if hasattr(backend, "structured_mode") else structured.SCHEMA
+    try:
+        return backend.extract(_extract_messages(payload, item, mode), payload["schema"], answer=answer)
+    except ItemError as exc:
+        return {"error": str(exc)}
+
+
+def _extract_request(payload: dict, item: str, max_tokens: int) -> CallRequest:
+    # A batch's requests are built before the backend is: the mode is the configured one.
+    mode = getattr(backends.backend_class(), "structured_mode", lambda: structured.SCHEMA)()
+    return CallRequest(_extract_messages(payload, item, mode), max_tokens,
+                       response_format=structured.response_format(payload["schema"]))
+
+
+extract.batch = BatchSpec(request=_extract_request, read=_extract_read, repair=_extract_repair)

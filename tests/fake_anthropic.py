@@ -68,10 +68,24 @@ class FakeAnthropic(FakeOpenAI):
                 return Error(400, f"messages.{i}: text content blocks must contain non-whitespace text")
         return None
 
+    def structured_schema(self, body: dict) -> dict | None:
+        """The input schema of the tool a request's ``tool_choice`` makes the model call."""
+        choice = body.get("tool_choice") or {}
+        if choice.get("type") != "tool":
+            return None
+        return next((t.get("input_schema") for t in body.get("tools") or [] if t.get("name") == choice.get("name")),
+                    None)
+
     def answer_body(self, seen: Seen, text: str, finish_reason: str | None, usage: tuple[int, int] | None) -> dict:
+        content = [{"type": "text", "text": text}]
+        if self.structured_schema(seen.body) is not None and finish_reason is None:
+            # The forced tool's call: its input is the answer (always an object, as Anthropic's).
+            content = [{"type": "tool_use", "id": f"toolu_{len(self.requests):024d}",
+                        "name": seen.body["tool_choice"]["name"], "input": json.loads(text)}]
+            finish_reason = "tool_use"
         answer = {
             "id": f"msg_{len(self.requests):024d}", "type": "message", "role": "assistant",
-            "content": [{"type": "text", "text": text}], "model": seen.body.get("model"),
+            "content": content, "model": seen.body.get("model"),
             "stop_reason": finish_reason or "end_turn", "stop_sequence": None,
         }
         if usage is not None:

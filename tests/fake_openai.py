@@ -8,6 +8,9 @@ A test says how the model behaves for an item (the first user message) with ``on
 
 Items without a rule get ``Reply()``: the text after "->" in the item ("great -> positive"
 answers "positive"), else "echo: <item>".
+A structured request (a JSON Schema in ``response_format``; Anthropic's forced tool) gets an
+object built from its schema (``tests.fake_schema``); ``schema_answers = "break_first"`` breaks
+the first answer about each item, ``"never"`` every one.
 
 What a call cost: ``billed`` lists the usage of every answer the server delivered (prompt and
 completion tokens), and ``hold_after(n)`` holds every request after the n-th delivered answer
@@ -34,6 +37,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
+from tests.fake_schema import broken, schema_value
 
 MODEL = "fake-model"
 API_KEY = "test-key"
@@ -63,7 +68,7 @@ class Reply:
 
     def result(self, server: FakeOpenAI, seen: Seen) -> tuple[int, dict, tuple[int, int] | None]:
         """The status, body and billed (prompt, completion) tokens of this answer."""
-        text = self.text if self.text is not None else server.answer(seen.item)
+        text = self.text if self.text is not None else server.answer_for(seen)
         finish = self.finish_reason
         # A provider never generates (nor bills) past the request's max_tokens: it cuts there.
         limit = seen.body.get("max_completion_tokens") or seen.body.get("max_tokens")
@@ -190,6 +195,8 @@ class FakeOpenAI:
         self.requests: list[Seen] = []
         self.rules: list[list] = []  # [item, behaviour, times left]
         self.answer = default_answer
+        self.schema_answers = "valid"  # "break_first" or "never": see answer_for
+        self.structured_asked: dict[str, int] = {}  # item -> structured answers given about it
         self.stopping = threading.Event()
         self.lock = threading.Lock()
         self.billed: list[tuple[int, int]] = []  # (prompt, completion) tokens of each delivered answer
@@ -238,6 +245,30 @@ class FakeOpenAI:
     def error_body(self, error: Error) -> dict:
         return {"error": {"message": error.message, "type": "invalid_request_error", "param": None,
                           "code": error.code}}
+
+    # --- structured answers ------------------------------------------------------------------
+
+    def structured_schema(self, body: dict) -> dict | None:
+        """The JSON Schema a request asks its answer to follow (OpenAI's ``response_format``)."""
+        shape = body.get("response_format") or {}
+        if shape.get("type") == "json_schema":
+            return (shape.get("json_schema") or {}).get("schema")
+        return None
+
+    def answer_for(self, seen: Seen) -> str:
+        """The default answer: for a structured request an object built from its schema (broken
+        as ``schema_answers`` says: ``"break_first"`` its first answer about each item,
+        ``"never"`` every one), else ``answer(item)``."""
+        schema = self.structured_schema(seen.body)
+        if schema is None:
+            return self.answer(seen.item)
+        with self.lock:
+            asked = self.structured_asked.get(seen.item, 0)
+            self.structured_asked[seen.item] = asked + 1
+        value = schema_value(schema, seen.item)
+        if self.schema_answers == "never" or (self.schema_answers == "break_first" and asked == 0):
+            value = broken(schema, value)
+        return json.dumps(value)
 
     def on(self, item: str, behaviour, times: int = 1) -> None:
         with self.lock:

@@ -249,3 +249,22 @@ def test_a_jobs_usage_is_what_the_real_model_server_reported(conn, workers, llam
                               "output_tokens": sum(r["completion_tokens"] for r in reported),
                               "cached_input_tokens": 0, "estimated": False, "estimated_calls": 0}
     assert final["cost_usd"] is None  # a model on your own server has no price unless you name one
+
+
+def test_an_extract_job_gets_objects_that_follow_a_small_schema_from_a_real_model(conn, workers, llama, env):
+    # llama-cpp-python's server constrains the answer to {"type": "json_object", "schema": ...}
+    # (a grammar built from the schema); OpenAI's "json_schema" form is OpenAI's own.
+    env.setenv("LEASH_MODEL_STRUCTURED_OUTPUT", "json")
+    schema = {"type": "object", "additionalProperties": False, "required": ["topic", "positive"],
+              "properties": {"topic": {"type": "string", "maxLength": 40}, "positive": {"type": "boolean"}}}
+    job_id, _ = enqueue(conn, "extract", {"items": TEXTS[:3], "schema": schema})
+    workers.start("--no-scheduler")
+    final = ended(conn, job_id, server=llama)
+    answers = stored(conn, job_id)
+    print(f"objects: {answers}; usage {final['usage']}")
+    assert final["state"] == "succeeded", final["error"]
+    assert final["result"]["summary"] == {"items": 3, "valid": 3, "invalid": 0}
+    for answer in answers.values():
+        assert set(answer) == {"topic", "positive"}, answer
+        assert isinstance(answer["topic"], str) and isinstance(answer["positive"], bool)
+    assert final["usage"]["calls"] >= 3

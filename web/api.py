@@ -197,13 +197,14 @@ def download(job_id: str, fmt: str):
     connection = redis_conn()
     read_status(connection, job_id, request_owner())  # 404 unless it is the caller's job
     rows = results.iter_results(connection, job_id)
+    columns = results.result_columns(connection, job_id) if fmt == "csv" else []
 
     def csv_lines():
         buffer = io.StringIO()
         writer = csv.writer(buffer)
-        writer.writerow(results.CSV_HEADER)
+        writer.writerow(results.csv_header(columns))
         for row in rows:
-            writer.writerow(results.csv_row(*row))
+            writer.writerow(results.csv_row(*row, columns=columns))
             if buffer.tell() > 32_768:
                 yield buffer.getvalue()
                 buffer.seek(0)

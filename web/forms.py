@@ -1,4 +1,5 @@
-"""The submission form: a kind, its labels (classify) or template (prompt), and items typed
+"""The submission form: a kind, its labels (classify), template (prompt) or JSON Schema
+(extract: pasted, or uploaded as a file; static/form.js lists its fields), and items typed
 one per line or uploaded as a .txt (one per line) or .csv (a "text" or "item" column if the
 header names one, else the column with the most text; csv.Sniffer finds the delimiter and
 whether there is a header). flask-wtf adds and checks the CSRF token."""
@@ -79,6 +80,9 @@ class BaseSubmitForm(FlaskForm):
         values = {}
         for field, _ in kinds.fields():
             text = (self[field.name].data or "").strip()
+            upload = self[field.name + "_file"].data if field.from_file else None
+            if upload and getattr(upload, "filename", ""):  # an uploaded file wins over the box
+                text = upload.read().decode("utf-8-sig", errors="replace").strip()
             if field.name in declared or (text and not declared):
                 values[field.name] = field.from_text(text)
         return values
@@ -107,6 +111,9 @@ def submit_form(*args, **kwargs) -> BaseSubmitForm:
     """The submission form, with a box for every field a kind declares (jobs.kinds.Field)."""
     boxes = {field.name: (TextAreaField if field.multiline else StringField)(field.label, description=field.help)
              for field, _ in kinds.fields()}
+    for field, _ in kinds.fields():  # a field whose option takes a file (a schema) may be uploaded too
+        if field.from_file:
+            boxes[field.name + "_file"] = FileField(f"…or upload the {field.label.lower()}")
     return type("SubmitForm", (BaseSubmitForm,), boxes)(*args, **kwargs)
 
 

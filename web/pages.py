@@ -179,9 +179,12 @@ def _results_table(connection, job_id: str, fields: dict) -> dict | None:
     inputs = results.item_inputs(connection, job_id, offset, RESULTS_PER_PAGE)
     found = dict(page.items)
     last = min(offset + RESULTS_PER_PAGE, page.total)
+    columns = results.result_columns(connection, job_id)  # an extract job: a column per property
     rows = [(index, inputs[index - offset] if index - offset < len(inputs) else None,
-             _show(found[index]) if index in found else None) for index in range(offset, last)]
-    return {"rows": rows, "first": offset + 1, "last": last, "total": page.total,
+             _show(found[index]) if index in found else None,
+             results.cells(found.get(index), columns) if columns and index in found else None)
+            for index in range(offset, last)]
+    return {"rows": rows, "columns": columns, "first": offset + 1, "last": last, "total": page.total,
             "next": url_for("api.job", job_id=job_id, offset=page.next_offset)
             if page.next_offset is not None else None,
             "previous": url_for("api.job", job_id=job_id, offset=page.previous_offset)

@@ -101,6 +101,8 @@ class Record:
                 self.parts[number] = Part(number, entry["attempt"], entry["at"], _expand(entry["items"]),
                                           raw.get(f"id:{number}"), raw.get(f"ended:{number}") == "1")
         self.direct = int(raw.get("direct") or 0)
+        #: item index -> a batch answer to repair directly (``BatchSpec.repair``), kept across turns.
+        self.again = {int(k[6:]): v for k, v in raw.items() if k.startswith("again:")}
         self.canceled_at = float(raw["canceled_at"]) if raw.get("canceled_at") else None  # past the longest wait
         self.failed_looks = int(raw.get("failed_looks") or 0)  # in a row
 
@@ -273,6 +275,10 @@ class BatchRun:
             if reading:  # the provider failed mid-read: what was read is kept, the next look reads on
                 self._store(chunk, usage)
             raise
+        hints = [x for i in part.indexes if i in self.record.again and i not in done
+                 for x in (f"again:{i}", self.record.again[i])]
+        if hints:
+            self.record.note(*hints)
         usage.reservations.append(reservation)  # the part's last write settles its reservation whole
         self._store(chunk, usage)
 
@@ -300,7 +306,9 @@ class BatchRun:
             return self.spec.read(self.payload, self.items[index], text)
         except ItemError as exc:
             return {"error": str(exc)}
-        except NeedsDirect:
+        except NeedsDirect as exc:
+            if exc.answer is not None and self.spec.repair is not None:
+                self.record.again[index] = exc.answer
             return _AGAIN
 
     def _count(self, request: CallRequest, usage) -> None:
@@ -320,7 +328,11 @@ class BatchRun:
             return [stored[i] for i in range(len(self.items))]
         log.info("job %s: %d request(s) the provider did not answer are asked directly", self.ctx.job_id, len(left))
         self.record.note("batch_direct", len(left), job_hash=True)
-        return self.ctx.for_each(self.items, self.direct)
+        again, repair = self.record.again, self.spec.repair
+        if not again or repair is None:
+            return self.ctx.for_each(self.items, self.direct)
+        return self.ctx.for_each(list(range(len(self.items))), lambda i: repair(
+            self.backend, self.payload, self.items[i], again[i]) if i in again else self.direct(self.items[i]))
 
     def _park(self, counts: list[int] | None, stage: str = batch_looks.WAITING) -> None:
         """``counts`` the provider's (done, failed, total); None keeps those of the last look."""

@@ -20,6 +20,7 @@ from jobs.config import limits
 from jobs.core import text
 from jobs.core.batch import CONCURRENCY_FIELD
 from jobs.errors import InvalidJob
+from jobs.models import structured
 
 
 def json_size(value: Any) -> int:
@@ -160,3 +161,59 @@ def validate_concurrency(payload: dict) -> None:
     value = payload.get(CONCURRENCY_FIELD)
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise InvalidJob(f"'{CONCURRENCY_FIELD}' must be a positive integer, got {value!r}")
+
+
+# --- an `extract` job: its JSON Schema, template and max_invalid ----------------------------------
+def schema_from_text(text: str) -> Any:
+    """A form box's or a file's text -> the schema (text that is not JSON stays text: the check names it)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def check_schema(payload: dict) -> dict:
+    schema = payload.get("schema")
+    if schema is None:
+        raise InvalidJob("missing field 'schema': give the JSON Schema each answer must follow")
+    if isinstance(schema, str):
+        try:
+            json.loads(schema)
+        except ValueError as exc:
+            raise InvalidJob(f"'schema' is not JSON: {exc}") from None
+        raise InvalidJob("'schema' must be a JSON object (a JSON Schema), not a string")
+    limit = limits()
+    size = json_size(schema) if isinstance(schema, dict) else 0
+    if size > limit.max_schema_bytes:
+        raise InvalidJob(f"'schema' is {size} bytes as JSON (at most {limit.max_schema_bytes}, "
+                         "LEASH_MAX_SCHEMA_BYTES)")
+    depth = nesting_depth(schema)
+    if depth > limit.max_schema_depth:
+        raise InvalidJob(f"'schema' nests {depth} levels deep (at most {limit.max_schema_depth}, "
+                         "LEASH_MAX_SCHEMA_DEPTH)")
+    count = structured.count_properties(schema)
+    if count > limit.max_schema_properties:
+        raise InvalidJob(f"'schema' declares {count} properties (at most {limit.max_schema_properties}, "
+                         "LEASH_MAX_SCHEMA_PROPERTIES)")
+    problem = structured.schema_problem(schema)
+    if problem:
+        raise InvalidJob(f"'schema' {problem}")
+    return schema
+
+
+def check_extract_template(payload: dict) -> str | None:
+    """Optional: empty or absent means the default instruction."""
+    template = payload.get("template")
+    if template is None or (isinstance(template, str) and not template.strip()):
+        return None
+
+    return check_template(payload)
+
+
+def check_max_invalid(payload: dict) -> int:
+    value = payload.get("max_invalid")
+    if value is None:  # an empty form box
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidJob(f"'max_invalid' must be a count of items (0 or more), got {json.dumps(value)[:40]}")
+    return value

@@ -27,6 +27,9 @@ class BatchSpec:
 
     request: Callable[[dict, Any, int], CallRequest]  # (payload, item, max tokens) -> the call
     read: Callable[[dict, Any, str], Any]  # (payload, item, answer text) -> the item's value
+    #: (backend, payload, item, the batch's answer) -> the item's value, by direct calls that carry
+    #: that answer (``read`` raised ``NeedsDirect(answer)``); None: such an item is asked anew.
+    repair: Callable[[Any, dict, Any, str], Any] | None = None
 
 
 def mode_of(payload: dict) -> str:
@@ -43,7 +46,7 @@ def check_mode(payload: dict, kind_name: str, spec: BatchSpec | None,
     if mode == "batch":
         if spec is None:
             raise InvalidJob(f"'{MODE_FIELD}': kind {kind_name!r} does not support batch mode (one model call "
-                             "per item: classify, prompt); submit it with mode \"direct\"")
+                             "per item: classify, prompt, extract); submit it with mode \"direct\"")
         problem = backend_problem()
         if problem:
             raise InvalidJob(f"'{MODE_FIELD}': {problem}; submit it with mode \"direct\"")

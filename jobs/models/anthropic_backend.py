@@ -21,9 +21,12 @@ is ``jobs.models.anthropic_batch``.
 
 from __future__ import annotations
 
+import json
+
 import anthropic
 
-from jobs.models import backends
+from jobs.config import get
+from jobs.models import backends, structured
 from jobs.models.anthropic_batch import AnthropicBatches
 from jobs.models.calls import ModelBackend, ModelSettings
 from jobs.models.provider import (
@@ -87,7 +90,20 @@ class AnthropicBackend(AnthropicBatches, ModelBackend):
             params["system"] = system
         if self.settings.temperature is not None:
             params["temperature"] = self.settings.temperature
+        shape = request.response_format
+        if shape is not None and self.structured_mode() == structured.SCHEMA:
+            # Anthropic's structured answer: the one tool the model must call, its input the object.
+            params["tools"] = [{"name": shape["name"], "description": "Record the fields extracted from the text.",
+                                "input_schema": shape["schema"]}]
+            params["tool_choice"] = {"type": "tool", "name": shape["name"]}
         return params
+
+    @classmethod
+    def structured_mode(cls) -> str:
+        """A tool's input schema, unless LEASH_MODEL_STRUCTURED_OUTPUT says otherwise (Anthropic
+        has no JSON mode: ``json`` is the schema in the prompt, as ``prompt`` is)."""
+        mode = (get("LEASH_MODEL_STRUCTURED_OUTPUT") or structured.SCHEMA).strip()
+        return structured.SCHEMA if mode == structured.SCHEMA else structured.PROMPT
 
     def _send(self, request: CallRequest):
         return self.client.messages.create(**self._params(request))
@@ -108,8 +124,11 @@ class AnthropicBackend(AnthropicBatches, ModelBackend):
         return None
 
     def _read(self, response, request: CallRequest) -> Answer:
-        parts = [block.text for block in (response.content or []) if getattr(block, "type", None) == "text"]
-        text = "".join(parts) if parts else None
+        blocks = response.content or []
+        tools = [block.input for block in blocks if getattr(block, "type", None) == "tool_use"]
+        parts = [block.text for block in blocks if getattr(block, "type", None) == "text"]
+        # A structured answer is the tool's input (an object); its JSON text is the answer.
+        text = json.dumps(tools[0], ensure_ascii=False) if tools else "".join(parts) if parts else None
         reason = response.stop_reason
         return Answer(text, CUT_OFF if reason == "max_tokens" else COMPLETE, reason, _usage(response, request, text))
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 from jobs import config
 from jobs.config import settings
 from jobs.errors import PermanentError
+from jobs.models import structured
 from jobs.usage.prices import parse_overrides
 
 if TYPE_CHECKING:
@@ -37,6 +38,10 @@ class Backend(Protocol):
 
     def classify(self, text: str, labels: list[str]) -> str:
         """Return exactly one of ``labels`` for ``text`` (or raise ItemError)."""
+
+    def extract(self, messages: list[dict], schema: dict, answer: str | None = None, check=None):
+        """Return the object the model answers ``messages`` with, following ``schema`` (or raise
+        ItemError): jobs.models.structured."""
 
     def complete(self, prompt: str, max_tokens: int | None = None, truncation_ok: bool = False) -> str:
         """Return the model's answer to ``prompt``, in at most ``max_tokens`` (never more than
@@ -122,6 +127,13 @@ class LocalBackend:
         digest = hashlib.sha256(text.encode()).digest()
         return labels[digest[0] % len(labels)]
 
+    def extract(self, messages: list[dict], schema: dict, answer: str | None = None, check=None):
+        """An offline stand-in for a structured answer: an object that follows ``schema``, from
+        the words of the last message."""
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        return structured.example(schema, messages[-1]["content"] if messages else "")
+
     def complete(self, prompt: str, max_tokens: int | None = None, truncation_ok: bool = False) -> str:
         """An offline stand-in for a completion: the prompt's words, reversed and counted."""
         if self.delay_s:
@@ -174,6 +186,25 @@ def batch_problem() -> str | None:
     if not getattr(factory, "supports_batch", False):
         return f"the configured model backend ({name}, LEASH_MODEL_BACKEND) has no batch API"
     return None
+
+
+def structured_problem(schema: dict) -> str | None:
+    """What the configured backend's structured output refuses in ``schema`` (OpenAI's strict
+    mode: additionalProperties false, every property required), or None. Asks its class."""
+    try:
+        factory = _factory(backend_name())
+    except PermanentError as exc:
+        return str(exc)
+    check = getattr(factory, "structured_problem", None)
+    try:
+        return check(schema) if check is not None else None
+    except PermanentError as exc:  # LEASH_MODEL_STRUCTURED_OUTPUT names no mode
+        return str(exc)
+
+
+def backend_class():
+    """The configured backend's class (or factory), built for nothing."""
+    return _factory(backend_name())
 
 
 def get_backend(ctx: JobContext | None = None) -> Backend:

@@ -76,6 +76,7 @@ from jobs.models.provider import (
 )
 from jobs.models.rate import PAUSED, TOKENS_SPENT, ModelRateLimit
 from jobs.models.spending import NO_USAGE, ROOM_WAIT_FIRST, ROOM_WAIT_MAX, AskForLess, Spending, WaitForRoom
+from jobs.models.structured import Extracting
 from jobs.usage import budget, prices
 
 if TYPE_CHECKING:
@@ -133,10 +134,10 @@ class ModelSettings:
 
 # --- the backend every provider builds on -------------------------------------------------------
 
-class ModelBackend(Spending):
-    """``classify`` and ``complete`` over one call loop. A provider subclass sets ``name`` and
-    supplies ``_send``, ``_failure`` and ``_read``; it builds its SDK client in ``__init__``
-    after calling this one (``self.settings`` then holds the model settings)."""
+class ModelBackend(Extracting, Spending):
+    """``classify``, ``complete`` and ``extract`` (jobs.models.structured) over one call loop.
+    A provider subclass sets ``name`` and supplies ``_send``, ``_failure`` and ``_read``; it
+    builds its SDK client in ``__init__`` after calling this one (``self.settings`` then holds the model settings)."""
 
     name = "model"
     #: True for a backend with a batch side (jobs.models.batching lists its methods).
@@ -207,6 +208,9 @@ class ModelBackend(Spending):
     def _chat(self, messages: list[dict], max_tokens: int | None = None, truncation_ok: bool = False) -> str:
         budget = self.settings.max_tokens if max_tokens is None else min(max_tokens, self.settings.max_tokens)
         return self._call(CallRequest(list(messages), budget, truncation_ok))
+
+    def _call_shaped(self, messages: list[dict], shape: dict) -> str:
+        return self._call(CallRequest(list(messages), self.settings.max_tokens, response_format=shape))
 
     # --- the loop -------------------------------------------------------------------------
 

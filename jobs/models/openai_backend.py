@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import openai
 
-from jobs.models import backends
+from jobs.config import get
+from jobs.errors import PermanentError
+from jobs.models import backends, structured
 from jobs.models.calls import ModelBackend, ModelSettings, ModelUnavailable, match_label
 from jobs.models.openai_batch import OpenAIBatches
 from jobs.models.provider import (
@@ -91,7 +93,34 @@ class OpenAIBackend(OpenAIBatches, ModelBackend):
                       self.token_limit_field: request.max_tokens}
         if self.settings.temperature is not None:
             body["temperature"] = self.settings.temperature
+        if request.response_format is not None:
+            mode = self.structured_mode()
+            if mode == structured.SCHEMA:
+                body["response_format"] = {"type": "json_schema", "json_schema": {
+                    "name": request.response_format["name"], "schema": request.response_format["schema"],
+                    "strict": True}}
+            elif mode == structured.JSON_MODE:
+                # JSON mode; the schema beside it is enforced by servers that read it (llama-cpp-python's).
+                body["response_format"] = {"type": "json_object", "schema": request.response_format["schema"]}
         return body
+
+    @classmethod
+    def structured_mode(cls) -> str:
+        """OpenAI has strict JSON Schema outputs; a compatible server may have only JSON mode,
+        or neither (LEASH_MODEL_STRUCTURED_OUTPUT says which)."""
+        mode = (get("LEASH_MODEL_STRUCTURED_OUTPUT") or structured.SCHEMA).strip()
+        if mode not in structured.STRUCTURED_OUTPUTS:
+            raise PermanentError(f"LEASH_MODEL_STRUCTURED_OUTPUT={mode!r} is unknown; choose one of "
+                                 f"{', '.join(structured.STRUCTURED_OUTPUTS)}")
+        return mode
+
+    @classmethod
+    def structured_problem(cls, schema: dict) -> str | None:
+        if cls.structured_mode() != structured.SCHEMA:
+            return None
+        problem = structured.strict_problem(schema)
+        return problem and (f"{problem}; or set LEASH_MODEL_STRUCTURED_OUTPUT=json for a server that "
+                            "checks no schema")
 
     def _send(self, request: CallRequest):
         return self.client.chat.completions.create(**self._body(request))

@@ -5,6 +5,7 @@ estimates)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 
@@ -30,6 +31,12 @@ class CallRequest:
     #: an answer cut off at ``max_tokens`` was cut by the budget, not by the model's limit.
     budget_cut: bool = False
 
+    #: The shape the answer must have (``jobs.models.structured.response_format``: the JSON
+    #: Schema and its name), or None for free text. Part of the request as sent: each backend
+    #: turns it into its own (OpenAI ``response_format``, Anthropic a tool), a digest of the
+    #: request includes it, and its bytes count in the input bound (providers bill it as input).
+    response_format: dict | None = None
+
     @property
     def prompt_chars(self) -> int:
         return sum(len(m["content"]) for m in self.messages)
@@ -43,7 +50,8 @@ class CallRequest:
         byte-level tokenizer (GPT's, Llama 3's, Qwen's; SentencePiece with byte fallback) never
         makes more tokens than the text has UTF-8 bytes, and the chat template adds a few per
         message. Characters / 4 is no bound: Japanese is about a token a character (3 bytes)."""
-        return prompt_bytes(self.messages) + TOKENS_PER_MESSAGE * len(self.messages) + TOKENS_PER_PROMPT
+        shape = len(json.dumps(self.response_format).encode()) + TOKENS_PER_MESSAGE if self.response_format else 0
+        return prompt_bytes(self.messages) + TOKENS_PER_MESSAGE * len(self.messages) + TOKENS_PER_PROMPT + shape
 
     def worst_case_tokens(self) -> int:
         """The most this call can cost: its input bound plus every token it may answer with."""

@@ -84,6 +84,8 @@ class Spending:
     def _digest(self, request: CallRequest) -> str:
         """The request as sent, in one digest: an answer stored under it answers that request only."""
         sent = [self.name, self.settings.name, self.settings.temperature, request.max_tokens, request.messages]
+        if request.response_format is not None:  # a free-text request's digest is what it always was
+            sent.append(request.response_format)
         return hashlib.sha256(json.dumps(sent, sort_keys=True).encode()).hexdigest()[:32]
 
     def _keep_answer(self, digest: str, answer: Answer) -> None:

@@ -141,16 +141,59 @@ def spreadsheet_cell(text: str | None) -> str:
     return text
 
 
-#: The CSV download's header (web and CLI).
+#: The CSV download's header (web and CLI) for results that are text or one value.
 CSV_HEADER = ["index", "item", "result", *USAGE_COLUMNS]
+#: The column of an item's error when results are objects (one column per property).
+ERROR_COLUMN = "error"
 
 
-def csv_row(index: int, item: Any, value: Any, usage: dict[str, int] | None = None) -> list:
-    """One row of a CSV download (web and CLI): index, item, result (text as is, else JSON),
-    then the item's calls and tokens (empty when not known: no model call, or an older job)."""
-    result = None if value is None else value if isinstance(value, str) else json.dumps(value)
+def result_columns(connection: Redis, job_id: str) -> list[str]:
+    """The properties results are shown in, one column each: the top-level properties of an
+    ``extract`` job's schema, in its order; [] for a job whose results are text or one value."""
+    raw = connection.get(keys.payload(job_id))
+    payload = None
+    if raw is not None:
+        try:
+            payload = payload_copy.decode(raw)
+        except ValueError:
+            payload = None
+    schema = payload.get("schema") if isinstance(payload, dict) else None
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    return [str(name) for name in props] if isinstance(props, dict) else []
+
+
+def csv_header(columns: list[str] | tuple = ()) -> list[str]:
+    """The header of a CSV download: ``CSV_HEADER``, or a column per property then the error."""
+    if not columns:
+        return list(CSV_HEADER)
+    return ["index", "item", *columns, ERROR_COLUMN, *USAGE_COLUMNS]
+
+
+def cells(value: Any, columns: list[str] | tuple) -> list[str | None]:
+    """A result shown in ``columns`` (its properties: text as is, anything else as JSON text),
+    then its error; an item without a result has empty cells."""
+    if not isinstance(value, dict):
+        return [None] * len(columns) + [None if value is None else _text(value)]
+    if set(value) == {ERROR_COLUMN} and ERROR_COLUMN not in columns:  # the item's error
+        return [None] * len(columns) + [_text(value[ERROR_COLUMN])]
+    return [None if value.get(name) is None else _text(value[name]) for name in columns] + [None]
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def csv_row(index: int, item: Any, value: Any, usage: dict[str, int] | None = None,
+            columns: list[str] | tuple = ()) -> list:
+    """One row of a CSV download (web and CLI): index, item, result (text as is, else JSON) --
+    or, with ``columns``, one cell per property and the item's error --, then the item's
+    calls and tokens (empty when not known: no model call, or an older job)."""
+    if columns:
+        shown = [spreadsheet_cell(cell) for cell in cells(value, columns)]
+    else:
+        shown = [spreadsheet_cell(None if value is None else _text(value) if not isinstance(value, str) else value)]
     return [index, spreadsheet_cell(item if item is None or isinstance(item, str) else json.dumps(item)),
-            spreadsheet_cell(result), *((usage or {}).get(column, "") for column in USAGE_COLUMNS)]
+            *shown, *((usage or {}).get(column, "") for column in USAGE_COLUMNS)]
 
 
 def jsonl_row(index: int, item: Any, value: Any, usage: dict[str, int] | None = None) -> str:
