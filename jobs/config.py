@@ -100,12 +100,9 @@ def redis_url_problem(text: str) -> str | None:
     return None
 
 
-# --- Redis behind Sentinel: REDIS_URL=redis+sentinel://[[user]:password@]host:port[,...]/<service>[/db] ---
-# The URL names the Sentinels (port 26379 when left out), the service (the name the Sentinels
-# monitor) and the database. The user and password are the Redis primary's; Sentinels with a
-# password of their own take ?sentinel_password=. rediss+sentinel:// speaks TLS to both
-# (certificates unchecked unless ?ssl_cert_reqs=required, as for rediss://). Parsed here, once;
-# jobs.core.connection builds the client.
+# --- Redis behind Sentinel: redis+sentinel://[[user]:password@]host[:26379][,...]/<service>[/db] ---
+# The user and password are the primary's (?sentinel_password= the Sentinels'); rediss+sentinel://
+# speaks TLS to both. Parsed here, once; jobs.core.connection builds the client.
 
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 SENTINEL_PORT = 26379
@@ -215,9 +212,8 @@ declare("REDIS_URL", "redis_url", None,
         "`redis+sentinel://host:26379,.../<service>[/db]` behind Sentinel)")
 declare("LEASH_QUEUE", "names", ["leash"],
         "the queues served, comma-separated; jobs go to the first unless they name another")
-# 20 s: a dead or frozen worker's job runs again elsewhere within lease + one reaper tick (5 s)
-# + a claim, under 30 s; renewed every third of it (keepalive, waits), so two renewals in a row
-# can miss before a live job is taken back. docs/BENCHMARKS.md has the figures.
+# 20 s: a dead worker's job runs again within lease + a reaper tick + a claim, under 30 s; renewed
+# every third of it, so two renewals in a row can miss (docs/BENCHMARKS.md).
 declare("LEASH_LEASE_SECONDS", "float", 20.0, "lease length; a job must heartbeat within it", 0.5)
 declare("LEASH_MAX_ATTEMPTS", "int", 3, "default attempts per job", 1)
 declare("LEASH_RETRY_BACKOFF", "ints", [10, 60, 300], "seconds before the 2nd attempt, the 3rd, then every later one")
@@ -234,8 +230,7 @@ declare("LEASH_MAX_DEFERS", "int", 10, "`RetryLater` deferrals before they count
 declare("LEASH_ITEM_CONCURRENCY", "int", 8,
         "items of one job in flight at once; the ceiling of each model's adaptive limit", 1)
 declare("LEASH_LOCAL_DELAY_MS", "int", 0, "per-item latency of the offline backend", 0)
-# Bytes of a stored error as JSON: head and tail of the traceback, small enough for the job's
-# hash (under 2 KB) and every status answer.
+# A stored error's head and tail of the traceback, small enough for the job's hash and every status.
 declare("LEASH_ERROR_MAX_CHARS", "int", 1000, "a stored error's length, in bytes as JSON", 200)
 declare("LEASH_IMPORTS", "str", "", "modules that register job kinds (comma-separated)")
 
@@ -254,15 +249,13 @@ declare("LEASH_MAX_ITEM_CHARS", "int", 10_000, "characters per item", 1)
 declare("LEASH_MAX_LABELS", "int", 20, "labels of a `classify` job", 1)
 declare("LEASH_MAX_LABEL_CHARS", "int", 40, "characters per label", 1)
 declare("LEASH_MAX_TEMPLATE_CHARS", "int", 20_000, "characters of a `prompt` template", 10)
-# The JSON payload as stored (compact, non-ASCII escaped); the HTTP body limit
-# (LEASH_MAX_BODY_BYTES) is checked first, before the body is even read.
+# The JSON payload as stored (compact); LEASH_MAX_BODY_BYTES is checked first, before it is read.
 declare("LEASH_MAX_PAYLOAD_BYTES", "int", 1024 * 1024, "the whole payload, as JSON", 1024)
 # Deep nesting costs stack in every JSON encoder on the way (RQ's included).
 declare("LEASH_MAX_PAYLOAD_DEPTH", "int", 32, "how deeply lists and objects nest in the payload", 2)
 # A job's summary sits in its hash, read by every status poll: it must not grow with the input.
 declare("LEASH_MAX_SUMMARY_BYTES", "int", 1024, "a job's summary as JSON", 256)
-# Picking a CSV upload's text column reads every cell once; the bound keeps one odd row from
-# making every other row count.
+# Picking a CSV upload's text column reads every cell once: one odd row must not make every row count.
 declare("LEASH_MAX_CSV_COLUMNS", "int", 1000, "columns of an uploaded CSV file", 1)
 # An `extract` job's JSON Schema: every answer is validated against it, and providers cap it.
 declare("LEASH_MAX_SCHEMA_BYTES", "int", 16_384, "an `extract` schema, as JSON", 64)
@@ -319,8 +312,7 @@ declare("LEASH_GUESS_RATE", "rate", "10/minute;100/hour",
 declare("LEASH_TRUSTED_PROXIES", "str", None,
         "`leash web`: `*` or the proxy's address: read the client address from its X-Forwarded-For")
 declare("LEASH_SUBMIT_RATE", "rate", None, "an owner's submissions per period, e.g. `60/minute` (default: none)")
-# A thread is held only while the app works on a whole request (the server reads it first),
-# mostly waiting on Redis: a stall holds each for at most LEASH_REDIS_TIMEOUT once.
+# A thread works on a whole request (read first), mostly waiting on Redis (LEASH_REDIS_TIMEOUT at most).
 declare("LEASH_WEB_THREADS", "int", 16, "`leash web`: threads answering requests", 1)
 # Each connection costs a socket and at most its buffered request, never a thread.
 declare("LEASH_WEB_CONNECTIONS", "int", 0,

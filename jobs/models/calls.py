@@ -212,6 +212,9 @@ class ModelBackend(Extracting, Spending):
     def _call_shaped(self, messages: list[dict], shape: dict) -> str:
         return self._call(CallRequest(list(messages), self.settings.max_tokens, response_format=shape))
 
+    def _repair_attempts(self) -> int:
+        return get("LEASH_REPAIR_ATTEMPTS")
+
     # --- the loop -------------------------------------------------------------------------
 
     def _call(self, request: CallRequest) -> str:

@@ -25,7 +25,6 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import SchemaError
 
-from jobs import config
 from jobs.errors import ItemError
 
 SCHEMA, JSON_MODE, PROMPT = "schema", "json", "prompt"
@@ -204,13 +203,17 @@ class Extracting:
         """One call whose answer must have ``shape`` (the call loop's: ``ModelBackend``)."""
         raise NotImplementedError
 
+    def _repair_attempts(self) -> int:
+        """LEASH_REPAIR_ATTEMPTS (the backend's: settings are read there)."""
+        raise NotImplementedError
+
     def extract(self, messages: list[dict], schema: dict, answer: str | None = None, check=None) -> Any:
         """The object the model answers ``messages`` with, following ``schema``; ``answer`` is a
         first answer already received (a batch's), to be checked and repaired. An answer that
         breaks the schema is asked again with the validation error, LEASH_REPAIR_ATTEMPTS times;
         then ItemError (``invalid_error``)."""
         check = check or validator(schema)
-        repairs = config.get("LEASH_REPAIR_ATTEMPTS")
+        repairs = self._repair_attempts()
         shape = response_format(schema)
         turns = list(messages)
         if answer is None:
