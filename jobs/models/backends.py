@@ -133,6 +133,12 @@ def batch_problem() -> str | None:
     return None
 
 
+def backend_class():
+    """The configured backend's class (or factory), without building it: PermanentError when
+    LEASH_MODEL_BACKEND names none."""
+    return _factory(backend_name())
+
+
 def get_backend(ctx: JobContext | None = None) -> Backend:
     return _factory(backend_name())(ctx)
 
