@@ -16,6 +16,7 @@ from jobs import keys
 from jobs.enqueue import enqueue
 from jobs.intake.estimate import dry_run, price_or_none
 from jobs.usage.report import owner_usage
+from tests.conftest import wait_for
 from tests.test_items_workers import ended, stored
 from tests.test_usage_workers import billed
 
@@ -136,3 +137,26 @@ def test_the_cli_dry_run_prints_an_estimate_and_submits_nothing(conn, worker, tm
     result = CliRunner().invoke(main, ["submit", "--kind", "prompt", "--template", TEMPLATE, "--dry-run",
                                        str(source)])
     assert result.exit_code == 0 and "5 calls" in result.output and "worst case" in result.output
+
+
+def test_batch_and_direct_share_the_cache_and_an_all_cached_batch_job_creates_no_batch(
+        conn, workers, batch_env):
+    server = batch_env
+    job_items = [f"b{i}" for i in range(12)]
+    payload = {"items": job_items[:8], "template": "Say {item}", "mode": "batch"}
+    first, _ = enqueue(conn, "prompt", payload)
+    workers.start()
+    wait_for(lambda: server.batches.created == 1, 30, message="the first job's batch")
+    server.batches.complete(next(iter(server.batches.batches)))
+    assert ended(conn, first)["state"] == "succeeded"
+    # A direct job of the same requests (4 new): the batch's answers serve the first 8.
+    direct_id, _ = enqueue(conn, "prompt", {"items": job_items, "template": "Say {item}"})
+    done = ended(conn, direct_id)
+    assert done["usage"]["cache_hits"] == 8 and done["usage"]["calls"] == 4 and len(server.requests) == 4
+    # A batch job whose every request is cached: no provider batch, no call.
+    again, _ = enqueue(conn, "prompt", {"items": job_items, "template": "Say {item}", "mode": "batch"})
+    final = ended(conn, again)
+    assert final["state"] == "succeeded" and final["done"] == 12
+    assert server.batches.created == 1 and len(server.requests) == 4
+    assert final["usage"]["calls"] == 0 and final["usage"]["cache_hits"] == 12 and final["cost_usd"] in (0, None)
+    assert stored(conn, again) == stored(conn, direct_id)
