@@ -219,7 +219,7 @@ def flush(attempt, pending: list[Pending], now: float | None = None, patience: f
 #: What one cache entry costs Redis beyond its answer and its key name's three copies (the
 #: entry, its place in the index, its size): the keys' and members' own overhead, measured
 #: (docs/BENCHMARKS.md, "The request cache").
-CACHE_ENTRY_OVERHEAD = 160
+CACHE_ENTRY_OVERHEAD = 210
 
 
 def cache_entry_size(key: str, value: str) -> int:
