@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scripts.benchlib import Children, OwnRedis, commandstats, count_commands, wait_until  # noqa: E402
+from scripts.benchlib import Children, OwnRedis, commandstats, count_commands  # noqa: E402
 from tests.fake_openai import API_KEY, MODEL, FakeOpenAI  # noqa: E402
 
 PRICES = json.dumps({MODEL: {"input": 0.15, "output": 0.6}})
