@@ -114,8 +114,8 @@ def test_results_as_csv_show_a_would_be_formula_as_text(conn, env, tmp_path):
     attempt.heartbeat(item=(0, json.dumps("@SUM(A1:A9)")))
     out = tmp_path / "results.csv"
     assert run("results", job_id, "--format", "csv", "-o", str(out)).exit_code == 0
-    assert list(csv.reader(out.open(encoding="utf-8")))[1:] == [["0", "'=1+1", "'@SUM(A1:A9)", "", "", ""],
-                                                                 ["1", "-2", "", "", "", ""]]
+    assert list(csv.reader(out.open(encoding="utf-8")))[1:] == [["0", "'=1+1", "'@SUM(A1:A9)", "", "", "", ""],
+                                                                 ["1", "-2", "", "", "", "", ""]]
     assert json.loads(run("results", job_id).stdout.splitlines()[0])["item"] == "=1+1"
 
 
