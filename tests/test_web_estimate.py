@@ -32,6 +32,10 @@ def test_a_dry_run_answers_the_estimate_and_writes_nothing(client, conn, priced)
     assert figures["cost_usd_batch_max"] == pytest.approx(figures["cost_usd_max"] / 2)
     assert figures["cost_usd_expected"] is None  # no earlier job of this owner saw an answer
     assert figures["budget_covers_worst_case"] is None
+    # A dry run gets every check a submission gets, with the same codes.
+    assert client.post("/jobs", json={**PROMPT, "items": [], "dry_run": True}).status_code == 422
+    missing = client.post("/jobs", json={"kind": "prompt", "items": ["x"], "dry_run": True})
+    assert missing.status_code == 400 and "missing field 'template'" in missing.json["error"]
     assert set(conn.scan_iter(count=1000)) == before
 
 
@@ -41,12 +45,13 @@ def test_a_dry_run_says_whether_the_budget_covers_the_worst_case(client, conn, p
     assert small["budget_covers_worst_case"] is False and large["budget_covers_worst_case"] is True
 
 
-@pytest.mark.parametrize("body, status", [({**PROMPT, "dry_run": "yes"}, 422), ({**PROMPT, "cache": "no"}, 422),
-                                          ({**PROMPT, "items": [], "dry_run": True}, 422),
-                                          ({"kind": "prompt", "items": ["x"], "dry_run": True}, 400)])
-def test_bad_dry_runs_and_cache_options_are_refused_saying_why(client, conn, priced, body, status):
+@pytest.mark.parametrize("body, status, says", [
+    ({**PROMPT, "dry_run": "yes"}, 422, "'dry_run' must be true or false"),
+    ({**PROMPT, "cache": "no"}, 422, "'cache' must be true or false")])
+def test_bad_dry_runs_and_cache_options_are_refused_saying_why(client, conn, priced, body, status, says):
     response = client.post("/jobs", json=body)
-    assert response.status_code == status and response.json["error"]
+    assert response.status_code == status and says in response.json["error"]
+    assert "dry_run" not in response.json["error"] or "dry_run" in says  # never "unknown field 'dry_run'"
     assert conn.dbsize() == 0
 
 
