@@ -121,6 +121,9 @@ def test_the_cache_keeps_under_its_cap_evicting_the_least_recently_used(conn, wo
     assert 0 < total == sizes <= 4000
     kept = conn.zrange(keys.CACHE_INDEX, 0, -1)
     assert 5 <= len(kept) < 40 and all(conn.exists(k) for k in kept)
+    # The least recently used went first: what is left is the room's worth, no fewer.
+    entry = max(int(v) for v in conn.hvals(keys.CACHE_SIZES))
+    assert total > 4000 - entry
     assert len(list(conn.scan_iter(match=keys.cache_entry("*", "*")))) == len(kept)
 
 

@@ -360,7 +360,7 @@ local function cache_write(first, at, now)
   local dropped = cache_drop(index_key, sizes_key, total_key,
     redis.call('ZRANGEBYSCORE', index_key, '-inf', now - ttl, 'LIMIT', 0, 100))
   while dropped < CACHE_DROPS_PER_WRITE and tonumber(redis.call('GET', total_key) or '0') > cap do
-    local oldest = redis.call('ZRANGE', index_key, 0, 9)
+    local oldest = redis.call('ZRANGE', index_key, 0, 0)
     if #oldest == 0 then redis.call('SET', total_key, 0) break end
     dropped = dropped + cache_drop(index_key, sizes_key, total_key, oldest)
   end
