@@ -49,3 +49,16 @@ def test_entries_unused_for_the_cache_days_are_dropped_and_uncounted(conn, env):
 
     assert [k.decode() for k in conn.zrange(keys.CACHE_INDEX, 0, -1)] == [entry(2)]
     assert int(conn.get(keys.CACHE_BYTES)) == cache_entry_size(entry(2), ANSWER)
+
+
+def test_a_cache_setting_that_is_not_one_of_its_words_is_named(conn, env):
+    import pytest
+
+    from jobs.errors import InvalidJob
+    from jobs.intake.estimate import dry_run
+
+    env.setenv("LEASH_MODEL_URL", "http://127.0.0.1:9/v1")
+    env.setenv("LEASH_MODEL_NAME", "m")
+    env.setenv("LEASH_CACHE_SCOPE", "everyone")
+    with pytest.raises(InvalidJob, match="LEASH_CACHE_SCOPE must be owner or shared"):
+        dry_run(conn, "prompt", {"items": ["a"], "template": "{item}"}, owner="alice")

@@ -67,7 +67,10 @@ def estimate(connection: Redis, kind_name: str, payload: dict, owner: str, now: 
     requests = [spec.request(payload, item, settings.max_tokens) for item in items]
     digests = [cache.request_digest(backend.name, settings.url or backend.default_url, settings.name,
                                     settings.temperature, r) for r in requests]
-    hits = cache.RequestCache(connection, owner, payload).get_many(digests)
+    try:
+        hits = cache.RequestCache(connection, owner, payload).get_many(digests)
+    except ValueError as exc:
+        raise InvalidJob(f"no estimate: {exc}") from None
     todo = [r for r, hit in zip(requests, hits, strict=True) if hit is None]
     day_fields = ("input_tokens", "output_tokens", "cost_nusd", "reserved_tokens", "reserved_nusd")
     with connection.pipeline(transaction=False) as pipe:

@@ -89,6 +89,7 @@ class RequestCache:
     """One job's view of the cache: its scope, and whether it uses the cache at all."""
 
     def __init__(self, connection: Redis, owner: str, payload: dict | None):
+        check_settings()  # ValueError naming the setting
         self.connection = connection
         self.on = enabled(payload)
         self.scope = scope_of(owner) if self.on else ""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from jobs import keys
 from jobs.core.text import decoded
+from jobs.errors import PermanentError
 from jobs.models import cache
 from jobs.models.cache import request_digest
 from jobs.models.provider import Answer, CallRequest, Usage, estimate_text_tokens, prompt_bytes
@@ -71,8 +72,11 @@ class Spending:
     def _init_spending(self, connection) -> None:
         # Answers an earlier attempt received and paid for but could not store (read once).
         self._received: dict[str, dict] = {}
-        self.cache = cache.RequestCache(connection, self.ctx.attempt.owner_name() if self.ctx else "",
-                                        self.ctx.payload if self.ctx else {cache.CACHE_FIELD: False})
+        try:
+            self.cache = cache.RequestCache(connection, self.ctx.attempt.owner_name() if self.ctx else "",
+                                            self.ctx.payload if self.ctx else {cache.CACHE_FIELD: False})
+        except ValueError as exc:  # LEASH_CACHE or LEASH_CACHE_SCOPE is not one of its words: no retry fixes it
+            raise PermanentError(str(exc)) from None
         if self.ctx is not None:
             self._received = {str(decoded(k)): json.loads(v)
                               for k, v in connection.hgetall(keys.received_answers(self.ctx.job_id)).items()}
