@@ -62,3 +62,19 @@ def test_a_cache_setting_that_is_not_one_of_its_words_is_named(conn, env):
     env.setenv("LEASH_CACHE_SCOPE", "everyone")
     with pytest.raises(InvalidJob, match="LEASH_CACHE_SCOPE must be owner or shared"):
         dry_run(conn, "prompt", {"items": ["a"], "template": "{item}"}, owner="alice")
+
+
+def test_cache_hits_are_counted_on_the_item_the_owners_day_and_metrics(conn, env):
+    from jobs.usage.report import owner_usage
+    from tests.test_web_metrics import samples
+    from tests.web_support import make_app
+
+    job_id, _ = enqueue(conn, "prompt", {"items": ["a"] * 2, "template": "{item}"}, owner="alice", now=NOW)
+    attempt = lease.claim(conn, job_id, "leash", "w", now=NOW)
+    attempt.heartbeat(item=(0, '"a"'), now=NOW, usage=Pending("m", "prompt", hits=1, touched=[entry(9)]))
+    conn.sadd(keys.MODELS, "m")
+    assert conn.hget(keys.usage(job_id), "i0") == b"0,0,0,1"
+    assert conn.hget(keys.job(job_id), "usage_cache_hits") == b"1"
+    assert owner_usage(conn, "alice", days=1, now=NOW)["total"]["usage"]["cache_hits"] == 1
+    found = samples(make_app().test_client().get("/metrics"))
+    assert found[("leash_model_cache_hits_total", (("model", "m"),))] == 1
