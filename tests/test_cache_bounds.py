@@ -78,3 +78,28 @@ def test_cache_hits_are_counted_on_the_item_the_owners_day_and_metrics(conn, env
     assert owner_usage(conn, "alice", days=1, now=NOW)["total"]["usage"]["cache_hits"] == 1
     found = samples(make_app().test_client().get("/metrics"))
     assert found[("leash_model_cache_hits_total", (("model", "m"),))] == 1
+
+
+def test_the_key_is_the_whole_request_as_sent_and_nothing_leash_keeps_for_itself():
+    from dataclasses import dataclass, replace
+
+    from jobs.models.cache import request_digest
+    from jobs.models.provider import CallRequest
+
+    @dataclass(frozen=True)
+    class WithSchema(CallRequest):  # a field a later release adds (a response schema)
+        response_format: dict | None = None
+
+    base = CallRequest([{"role": "user", "content": "hi"}], 64)
+    key = request_digest("openai", "http://x/v1", "m", 0.0, base)
+    changed = [request_digest("anthropic", "http://x/v1", "m", 0.0, base),
+               request_digest("openai", "http://y/v1", "m", 0.0, base),
+               request_digest("openai", "http://x/v1", "n", 0.0, base),
+               request_digest("openai", "http://x/v1", "m", 0.7, base),
+               request_digest("openai", "http://x/v1", "m", 0.0, replace(base, max_tokens=65)),
+               request_digest("openai", "http://x/v1", "m", 0.0, replace(base, messages=[{"role": "user",
+                                                                                           "content": "hi!"}])),
+               request_digest("openai", "http://x/v1", "m", 0.0, WithSchema(base.messages, 64,
+                                                                            response_format={"type": "json"}))]
+    assert key not in changed and len(set(changed)) == len(changed)
+    assert request_digest("openai", "http://x/v1", "m", 0.0, replace(base, truncation_ok=True)) == key

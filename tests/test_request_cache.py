@@ -64,6 +64,12 @@ def test_a_resubmission_with_ten_new_items_pays_for_the_ten(conn, worker):
 
     assert billed(worker)[0] == 40
     assert again["usage"]["calls"] == 10 and again["usage"]["cache_hits"] == 30
+    # Five rows fixed: five requests changed, five calls.
+    fixed = items(0, 40)
+    for i in (3, 9, 17, 25, 38):
+        fixed[i] += " (fixed)"
+    third = run(conn, fixed)
+    assert billed(worker)[0] == 45 and third["usage"]["calls"] == 5 and third["usage"]["cache_hits"] == 35
 
 
 def test_no_cache_and_another_owner_ask_the_provider_again(conn, worker):
