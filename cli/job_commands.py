@@ -25,8 +25,12 @@ from jobs.core.text import printable
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob, NoSuchJob, QueueFull
 from jobs.intake import admission
+from jobs.intake.estimate import dry_run as enqueue_dry_run
+from jobs.intake.estimate import price_or_none
+from jobs.intake.estimate import text as estimate_text
 from jobs.intake.modes import MODE_FIELD, MODES
 from jobs.models.backends import get_backend
+from jobs.models.cache import CACHE_FIELD
 from jobs.read import humane, listing, money, results
 from jobs.read.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens
 from jobs.usage.budget import BUDGET_FIELD
@@ -150,10 +154,15 @@ class KindFieldsCommand(click.Command):
 @click.option("--mode", type=click.Choice(MODES), default="direct", show_default=True,
               help="batch: the items go through the provider's batch API (half the price, within 24 h; "
                    "no worker is held while it works).")
-@click.option("--json", "as_json", is_flag=True, help='Print {"job_id": ..., "created": ..., "url": ...}.')
+@click.option("--no-cache", is_flag=True,
+              help="Ask the model again for every item, even a request already answered (the request cache).")
+@click.option("--dry-run", is_flag=True,
+              help="Print what the job would cost (worst case, expected, what is cached) and submit nothing.")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"job_id": ..., "created": ..., "url": ...} (with --dry-run: {"estimate": ...}).')
 @click.argument("source", type=click.File("r"), default="-")
 def submit(kind, name, owner, token, idempotency_key, max_attempts, queue, item_concurrency,
-           budget_tokens, budget_usd, mode, as_json, source, **field_texts):
+           budget_tokens, budget_usd, mode, no_cache, dry_run, as_json, source, **field_texts):
     """Enqueue one job; items are read one per line from SOURCE (a file, or - for stdin).
     Prints the job id, and its web address on stderr."""
     owner = acting_owner(owner, token)
@@ -172,14 +181,26 @@ def submit(kind, name, owner, token, idempotency_key, max_attempts, queue, item_
     budget = {"tokens": budget_tokens, "usd": budget_usd}
     if any(v is not None for v in budget.values()):
         payload[BUDGET_FIELD] = {k: v for k, v in budget.items() if v is not None}
+    if no_cache:
+        payload[CACHE_FIELD] = False
     conn = connect_checked()
+    if dry_run:
+        try:
+            figures = enqueue_dry_run(conn, kind, payload, owner=owner, max_attempts=max_attempts, queue=queue,
+                                      name=name)
+        except InvalidJob as exc:
+            raise BadInput(in_flags(str(exc), field_texts)) from None
+        click.echo(json.dumps({"estimate": figures}) if as_json else estimate_text(figures))
+        return
     refusal = admission.check(conn, owner, idempotency_key)
     if refusal is not None:
         # Not bad input: the same command succeeds later (exit 1, like any refusal to act now).
         raise click.ClickException(refusal.message)
     try:
         job_id, created = enqueue(conn, kind, payload, owner=owner, max_attempts=max_attempts,
-                                  idempotency_key=idempotency_key, queue=queue, name=name)
+                                  idempotency_key=idempotency_key, queue=queue, name=name,
+                                  price=price_or_none(conn, kind, payload, owner, max_attempts=max_attempts,
+                                                      queue=queue, name=name))
     except QueueFull as exc:  # the place was taken by a submission racing this one (exit 1)
         raise click.ClickException(str(exc)) from None
     except InvalidJob as exc:

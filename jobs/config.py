@@ -289,6 +289,12 @@ declare("LEASH_MODEL_PRICES", "str", None,
         'JSON `{"<model>": {"input": USD per 1M tokens, "output": ...}}`; other models: the genai-prices table')
 declare("LEASH_OWNER_DAILY_TOKENS", "int", 0, "tokens an owner's jobs may use per UTC day (0: no limit)", 0)
 declare("LEASH_OWNER_DAILY_USD", "float", 0.0, "USD an owner's jobs may spend per UTC day (0: no limit)", 0.0)
+declare("LEASH_CACHE", "str", "on", "`on`: a request already answered is answered from the cache; `off`: never")
+declare("LEASH_CACHE_SCOPE", "str", "owner",
+        "whose answers a request may reuse: `owner` (its own) or `shared` (anyone's)")
+declare("LEASH_CACHE_DAYS", "float", 30.0, "days a cached answer is kept after its last use", 0.001)
+declare("LEASH_CACHE_MAX_MB", "float", 256.0,
+        "the cache's size cap in MB; the least recently used answers go first", 0.0)
 
 # --- the web app -------------------------------------------------------------------------------
 declare("SECRET_KEY", "str", None, "signs browser sessions; required outside `leash dev`")

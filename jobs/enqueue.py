@@ -23,7 +23,7 @@ from jobs.core import clock, payload_copy
 from jobs.core.rq_side import new_job_id, rq_job_for, rq_queue
 from jobs.errors import InvalidJob
 from jobs.intake import door, modes
-from jobs.intake.limits import check_payload
+from jobs.intake.limits import check_cache_option, check_payload
 from jobs.models import backends
 from jobs.usage import budget
 
@@ -112,14 +112,25 @@ def _validate(kind: str, payload, owner: str, max_attempts: int, idempotency_key
     if idempotency_key is not None and not _is_key(idempotency_key):
         raise InvalidJob("idempotency key must be 1-200 characters of letters, digits and _.:@-")
     budget.parse(payload.get(budget.BUDGET_FIELD))
+    check_cache_option(payload)
     total = definition.validate(payload)
     modes.check_mode(payload, kind, definition.batch, backends.batch_problem)
     return total
 
 
+def validate(kind: str, payload, owner: str = "default", max_attempts: int | None = None, queue: str | None = None,
+             name: str | None = None) -> None:
+    """Every check ``enqueue`` makes of a submission, writing nothing (InvalidJob): a dry run's."""
+    s = settings()
+    _validate(kind, payload, owner, s.max_attempts if max_attempts is None else max_attempts, None)
+    check_name(name)
+    resolve_queue(queue, s.queues)
+
+
 def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
             max_attempts: int | None = None, idempotency_key: str | None = None,
-            queue: str | None = None, now: float | None = None, name: str | None = None) -> tuple[str, bool]:
+            queue: str | None = None, now: float | None = None, name: str | None = None,
+            price: dict | None = None) -> tuple[str, bool]:
     """Enqueue a job; returns ``(job_id, created)``. With an idempotency key already used by
     this owner, returns the first job's id and ``created=False`` and writes nothing. The owner's
     queued cap is taken here, in one step with its check (``jobs.intake.door``: QueueFull at the
@@ -129,7 +140,8 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
     The idempotency key is written in the same transaction as the job, so it never points at
     a job that does not exist: concurrent submissions with one key race on WATCH, the losers
     read the winner's id, and a submission cut short (Redis stalled, client gone) left
-    nothing behind, so its retry creates the job."""
+    nothing behind, so its retry creates the job. ``price``: the job's estimate
+    (jobs/intake/estimate.py), kept in its record for the job page (the doors make it)."""
     s = settings()
     max_attempts = s.max_attempts if max_attempts is None else max_attempts
     if _is_key(owner) and _is_key(idempotency_key):
@@ -166,7 +178,7 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
                         # a rollback) returns this job; never over another owner's key (nx).
                         pipe.set(legacy_key, job_id, ex=s.result_ttl, nx=True)
                 registry, concurrency = _write_job(pipe, q, job_id, kind, payload, owner, max_attempts, total,
-                                                   stamp, s, name)
+                                                   stamp, s, name, price)
                 door.written(pipe, owner, job_id)  # in the queued index and out of the holds at once
                 try:
                     _execute_without_script_check(pipe, registry, concurrency)
@@ -230,7 +242,7 @@ def submitted_params(payload: dict, field_names: tuple[str, ...] = ()) -> str:
 
 def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str,
                max_attempts: int, total: int, now: float, s: Settings,
-               name: str | None = None) -> tuple[RateLimitRegistry, int]:
+               name: str | None = None, price: dict | None = None) -> tuple[RateLimitRegistry, int]:
     """leash's record and RQ's rate-limited job, queued on one transaction: no crash can leave
     either alone. Returns the owner's rate-limit registry and its concurrency."""
     # Counters (attempts, token, done, handoffs, defers) start absent, meaning 0.
@@ -240,7 +252,8 @@ def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str
         "params": submitted_params(payload, tuple(f.name for f in kinds.get(kind).fields)),
         # What the job may spend (model_admit_v1 reads it; a replay may raise it).
         **(budget.parse(payload.get(budget.BUDGET_FIELD)) or budget.Budget()).hash_fields(),
-    } | ({"name": name} if name else {}) | ({"mode": "batch"} if modes.mode_of(payload) == "batch" else {}))
+    } | ({"name": name} if name else {}) | ({"mode": "batch"} if modes.mode_of(payload) == "batch" else {})
+      | ({"estimate": json.dumps(price, separators=(",", ":"))} if price else {}))
     # The copy expires like the idempotency key unless the job's end sets its record's expiry:
     # a worker of the previous release ends jobs without knowing this key (docs/OPERATIONS.md).
     pipe.set(keys.payload(job_id), payload_copy.encode(payload), ex=s.result_ttl)

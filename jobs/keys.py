@@ -357,6 +357,24 @@ def reservation_owners() -> str:
     return f"{PREFIX}reservations:owners"
 
 
+def cache_entry(scope: str, digest: str) -> str:
+    """One answer of the request cache (a string with an expiry): ``scope`` is ``cache_scope``'s,
+    ``digest`` the request's (jobs/models/cache.py)."""
+    return f"{PREFIX}cache:{scope}:{digest}"
+
+
+def cache_scope(owner: str | None) -> str:
+    """Whose answers an entry is: one owner's (LEASH_CACHE_SCOPE=owner), or everyone's (None)."""
+    return "shared" if owner is None else f"o:{len(owner)}:{owner}"
+
+
+#: The request cache's entries by last use (sorted set of their key names), each entry's size
+#: in bytes (hash), and the sum of the sizes (a counter): the cache's cap is leash's own.
+CACHE_INDEX = PREFIX + "cache-index"
+CACHE_SIZES = PREFIX + "cache-sizes"
+CACHE_BYTES = PREFIX + "cache-bytes"
+
+
 def usage_model(model: str) -> str:
     """Hash of one model's all-time usage and cost (``/metrics``)."""
     return f"{PREFIX}usage:model:{model}"
@@ -373,7 +391,7 @@ PERMANENT = (
     SWEEP_OWNERS_SEEN,
     REJECTED_WRITES, RECLAIMS, STATS_TOTALS,
     REPLAY_AUDIT, MODELS, model_concurrency("*"), usage_model("*"), reservation_owners(),
-    STATE_INDEX_READY, SCHEMA,
+    STATE_INDEX_READY, SCHEMA, CACHE_INDEX, CACHE_SIZES, CACHE_BYTES,
 )
 
 

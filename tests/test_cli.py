@@ -96,15 +96,16 @@ def test_results_streams_every_item_with_its_input_as_jsonl_or_csv(conn, env, tm
     lines = run("results", job_id)
     rows = [json.loads(line) for line in lines.stdout.splitlines()]
     assert len(rows) == 1000 and rows[0] == {"index": 0, "item": "item 0, with a comma", "result": "a",
-                                             "usage": {"calls": 2, "input_tokens": 30, "output_tokens": 4}}
+                                             "usage": {"calls": 2, "input_tokens": 30, "output_tokens": 4,
+                                                       "cache_hits": 0}}
     assert rows[999] == {"index": 999, "item": "item 999, with a comma", "result": None, "usage": None}
     assert "500 item(s) have no result yet" in lines.stderr
     out = tmp_path / "results.csv"
     assert run("results", job_id, "--format", "csv", "-o", str(out)).exit_code == 0
     table = list(csv.reader(out.open(encoding="utf-8")))
-    assert table[0] == ["index", "item", "result", "calls", "input_tokens", "output_tokens"]
-    assert table[1] == ["0", "item 0, with a comma", "a", "2", "30", "4"]
-    assert len(table) == 1001 and table[2] == ["1", "item 1, with a comma", "", "", "", ""]
+    assert table[0] == ["index", "item", "result", "calls", "input_tokens", "output_tokens", "cache_hits"]
+    assert table[1] == ["0", "item 0, with a comma", "a", "2", "30", "4", "0"]
+    assert len(table) == 1001 and table[2] == ["1", "item 1, with a comma", "", "", "", "", ""]
 
 
 def test_results_as_csv_show_a_would_be_formula_as_text(conn, env, tmp_path):
@@ -113,8 +114,8 @@ def test_results_as_csv_show_a_would_be_formula_as_text(conn, env, tmp_path):
     attempt.heartbeat(item=(0, json.dumps("@SUM(A1:A9)")))
     out = tmp_path / "results.csv"
     assert run("results", job_id, "--format", "csv", "-o", str(out)).exit_code == 0
-    assert list(csv.reader(out.open(encoding="utf-8")))[1:] == [["0", "'=1+1", "'@SUM(A1:A9)", "", "", ""],
-                                                                 ["1", "-2", "", "", "", ""]]
+    assert list(csv.reader(out.open(encoding="utf-8")))[1:] == [["0", "'=1+1", "'@SUM(A1:A9)", "", "", "", ""],
+                                                                 ["1", "-2", "", "", "", "", ""]]
     assert json.loads(run("results", job_id).stdout.splitlines()[0])["item"] == "=1+1"
 
 

@@ -47,9 +47,9 @@ def test_an_item_write_carries_its_calls_usage_to_the_job_attempt_item_owner_day
     attempt.heartbeat(item=(1, '"y"'), now=NOW, usage=Pending("m", "classify", calls=1, input=50, output=3, nusd=2_000))
     fields = used(conn, job_id)
     assert fields["usage"] == {"calls": 3, "input_tokens": 150, "output_tokens": 10, "cached_input_tokens": 40,
-                               "estimated": False, "estimated_calls": 0}
+                               "estimated": False, "estimated_calls": 0, "cache_hits": 0}
     assert fields["cost_usd"] == pytest.approx(7e-6)
-    assert conn.hget(keys.usage(job_id), "i0") == b"2,100,7" and conn.hget(keys.usage(job_id), "a1:calls") == b"3"
+    assert conn.hget(keys.usage(job_id), "i0") == b"2,100,7,0" and conn.hget(keys.usage(job_id), "a1:calls") == b"3"
     day = conn.hgetall(keys.usage_owner_day("alice", DAY))
     assert day[b"input_tokens"] == b"150" and day[b"by|m|classify|output_tokens"] == b"10"
     assert conn.hget(keys.usage_model("m"), "calls") == b"3"
@@ -92,7 +92,7 @@ def test_an_item_write_sent_again_after_its_reply_was_lost_counts_its_calls_once
     attempt = lease.claim(conn, job_id, "leash", "w", now=NOW)
     settled = admit(conn, attempt, tokens=500)
     admit(conn, attempt, tokens=300)  # another call, still in flight
-    runs = _lose_first_reply(monkeypatch, "heartbeat_v3")
+    runs = _lose_first_reply(monkeypatch, "heartbeat_v4")
     attempt.heartbeat(item=(0, '"x"'), now=NOW, usage=Pending("m", "classify", calls=2, input=100, output=7, nusd=5_000,
                                                             day=settled.day, reservations=[settled.reservation]))
     assert len(runs) == 2  # the write was sent twice
@@ -113,7 +113,7 @@ def test_an_item_write_sent_again_after_its_reply_was_lost_counts_its_calls_once
 def test_many_items_written_again_after_a_lost_reply_count_their_calls_once(conn, env, monkeypatch):
     job_id = submit(conn)
     attempt = lease.claim(conn, job_id, "leash", "w", now=NOW)
-    runs = _lose_first_reply(monkeypatch, "store_items_v1")
+    runs = _lose_first_reply(monkeypatch, "store_items_v2")
     attempt.store_items([(0, '"x"', "1,5,2"), (1, '"y"', "1,5,2")], Pending("m", "classify", calls=2, input=10,
                                                                              output=4), now=NOW)
     assert len(runs) == 2

@@ -71,7 +71,7 @@ def test_an_item_whose_write_gave_up_has_its_calls_counted_once_by_the_closing_f
     real, state = lua.run, {"away": True, "landed_first": False}
 
     def run(connection, name, *args, **kwargs):
-        if name == "heartbeat_v3" and state["away"]:
+        if name == "heartbeat_v4" and state["away"]:
             if state["landed_first"]:
                 real(connection, name, *args, **kwargs)  # it landed; the reply, and Redis, went away
             raise redis.exceptions.ConnectionError("Connection refused")

@@ -114,8 +114,9 @@ def test_downloads_stream_every_item_beside_its_result_as_csv_and_jsonl(client, 
     assert response.status_code == 200 and response.mimetype == "text/csv" and response.is_streamed
     assert "attachment" in response.headers["Content-Disposition"]
     rows = list(csv.reader(io.StringIO(response.get_data(as_text=True))))
-    assert rows[0] == ["index", "item", "result", "calls", "input_tokens", "output_tokens"] and len(rows) == 701
-    assert rows[1] == ["0", 'review 0, "quoted"', '{"error": "no answer"}', "", "", ""] and rows[700][2] == "positive"
+    assert rows[0] == ["index", "item", "result", "calls", "input_tokens", "output_tokens", "cache_hits"]
+    assert len(rows) == 701 and rows[700][2] == "positive"
+    assert rows[1] == ["0", 'review 0, "quoted"', '{"error": "no answer"}', "", "", "", ""]
     lines = client.get(f"/jobs/{job_id}/result.jsonl").get_data(as_text=True).splitlines()
     assert len(lines) == 700 and json.loads(lines[699]) == {"index": 699, "item": 'review 699, "quoted"',
                                                             "result": "positive", "usage": None}

@@ -1,6 +1,7 @@
 """The JSON API: submit a job, poll it, page through its results, cancel it, list yours.
 
-    POST /jobs                 202 {job_id, state, url}; Idempotency-Key repeat -> 200, same job
+    POST /jobs                 202 {job_id, state, url}; Idempotency-Key repeat -> 200, same job;
+                               with "dry_run": true, 200 {estimate} and nothing written
     GET  /jobs/<id>            the status fields (jobs.core.states.FIELDS); ETag, 304 when unchanged
     GET  /jobs/<id>/result     per-item results, ?offset=&limit=
     GET  /jobs/<id>/result.csv every item beside its result, streamed (also .jsonl)
@@ -29,6 +30,7 @@ from jobs.core import control, provider_batch, states
 from jobs.enqueue import check_name, enqueue
 from jobs.errors import InvalidJob, NoSuchJob, QueueFull
 from jobs.intake import admission
+from jobs.intake.estimate import dry_run, price_or_none
 from jobs.models.backends import get_backend
 from jobs.read import listing, results
 from jobs.usage.meter import DAYS_KEPT
@@ -43,7 +45,7 @@ bp = Blueprint("api", __name__)
 
 EXAMPLE = '{"kind": "classify", "items": ["first text", "second text"], "labels": ["positive", "negative"]}'
 #: Fields of the request body that are options, not part of the job's payload.
-OPTIONS = ("kind", "max_attempts", "queue", "name")
+OPTIONS = ("kind", "max_attempts", "queue", "name", "dry_run")
 _IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
 _QUOTED_FIELD = re.compile(r"'([A-Za-z_][A-Za-z0-9_]*)'")
 
@@ -63,7 +65,7 @@ class _Fail(Exception):
         self.status, self.message = status, message
 
 
-def _parse_submission() -> tuple[str, dict, Any, Any, Any]:
+def _parse_submission() -> tuple[str, dict, Any, Any, Any, bool]:
     if not request.is_json:
         got = request.mimetype or "no Content-Type"
         raise _Fail(415, f"send the job as JSON with 'Content-Type: application/json' (got {got}), e.g. {EXAMPLE}")
@@ -87,7 +89,10 @@ def _parse_submission() -> tuple[str, dict, Any, Any, Any]:
         name = check_name(body.get("name"))
     except InvalidJob as exc:
         raise _Fail(422, str(exc)) from None
-    return kind, payload, body.get("max_attempts"), body.get("queue"), name
+    dry = body.get("dry_run", False)
+    if not isinstance(dry, bool):
+        raise _Fail(422, f"'dry_run' must be true or false, got {json.dumps(dry)[:60]}")
+    return kind, payload, body.get("max_attempts"), body.get("queue"), name, dry
 
 
 @bp.post("/jobs")
@@ -98,16 +103,25 @@ def submit():
         return api_error(400, "the Idempotency-Key header must be 1-200 characters of letters, digits and _.:@- "
                               "(a UUID works)")
     try:
-        kind, payload, max_attempts, queue, name = _parse_submission()
+        kind, payload, max_attempts, queue, name, dry = _parse_submission()
     except _Fail as fail:
         return api_error(fail.status, fail.message)
     connection = redis_conn()
+    if dry:  # the price before the run: every check, nothing written
+        try:
+            return jsonify(estimate=dry_run(connection, kind, payload, owner=owner, max_attempts=max_attempts,
+                                            queue=queue, name=name))
+        except InvalidJob as exc:
+            missing = missing_field(str(exc), payload)
+            return api_error(400, f"missing field '{missing}': {exc}") if missing else api_error(422, str(exc))
     refusal = admission.check(connection, owner, idempotency_key)
     if refusal is not None:
         return api_error(refusal.status, refusal.message, {"Retry-After": str(refusal.retry_after)})
     try:
         job_id, created = enqueue(connection, kind, payload, owner=owner, max_attempts=max_attempts,
-                                  idempotency_key=idempotency_key, queue=queue, name=name)
+                                  idempotency_key=idempotency_key, queue=queue, name=name,
+                                  price=price_or_none(connection, kind, payload, owner, max_attempts=max_attempts,
+                                                      queue=queue, name=name))
     except QueueFull as exc:  # the place was taken by a submission racing this one
         return api_error(exc.status, str(exc), {"Retry-After": str(exc.retry_after)})
     except InvalidJob as exc:

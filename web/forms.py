@@ -13,7 +13,7 @@ import secrets
 
 from flask_wtf import FlaskForm
 from flask_wtf.file import FileAllowed, FileField
-from wtforms import DecimalField, HiddenField, IntegerField, SelectField, StringField, TextAreaField
+from wtforms import BooleanField, DecimalField, HiddenField, IntegerField, SelectField, StringField, TextAreaField
 from wtforms.fields import SelectChoice
 from wtforms.validators import NumberRange, Optional, Regexp
 
@@ -51,6 +51,8 @@ class BaseSubmitForm(FlaskForm):
         Optional(), NumberRange(min=1, message="a token budget is a whole number of at least 1")])
     budget_usd = UsdField("USD", places=None, validators=[
         Optional(), NumberRange(min=0.000001, message="a USD budget is a number above 0")])
+    no_cache = BooleanField("Ask the model again for every item",
+                            description="Skip the request cache: requests already answered are paid for again")
     # A fresh random key per rendered form: submitting the same form twice (double click,
     # back button) returns the first job instead of creating a second.
     submission = HiddenField(validators=[Regexp(r"^[A-Za-z0-9_-]{8,64}$", message="reload the page and submit again")])

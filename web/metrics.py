@@ -130,14 +130,17 @@ def _usage_families(spent: dict[str, dict[str, int]]):
                                "models with no known price are left out).", labels=["model"])
     unpriced = CounterMetricFamily("leash_model_unpriced_calls", "Calls whose model has no known price.",
                                    labels=["model"])
+    hits = CounterMetricFamily("leash_model_cache_hits", "Requests answered from leash's request cache (no call, "
+                               "no cost).", labels=["model"])
     for model, totals in spent.items():
+        hits.add_metric([model], totals["cache_hits"])
         tokens.add_metric([model, "input"], totals["input_tokens"])
         tokens.add_metric([model, "output"], totals["output_tokens"])
         tokens.add_metric([model, "cached_input"], totals["cached_input_tokens"])
         calls.add_metric([model], totals["calls"])
         cost.add_metric([model], usd(totals["cost_nusd"]))
         unpriced.add_metric([model], totals["unpriced_calls"])
-    yield from (tokens, calls, cost, unpriced)
+    yield from (tokens, calls, cost, unpriced, hits)
 
 
 def _model_families(models: list[model_concurrency.ModelConcurrency]):

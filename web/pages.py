@@ -25,14 +25,17 @@ from datetime import datetime
 
 from flask import Blueprint, jsonify, make_response, redirect, render_template, request, url_for
 
-from jobs import deadletter, kinds
+from jobs import deadletter, keys, kinds
 from jobs.core import clock, states
 from jobs.core.text import printable
 from jobs.enqueue import check_name, enqueue
 from jobs.errors import InvalidJob, QueueFull
 from jobs.intake import admission, limits
+from jobs.intake.estimate import dry_run, price_or_none
+from jobs.intake.estimate import text as estimate_text
 from jobs.intake.modes import MODE_FIELD, check_mode
 from jobs.models import backends
+from jobs.models.cache import CACHE_FIELD
 from jobs.read import humane, job_view, listing, money, poll_schedule, results
 from jobs.usage.budget import BUDGET_FIELD
 
@@ -107,6 +110,8 @@ def _payload(form: BaseSubmitForm, items: list[str]) -> dict:
         payload[BUDGET_FIELD] = form.budget()
     if form.mode.data == "batch":
         payload[MODE_FIELD] = "batch"
+    if form.no_cache.data:
+        payload[CACHE_FIELD] = False
     return payload
 
 
@@ -135,11 +140,20 @@ def index():
             form.name.errors.append(plain(str(exc)))
         if not any(getattr(form, name).errors for name in (*FORM_FIELDS, *(f.name for f, _ in kinds.fields()))):
             key = "form:" + form.submission.data
+            if request.form.get("estimate"):  # the Estimate button: the price, nothing written
+                try:
+                    priced = estimate_text(dry_run(redis_conn(), form.kind.data, payload, owner=owner, name=job_name))
+                except InvalidJob as exc:
+                    priced = None
+                    getattr(form, _field_for(str(exc), form)).errors.append(plain(str(exc)))
+                return _page(render_template("index.html", form=form, kind_names=sorted(kinds.KINDS), refusal=None,
+                                             estimate=priced and plain(priced)), 422 if form.errors else 200)
             refusal = admission.check(redis_conn(), owner, key)
             try:
                 if refusal is None:
                     job_id, _ = enqueue(redis_conn(), form.kind.data, payload, owner=owner, idempotency_key=key,
-                                        name=job_name)
+                                        name=job_name, price=price_or_none(redis_conn(), form.kind.data, payload,
+                                                                           owner, name=job_name))
                     return redirect(url_for("api.job", job_id=job_id), 303)
             except QueueFull as exc:  # the place was taken by a submission racing this one
                 refusal = admission.Refusal(exc.status, str(exc), exc.retry_after)
@@ -221,6 +235,7 @@ def job_page(job_id: str):
         cancel_requested=not terminal and request.args.get("cancel") == "requested",
         look_requested=waiting_at_provider and request.args.get("look") == "requested",
         summary=fields["result"]["summary"] if fields["result"] else None,
+        estimate=_estimate(connection, job_id),
     ))
 
 
@@ -239,6 +254,16 @@ def look(job_id: str):
     response = jsonify(job_id=job_id, look="requested", url=url_for("api.job", job_id=job_id))
     response.status_code = 202
     return response
+
+
+def _estimate(connection, job_id: str) -> str | None:
+    """The price the job was given at submission (jobs/intake/estimate.py), in words."""
+    raw = connection.hget(keys.job(job_id), "estimate")
+    try:
+        figures = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return " · ".join(estimate_text(figures).splitlines()) if isinstance(figures, dict) and "items" in figures else None
 
 
 def _percent(fields: dict) -> int:

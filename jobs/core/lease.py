@@ -32,7 +32,7 @@ from jobs.core import clock, lua
 from jobs.core.connection import is_out_of_memory
 from jobs.core.memory_wait import MemoryWait
 from jobs.errors import CANCELED, LeaseLost
-from jobs.usage.meter import Pending, write_args
+from jobs.usage.meter import Pending, cache_args, write_args
 
 _memory_wait = MemoryWait(logging.getLogger("leash.worker"), "the running job")
 
@@ -199,7 +199,7 @@ class Attempt:
         Returns whether a cancel was requested. Raises LeaseLost for a superseded attempt.
         """
         now = clock.wall() if now is None else now
-        reply, _ = self.run_lua("heartbeat_v3", *self._heartbeat_call(done, total, item, now, usage))
+        reply, _ = self.run_lua("heartbeat_v4", *self._heartbeat_call(done, total, item, now, usage))
         if int(reply[0]) != 1:
             self.settle(Outcome.SUPERSEDED)
             raise LeaseLost()
@@ -208,7 +208,8 @@ class Attempt:
 
     def _heartbeat_call(self, done, total, item, now, usage) -> tuple[list, list]:
         usage_keys, usage_args = write_args(self, usage, now)
-        return self._heartbeat_keys + usage_keys, [
+        cache_keys, cache_argv = cache_args(usage)
+        return self._heartbeat_keys + usage_keys + cache_keys, [
             self.job_id, self.token, now, self.lease_seconds,
             "" if done is None else int(done),
             "" if total is None else int(total),
@@ -216,22 +217,21 @@ class Attempt:
             "" if item is None else item[1],
             self.rq_started_member,
             "0" if self.orphaned() else "1",
-            *usage_args,
-        ]
+            *usage_args, *cache_argv]
 
     def store_items(self, entries: list[tuple[int, str, str]], usage: Pending | None,
                     now: float | None = None) -> bool:
-        """Many items' results in one fenced write (store_items_v1): each ``(index, result
-        JSON, "calls,input,output")``, with ``usage``, the calls behind them all, counted even
-        if the write is refused. A batch job stores thousands of answers this way. Returns
-        whether a cancel was requested; raises LeaseLost for a superseded attempt."""
+        """Many items' results in one fenced write (store_items_v2): each ``(index, result JSON,
+        "calls,input,output,hits")``, with ``usage`` (the calls behind them all, counted even if
+        refused) and its cache entries. Returns whether a cancel was requested; LeaseLost if superseded."""
         now = clock.wall() if now is None else now
         usage_keys, usage_args = write_args(self, usage, now)
         items = [value for entry in entries for value in entry]
+        cache_keys, cache_argv = cache_args(usage)
         reply, _ = self.run_lua(
-            "store_items_v1", self._heartbeat_keys + usage_keys,
+            "store_items_v2", self._heartbeat_keys + usage_keys + cache_keys,
             [self.job_id, self.token, now, self.lease_seconds, self.rq_started_member,
-             "0" if self.orphaned() else "1", *usage_args, *items])
+             "0" if self.orphaned() else "1", *usage_args, len(entries), *items, *cache_argv])
         if usage is not None:
             # /metrics lists the models of this set: direct calls join it through their
             # concurrency gate, a model used only through its batch API joins it here.

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobs import keys
 from jobs.config import get, settings
-from jobs.core import batch_looks, canceled_batch, clock, lua
+from jobs.core import batch_cache, batch_looks, canceled_batch, clock, lua
 from jobs.core.lease import Outcome
 from jobs.errors import Canceled, ItemError, LeaseLost, NeedsDirect, Parked, PermanentError
 from jobs.usage import budget
@@ -146,6 +146,10 @@ class BatchRun:
         done = self.ctx.items_done()
         self.ctx.progress(len(done), total=len(self.items))
         try:
+            if not self.record.parts:  # what the request cache answers is not sent
+                batch_cache.answer_from_cache(self, done, _AGAIN, STORE_CHUNK)
+                if len(done) == len(self.items):
+                    return [done[i] for i in range(len(self.items))]
             if not self.record.parts or any(p.batch_id is None for p in self.record.parts.values()):
                 self._create(done)
                 self._park([0, 0, sum(len(p.indexes) for p in self.record.parts.values())])
@@ -258,13 +262,14 @@ class BatchRun:
                 if index in done:
                     continue  # stored by an earlier look that was cut short
                 request = requests[name]
+                batch_cache.keep_answer(self, usage, request, outcome)
                 value = self._value(index, request, outcome)
                 self._count(request, used)
                 if value is _AGAIN:
                     _add(usage, self.ctx.meter.take())  # its calls were paid for all the same
                     continue
                 mine = self.ctx.meter.take()
-                chunk.append((index, json.dumps(value), f"{mine.calls},{mine.input},{mine.output}" if mine else ""))
+                chunk.append((index, json.dumps(value), mine.item_usage() if mine else ""))
                 _add(usage, mine)
                 done[index] = value
                 if len(chunk) >= STORE_CHUNK:
@@ -291,7 +296,8 @@ class BatchRun:
         if not chunk:
             flush(self.ctx.attempt, [usage])  # nothing to store: its calls and reservation all the same
         else:
-            cancel_requested = self.ctx.attempt.store_items(chunk, usage if usage.calls or usage.reservations else None)
+            cancel_requested = self.ctx.attempt.store_items(
+                chunk, usage if usage.calls or usage.reservations or usage.hits or usage.cache else None)
             self.ctx.stored(chunk)
             if cancel_requested:
                 raise Canceled()
@@ -362,7 +368,7 @@ _AGAIN = object()
 def _add(total: Pending, one: Pending | None) -> None:
     """One item's calls into the chunk's usage (one write carries them all)."""
     if one is not None:
-        for name in ("calls", "input", "output", "cached", "nusd", "unpriced", "estimated"):
+        for name in ("calls", "input", "output", "cached", "nusd", "unpriced", "estimated", "hits"):
             setattr(total, name, getattr(total, name) + getattr(one, name))
 #: Item writes sent in one round trip when a part's answers are stored.
 STORE_CHUNK = 500

@@ -68,9 +68,16 @@ def check_payload(payload: Any) -> None:
 
 
 #: Payload fields every kind with items accepts: how many items may run at once (jobs/core/batch.py),
-#: what the job may spend (jobs/usage/budget.py) and whether its items go through the provider's
-#: batch API (jobs/core/provider_batch.py).
-ITEM_OPTIONS = ("item_concurrency", "budget", "mode")
+#: what the job may spend (jobs/usage/budget.py), whether its items go through the provider's
+#: batch API (jobs/core/provider_batch.py) and whether it uses the request cache
+#: (jobs/models/cache.py).
+ITEM_OPTIONS = ("item_concurrency", "budget", "mode", "cache")
+
+
+def check_cache_option(payload: dict) -> None:
+    """``cache``: true (the default) or false (the job neither reads nor writes the request cache)."""
+    if "cache" in payload and not isinstance(payload["cache"], bool):
+        raise InvalidJob(f"'cache' must be true or false, got {json.dumps(payload['cache'])[:60]}")
 
 
 def check_fields(payload: dict, known: Iterable[str]) -> None:

@@ -122,9 +122,11 @@ end
 -- day the calls were admitted on (their reservations were held there); model_key: the model's
 -- all-time totals; res_key, records_key: the owner's reservations (nil: a script of the release
 -- before, whose usage settles its job's pool as it did then).
+-- "hits" (requests answered from the request cache, at no cost) is sent by this release's
+-- workers only: a usage JSON of the release before has none, and is counted as it was.
 local USAGE_FIELDS = {{'calls', 'calls'}, {'input', 'input_tokens'}, {'output', 'output_tokens'},
   {'cached', 'cached_input_tokens'}, {'nusd', 'cost_nusd'}, {'unpriced', 'unpriced_calls'},
-  {'estimated', 'estimated_calls'}}
+  {'estimated', 'estimated_calls'}, {'hits', 'cache_hits'}}
 
 local function add_usage(job_key, usage_key, day_key, model_key, u, token, day, attempt, ttl, day_ttl, res_key,
                          records_key)
@@ -313,4 +315,53 @@ local function door_count(queued_key, holds_key)
   local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
   redis.call('ZREMRANGEBYSCORE', holds_key, '-inf', now)
   return redis.call('ZCARD', queued_key) + redis.call('ZCARD', holds_key), now
+end
+
+-- The request cache (jobs/models/cache.py): answers by request, each a string key with an
+-- expiry, indexed by last use (index_key, a sorted set of entry key names) with its size in
+-- bytes (sizes_key, a hash) and the sum of the sizes (total_key). The write that stores an
+-- item stores its calls' answers here and refreshes the entries its hits used; it then drops
+-- entries unused for longer than ttl and, while the sum is over the cap, the least recently
+-- used: the cap is leash's own, never a Redis eviction policy.
+-- KEYS[first .. first+2]: index, sizes, total; KEYS[first+3 ..]: the n entries written, then
+-- the entries touched (to the end of KEYS). ARGV[at]: ttl seconds ('' = no cache write);
+-- ARGV[at+1]: cap in bytes; ARGV[at+2]: n; ARGV[at+3 ..]: each entry's value and size.
+local CACHE_DROPS_PER_WRITE = 1000
+
+local function cache_drop(index_key, sizes_key, total_key, names)
+  for _, name in ipairs(names) do
+    redis.call('DEL', name)
+    redis.call('ZREM', index_key, name)
+    local size = tonumber(redis.call('HGET', sizes_key, name) or '0') or 0
+    redis.call('HDEL', sizes_key, name)
+    if size ~= 0 and redis.call('DECRBY', total_key, size) < 0 then redis.call('SET', total_key, 0) end
+  end
+  return #names
+end
+
+local function cache_write(first, at, now)
+  if ARGV[at] == nil or ARGV[at] == '' then return end
+  local index_key, sizes_key, total_key = KEYS[first], KEYS[first + 1], KEYS[first + 2]
+  local ttl, cap, n = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+  now = tonumber(now)
+  for i = 1, n do
+    local name, value, size = KEYS[first + 2 + i], ARGV[at + 1 + 2 * i], tonumber(ARGV[at + 2 + 2 * i])
+    if size <= cap then
+      local old = tonumber(redis.call('HGET', sizes_key, name) or '0') or 0
+      redis.call('SET', name, value, 'EX', math.ceil(ttl))
+      redis.call('ZADD', index_key, now, name)
+      redis.call('HSET', sizes_key, name, size)
+      redis.call('INCRBY', total_key, size - old)
+    end
+  end
+  for i = first + 3 + n, #KEYS do
+    if redis.call('EXPIRE', KEYS[i], math.ceil(ttl)) == 1 then redis.call('ZADD', index_key, 'XX', now, KEYS[i]) end
+  end
+  local dropped = cache_drop(index_key, sizes_key, total_key,
+    redis.call('ZRANGEBYSCORE', index_key, '-inf', now - ttl, 'LIMIT', 0, 100))
+  while dropped < CACHE_DROPS_PER_WRITE and tonumber(redis.call('GET', total_key) or '0') > cap do
+    local oldest = redis.call('ZRANGE', index_key, 0, 0)
+    if #oldest == 0 then redis.call('SET', total_key, 0) break end
+    dropped = dropped + cache_drop(index_key, sizes_key, total_key, oldest)
+  end
 end

@@ -203,7 +203,8 @@ def structured_problem(schema: dict) -> str | None:
 
 
 def backend_class():
-    """The configured backend's class (or factory), built for nothing."""
+    """The configured backend's class (or factory), without building it: PermanentError when
+    LEASH_MODEL_BACKEND names none."""
     return _factory(backend_name())
 
 

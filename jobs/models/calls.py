@@ -222,6 +222,9 @@ class ModelBackend(Extracting, Spending):
         received = self._received.get(digest)
         if received is not None:  # paid for and counted by an attempt that could not store it
             return self._text(Answer(received["text"], received["finish"], received.get("stop"), NO_USAGE), request)
+        cached = self._from_cache(digest)
+        if cached is not None:  # asked before and answered: no call, no cost
+            return self._text(cached, request)
         wait = DEFAULT_RETRY_AFTER
         sends_429 = 0
         room_wait = 0.0  # > 0: waiting for calls in flight to free room in a budget
@@ -250,7 +253,7 @@ class ModelBackend(Extracting, Spending):
                         # Redis blip on the limits' bookkeeping): it was paid for.
                         answer = self._read(response, request)
                         self._after_call(request, answer.usage)
-                        self._keep_answer(digest, answer)
+                        self._keep_answer(digest, request, answer)
                 except BaseException as exc:
                     if answer is not None:
                         outcome = OK

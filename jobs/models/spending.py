@@ -11,7 +11,6 @@ Japanese prompt in an English job is still held to its bytes.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import threading
@@ -19,6 +18,9 @@ from typing import TYPE_CHECKING
 
 from jobs import keys
 from jobs.core.text import decoded
+from jobs.errors import PermanentError
+from jobs.models import cache
+from jobs.models.cache import request_digest
 from jobs.models.provider import Answer, CallRequest, Usage, estimate_text_tokens, prompt_bytes
 from jobs.usage import budget
 
@@ -70,6 +72,11 @@ class Spending:
     def _init_spending(self, connection) -> None:
         # Answers an earlier attempt received and paid for but could not store (read once).
         self._received: dict[str, dict] = {}
+        try:
+            self.cache = cache.RequestCache(connection, self.ctx.attempt.owner_name() if self.ctx else "",
+                                            self.ctx.payload if self.ctx else {cache.CACHE_FIELD: False})
+        except ValueError as exc:  # LEASH_CACHE or LEASH_CACHE_SCOPE is not one of its words: no retry fixes it
+            raise PermanentError(str(exc)) from None
         if self.ctx is not None:
             self._received = {str(decoded(k)): json.loads(v)
                               for k, v in connection.hgetall(keys.received_answers(self.ctx.job_id)).items()}
@@ -82,18 +89,29 @@ class Spending:
     # --- answers received -----------------------------------------------------------------------
 
     def _digest(self, request: CallRequest) -> str:
-        """The request as sent, in one digest: an answer stored under it answers that request only."""
-        sent = [self.name, self.settings.name, self.settings.temperature, request.max_tokens, request.messages]
-        if request.response_format is not None:  # a free-text request's digest is what it always was
-            sent.append(request.response_format)
-        return hashlib.sha256(json.dumps(sent, sort_keys=True).encode()).hexdigest()[:32]
+        """The request as sent, in one digest (every field the provider sees: ``request_digest``):
+        an answer stored under it answers that request only."""
+        return request_digest(self.name, self.settings.url or getattr(self, "default_url", ""), self.settings.name,
+                              self.settings.temperature, request)
 
-    def _keep_answer(self, digest: str, answer: Answer) -> None:
+    def _keep_answer(self, digest: str, request: CallRequest, answer: Answer) -> None:
         """Held with the call's usage until its item is stored; kept in Redis for the next
-        attempt if that write never lands (Meter.keep)."""
+        attempt if that write never lands (Meter.keep); and written to the request cache by
+        the item's write (not an answer a budget cut short: that is not the request's answer)."""
         if self.ctx is not None and answer.text is not None:
             self.ctx.meter.answered(self.settings.name, digest, json.dumps(
                 {"text": answer.text, "finish": answer.finish, "stop": answer.stop_reason}))
+            if self.cache.on and not request.budget_cut:
+                self.ctx.meter.to_cache(self.settings.name, self.cache.key(digest), cache.encode(answer))
+
+    def _from_cache(self, digest: str) -> Answer | None:
+        """The request's answer from the request cache (counted as a hit, at no cost), or None."""
+        if self.ctx is None or not self.cache.on:
+            return None
+        answer = self.cache.get(digest)
+        if answer is not None:
+            self.ctx.meter.cache_hit(self.settings.name, self.cache.key(digest))
+        return answer
 
     # --- what a call may cost -----------------------------------------------------------------
 

@@ -68,12 +68,14 @@ def read_page(connection: Redis, job_id: str, offset: int = 0, limit: int = 50) 
                 usage={index: parse_item_usage(raw) for index, raw in zip(indexes, usages, strict=True) if raw})
 
 
-USAGE_COLUMNS = ("calls", "input_tokens", "output_tokens")
+USAGE_COLUMNS = ("calls", "input_tokens", "output_tokens", "cache_hits")
 
 
 def parse_item_usage(raw: bytes | str) -> dict[str, int]:
-    """An item's usage as heartbeat_v3 stores it: "calls,input,output"."""
-    return dict(zip(USAGE_COLUMNS, (int(n) for n in decoded(raw).split(",")), strict=True))
+    """An item's usage as heartbeat_v4 stores it: "calls,input,output,hits" (the release before
+    stored no hits: 0)."""
+    figures = [int(n) for n in decoded(raw).split(",")]
+    return dict(zip(USAGE_COLUMNS, figures + [0] * (len(USAGE_COLUMNS) - len(figures)), strict=True))
 
 
 def item_inputs(connection: Redis, job_id: str, offset: int, limit: int) -> list[Any]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from jobs import keys
+from jobs.config import get
 
 if TYPE_CHECKING:
     from jobs.usage.prices import Price
@@ -55,6 +56,12 @@ class Pending:
     #: when the item write that would have stored them did not land (``Meter.keep``).
     answers: dict[str, str] = field(default_factory=dict)
     keep_answers: bool = False
+    #: Requests answered from the request cache (no call, no cost), the cache entries to write
+    #: (entry key -> answer JSON: the answers these calls received) and the entries the hits
+    #: used (refreshed): written by the item's write (heartbeat_v4, store_items_v2).
+    hits: int = 0
+    cache: dict[str, str] = field(default_factory=dict)
+    touched: list[str] = field(default_factory=list)
 
     def encode(self) -> str:
         """The usage JSON the scripts read."""
@@ -62,7 +69,12 @@ class Pending:
         return json.dumps({"w": self.write_id, "model": self.model, "kind": self.kind, "calls": self.calls,
                            "input": self.input, "output": self.output, "cached": self.cached, "nusd": self.nusd,
                            "unpriced": self.unpriced, "estimated": self.estimated,
-                           "r": self.reservations}, separators=(",", ":"))
+                           "r": self.reservations, **({"hits": self.hits} if self.hits else {})},
+                          separators=(",", ":"))
+
+    def item_usage(self) -> str:
+        """The item's own figures, as the item write stores them: "calls,input,output,hits"."""
+        return f"{self.calls},{self.input},{self.output},{self.hits}"
 
 
 class Meter:
@@ -81,7 +93,7 @@ class Meter:
         ident = threading.get_ident()
         pending = self._pending.get(ident)
         if pending is None or pending.model != model or (day and pending.day and pending.day != day):
-            if pending is not None and (pending.calls or pending.reservations):
+            if pending is not None and (pending.calls or pending.reservations or pending.hits):
                 self._spilled.append(pending)
             pending = self._pending[ident] = Pending(model, self.kind, day=day)
         elif day and not pending.day:
@@ -123,6 +135,20 @@ class Meter:
         """The answer of this thread's call, until its item is stored (then it is dropped)."""
         with self._lock:
             self._mine(model).answers[digest] = answer
+
+    def cache_hit(self, model: str, entry_key: str) -> None:
+        """This thread's request was answered from the request cache: counted, and its entry
+        refreshed by the item's write."""
+        with self._lock:
+            pending = self._mine(model)
+            pending.hits += 1
+            pending.touched.append(entry_key)
+
+    def to_cache(self, model: str, entry_key: str, answer: str) -> None:
+        """An answer this thread's call received, for the request cache (the item's write
+        stores it)."""
+        with self._lock:
+            self._mine(model).cache[entry_key] = answer
 
     def take(self) -> Pending | None:
         """This thread's pending usage, for the write that stores its item."""
@@ -177,7 +203,7 @@ def flush(attempt, pending: list[Pending], now: float | None = None, patience: f
     now = time.time() if now is None else now
     for entry in pending:
         answers = entry.answers if entry.keep_answers else {}
-        if not entry.calls and not entry.reservations and not answers:
+        if not entry.calls and not entry.reservations and not answers and not entry.hits:
             continue
         usage_keys, args = write_args(attempt, entry, now)
         try:
@@ -188,3 +214,30 @@ def flush(attempt, pending: list[Pending], now: float | None = None, patience: f
         except Exception as exc:
             log.error("job %s: could not record the usage of %d call(s) it was answered (%s): Redis did not take "
                       "it", attempt.job_id, entry.calls, exc)
+
+
+#: What one cache entry costs Redis beyond its answer and its key name's three copies (the
+#: entry, its place in the index, its size): the keys' and members' own overhead, measured
+#: (docs/BENCHMARKS.md, "The request cache").
+CACHE_ENTRY_OVERHEAD = 210
+
+
+def cache_entry_size(key: str, value: str) -> int:
+    """The bytes the cap counts for one entry: its answer, its key name three times, and a
+    fixed overhead."""
+    return len(value.encode()) + 3 * len(key.encode()) + CACHE_ENTRY_OVERHEAD
+
+
+def cache_args(pending: Pending | None) -> tuple[list[str], list]:
+    """KEYS and ARGV that write ``pending``'s cache entries and refresh its hits' (cache_write
+    in jobs/lua/_lib.lua): the cache's index, sizes and total, then the entries written and
+    touched; the ttl, the cap, the count written and each entry's value and size."""
+    index = [keys.CACHE_INDEX, keys.CACHE_SIZES, keys.CACHE_BYTES]
+    if pending is None or not (pending.cache or pending.touched):
+        return index, ["", 0, 0]
+    ttl = max(1, round(get("LEASH_CACHE_DAYS") * 86400))
+    cap = int(get("LEASH_CACHE_MAX_MB") * 1024 * 1024)
+    args: list = [ttl, cap, len(pending.cache)]
+    for key, value in pending.cache.items():
+        args += [value, cache_entry_size(key, value)]
+    return index + list(pending.cache) + list(pending.touched), args

@@ -14,7 +14,7 @@ from jobs import keys
 from jobs.usage.prices import usd, why_no_price
 
 TOTALS = ("calls", "input_tokens", "output_tokens", "cached_input_tokens", "cost_nusd", "unpriced_calls",
-          "estimated_calls")
+          "estimated_calls", "cache_hits")
 
 
 def _int(value) -> int:
@@ -35,7 +35,9 @@ def _figures(get) -> dict[str, Any]:
                   # Some calls' figures are estimates: their servers reported no usage, or leash
                   # abandoned them (timed out, work-horse killed) and they were probably billed.
                   "estimated": _int(get("estimated_calls")) > 0,
-                  "estimated_calls": _int(get("estimated_calls"))},
+                  "estimated_calls": _int(get("estimated_calls")),
+                  # Requests answered from the request cache: no call, no cost.
+                  "cache_hits": _int(get("cache_hits"))},
         # Unknown when any call's price is: a partial sum shown as the cost would be a guess.
         "cost_usd": None if unpriced else usd(_int(get("cost_nusd"))),
     }
@@ -79,15 +81,16 @@ def budget_wait(h: dict[str, str | None], running: bool) -> dict[str, Any]:
 
 
 def item_usage(connection: Redis, job_id: str, indexes: list[int]) -> dict[int, dict[str, int]]:
-    """{index: {calls, input_tokens, output_tokens}} for the items that have it."""
+    """{index: {calls, input_tokens, output_tokens, cache_hits}} for the items that have it."""
     if not indexes:
         return {}
     raw = connection.hmget(keys.usage(job_id), [f"i{i}" for i in indexes])
     out = {}
     for index, value in zip(indexes, raw, strict=True):
         if value:
-            calls, input_tokens, output_tokens = (int(n) for n in value.decode().split(","))
-            out[index] = {"calls": calls, "input_tokens": input_tokens, "output_tokens": output_tokens}
+            calls, input_tokens, output_tokens, *hits = (int(n) for n in value.decode().split(","))
+            out[index] = {"calls": calls, "input_tokens": input_tokens, "output_tokens": output_tokens,
+                          "cache_hits": hits[0] if hits else 0}
     return out
 
 
@@ -109,7 +112,7 @@ def owner_usage(connection: Redis, owner: str, days: int = 30, now: float | None
     out_days, total = [], dict.fromkeys(TOTALS, 0)
     for day, raw in zip(wanted, raw_days, strict=True):
         h = {k.decode(): v.decode() for k, v in raw.items()}
-        if not _int(h.get("calls")):
+        if not _int(h.get("calls")) and not _int(h.get("cache_hits")):
             continue
         breakdown: dict[tuple[str, str], dict[str, str]] = {}
         for field, value in h.items():
@@ -174,8 +177,9 @@ def spend_text(fields: dict[str, Any]) -> str | None:
     "1,234 tokens (1,000 in / 234 out), $0.0012"; "~" marks estimated figures."""
     usage = fields.get("usage") or {}
     calls = usage.get("calls") or 0
+    hits = usage.get("cache_hits") or 0
     if not calls:
-        return None
+        return f"{hits:,} answered from the request cache, $0" if hits else None
     approx = "~" if usage.get("estimated") else ""
     tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
     text = (f"{approx}{tokens:,} tokens ({usage.get('input_tokens', 0):,} in / {usage.get('output_tokens', 0):,} out, "
@@ -185,4 +189,6 @@ def spend_text(fields: dict[str, Any]) -> str | None:
         limits = [f"{budget['tokens']:,} tokens" if "tokens" in budget else None,
                   f"${budget['usd']:g}" if "usd" in budget else None]
         text += f" of a budget of {' / '.join(x for x in limits if x)}"
+    if hits:
+        text += f"; {hits:,} answered from the request cache"
     return text

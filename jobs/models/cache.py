@@ -1,0 +1,109 @@
+"""The request cache: a request leash already paid for is not paid for again.
+
+The key is a digest of the whole request as sent (``request_digest``): the backend and its
+address, the model, the temperature, and every field of the ``CallRequest`` the provider sees --
+the messages, ``max_tokens``, and any field a later release adds (a response schema) without
+this module naming it. Two requests that differ in anything the provider is sent are two
+entries; the same request is one, whichever job, mode (direct or batch) or attempt sends it.
+
+Whose answers a request may reuse (``LEASH_CACHE_SCOPE``): its owner's own (``owner``, the
+default: a shared cache would tell one owner what another asked), or anyone's (``shared``).
+A job bypasses the cache with payload ``cache: false`` (it neither reads nor writes it);
+``LEASH_CACHE=off`` turns it off for every job.
+
+Reading an entry is one GET (a batch job's items: one MGET); a hit is counted (``cache_hits``)
+and costs nothing. Writing rides on the write that stores the item (heartbeat_v4,
+store_items_v2: ``cache_write`` in jobs/lua/_lib.lua), which also refreshes the entries hits
+used and drops entries past ``LEASH_CACHE_DAYS`` or, past ``LEASH_CACHE_MAX_MB``, the least
+recently used -- leash's own cap, never a Redis eviction policy.
+
+A request with a temperature above 0 asks for randomness; its cached answer is one sample,
+reused as it is: the request is the same, and the cache is on by the job's owner's choice (see
+docs/MODELS.md, "The request cache").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from jobs import keys
+from jobs.config import get
+from jobs.models.provider import Answer, CallRequest, Usage
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+#: CallRequest fields leash keeps for itself: never sent to the provider, so not in the key.
+NOT_SENT = frozenset({"truncation_ok", "budget_cut"})
+CACHE_FIELD = "cache"
+NO_USAGE = Usage(0, 0)
+
+
+def request_digest(backend: str, url: str, model: str, temperature: float | None, request: CallRequest) -> str:
+    """The request as sent, in one digest: every field of ``request`` but NOT_SENT, by name."""
+    sent = {f.name: getattr(request, f.name) for f in dataclasses.fields(request) if f.name not in NOT_SENT}
+    whole = [backend, url, model, temperature, sent]
+    return hashlib.sha256(json.dumps(whole, sort_keys=True, default=repr).encode()).hexdigest()[:32]
+
+
+def enabled(payload: dict | None) -> bool:
+    """Whether a job with this payload uses the cache (LEASH_CACHE, payload ``cache``)."""
+    if str(get("LEASH_CACHE")).strip().lower() in ("off", "0", "false", "no"):
+        return False
+    if get("LEASH_CACHE_MAX_MB") <= 0:
+        return False
+    return not (payload is not None and payload.get(CACHE_FIELD) is False)
+
+
+def scope_of(owner: str) -> str:
+    """The key scope of ``owner``'s requests (LEASH_CACHE_SCOPE)."""
+    shared = str(get("LEASH_CACHE_SCOPE")).strip().lower() == "shared"
+    return keys.cache_scope(None if shared else owner)
+
+
+def check_settings() -> None:
+    """ValueError naming the setting when LEASH_CACHE or LEASH_CACHE_SCOPE is not one of its words."""
+    if str(get("LEASH_CACHE")).strip().lower() not in ("on", "off", "1", "0", "true", "false", "yes", "no"):
+        raise ValueError(f"LEASH_CACHE must be on or off, got {get('LEASH_CACHE')!r}")
+    if str(get("LEASH_CACHE_SCOPE")).strip().lower() not in ("owner", "shared"):
+        raise ValueError(f"LEASH_CACHE_SCOPE must be owner or shared, got {get('LEASH_CACHE_SCOPE')!r}")
+
+
+def encode(answer: Answer) -> str:
+    return json.dumps([answer.text, answer.finish, answer.stop_reason], separators=(",", ":"))
+
+
+def decode(raw) -> Answer | None:
+    try:
+        text, finish, stop = json.loads(raw)
+    except (TypeError, ValueError):
+        return None  # not an entry of this form: a miss
+    return Answer(text, finish, stop, NO_USAGE) if isinstance(text, str) else None
+
+
+class RequestCache:
+    """One job's view of the cache: its scope, and whether it uses the cache at all."""
+
+    def __init__(self, connection: Redis, owner: str, payload: dict | None):
+        check_settings()  # ValueError naming the setting
+        self.connection = connection
+        self.on = enabled(payload)
+        self.scope = scope_of(owner) if self.on else ""
+
+    def key(self, digest: str) -> str:
+        return keys.cache_entry(self.scope, digest)
+
+    def get(self, digest: str) -> Answer | None:
+        if not self.on:
+            return None
+        return decode(self.connection.get(self.key(digest)))
+
+    def get_many(self, digests: Sequence[str]) -> list[Answer | None]:
+        """Each request's cached answer (None: a miss), in one round trip."""
+        if not self.on or not digests:
+            return [None] * len(digests)
+        return [None if raw is None else decode(raw) for raw in self.connection.mget([self.key(d) for d in digests])]
