@@ -51,8 +51,8 @@ def get(name: str) -> Any:
     if text is None:
         return setting.default
     text = text.strip()
-    if setting.type == "redis_url":
-        return _redis_url(name, text)
+    if setting.type == "redis_url" and (problem := redis_url_problem(text)):
+        raise ValueError(f"{name} {problem}")
     try:
         if setting.type == "int":
             value = int(text)
@@ -180,13 +180,6 @@ def _sentinel_url_problem(url: str) -> str | None:
     return None
 
 
-def _redis_url(name: str, text: str) -> str:
-    problem = redis_url_problem(text)
-    if problem:
-        raise ValueError(f"{name} {problem}")
-    return text
-
-
 def check_all() -> None:
     """Parse every declared setting once: a bad value fails at start, not in the middle of a job."""
     for name in DECLARED:
@@ -290,8 +283,7 @@ declare("LEASH_MODEL_PRICES", "str", None,
 declare("LEASH_OWNER_DAILY_TOKENS", "int", 0, "tokens an owner's jobs may use per UTC day (0: no limit)", 0)
 declare("LEASH_OWNER_DAILY_USD", "float", 0.0, "USD an owner's jobs may spend per UTC day (0: no limit)", 0.0)
 declare("LEASH_CACHE", "str", "on", "`on`: a request already answered is answered from the cache; `off`: never")
-declare("LEASH_CACHE_SCOPE", "str", "owner",
-        "whose answers a request may reuse: `owner` (its own) or `shared` (anyone's)")
+declare("LEASH_CACHE_SCOPE", "str", "owner", "whose answers a request may reuse: `owner` (its own), `shared` (any)")
 declare("LEASH_CACHE_DAYS", "float", 30.0, "days a cached answer is kept after its last use", 0.001)
 declare("LEASH_CACHE_MAX_MB", "float", 256.0,
         "the cache's size cap in MB; the least recently used answers go first", 0.0)

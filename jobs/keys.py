@@ -92,8 +92,7 @@ def history(job_id: str) -> str:
 
 
 def stats_minute(outcome: str, kind: str, minute: int) -> str:
-    """Count of jobs that ended in ``outcome`` (succeeded|failed|canceled) during one minute
-    (unix time // 60); ``kind`` "_all" counts every kind."""
+    """Count of jobs that ended in ``outcome`` during one minute (unix time // 60); kind "_all": all."""
     return f"{PREFIX}stats:{outcome}:{kind}:{minute}"
 
 
@@ -122,10 +121,9 @@ def legacy_idempotency(owner: str, key: str) -> str:
 
 
 def payload(job_id: str) -> str:
-    """The payload as submitted (JSON): leash's own copy, from which RQ's side of a job that
-    was deleted behind leash's back is rebuilt by a replay. Expires as the job hash does once
-    the job ended; before that, LEASH_RESULT_TTL after its submission or replay at the latest
-    (a worker of the previous release ends jobs without knowing this key)."""
+    """The payload as submitted (JSON): leash's copy, from which a replay rebuilds RQ's side of
+    a job deleted behind leash's back. Expires with the job, or LEASH_RESULT_TTL after its
+    submission or replay at the latest (the previous release's workers do not know it)."""
     return f"{PREFIX}payload:{job_id}"
 
 
@@ -135,9 +133,8 @@ def effect(job_id: str, name: str) -> str:
 
 
 def model_rate(scope: str, bucket: str) -> str:
-    """The shared model rate limit of every worker calling one model (``scope``): bucket
-    "requests" and "tokens" hold the next free time (ms), "paused" when a 429 asked all
-    callers to wait until (see jobs/lua/model_rate_v1.lua)."""
+    """The shared rate limit of every worker calling one model (``scope``): "requests" and "tokens"
+    hold the next free time (ms), "paused" the end of a 429's wait (jobs/lua/model_rate_v1.lua)."""
     return f"{PREFIX}model_rate:{scope}:{bucket}"
 
 
@@ -325,9 +322,8 @@ def usage(job_id: str) -> str:
 
 
 def received_answers(job_id: str) -> str:
-    """Hash of answers an attempt received but could not store with their items (its write was
-    refused or Redis was away), by request digest: paid for and counted, so the next attempt
-    uses them instead of asking again. Expires with the job (ended_job_keys)."""
+    """Hash of answers an attempt received but could not store with their items, by request
+    digest: paid for, so the next attempt uses them instead of asking again."""
     return f"{PREFIX}answers:job:{job_id}"
 
 
@@ -351,15 +347,13 @@ def owner_reservation_records(owner: str) -> str:
 
 
 def reservation_owners() -> str:
-    """Sorted set of the owners holding budget reservations, each by the earliest deadline it
-    may hold: the reaper counts the abandoned calls of an owner who makes no more calls
-    (reservations_sweep_v1)."""
+    """Sorted set of the owners holding budget reservations, by their earliest deadline
+    (reservations_sweep_v1 counts abandoned calls of owners who make no more)."""
     return f"{PREFIX}reservations:owners"
 
 
 def cache_entry(scope: str, digest: str) -> str:
-    """One answer of the request cache (a string with an expiry): ``scope`` is ``cache_scope``'s,
-    ``digest`` the request's (jobs/models/cache.py)."""
+    """One answer of the request cache (a string with an expiry; jobs/models/cache.py)."""
     return f"{PREFIX}cache:{scope}:{digest}"
 
 
