@@ -1,5 +1,7 @@
-"""Fixtures: a real Redis in a dedicated database, flushed before and after each test, and
-real worker processes that are always cleaned up by pid."""
+"""Fixtures: a real Redis in a dedicated database, flushed before and after each test; a leash
+worker in the test's own process (``burst``: it works the queues until they are empty, each job
+in a forked work-horse); and real worker processes, always cleaned up by pid, for the tests
+that are about processes (death, signals, deploys, hand-off)."""
 
 from __future__ import annotations
 
@@ -100,6 +102,39 @@ def batch_env(env, model_server):
 def any_provider(env, provider_server):
     """Each provider's loopback server (OpenAI's Batch API, Anthropic's Message Batches)."""
     return batch_settings(env, provider_server)
+
+
+def run_burst(*queues: str, name: str | None = None):
+    """Work ``queues`` (default: the configured ones) in this process until they are empty, as
+    ``leash worker --burst --no-scheduler`` does, and return the worker. Each job still runs in
+    a work-horse forked from this process; the signal handlers the worker installs are put back."""
+    from jobs.config import settings
+    from jobs.core import schema
+    from jobs.core.connection import connect
+    from jobs.kinds import import_kinds
+    from jobs.observability import logs
+    from jobs.worker.leash_worker import LeashWorker
+
+    import_kinds()
+    connection = connect(REDIS_URL)
+    schema.ensure(connection)
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    worker = LeashWorker(list(queues or settings().queues), connection=connection, name=name)
+    try:
+        worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+        if worker._log_context in logs._providers:
+            logs._providers.remove(worker._log_context)
+        connection.close()
+    return worker
+
+
+@pytest.fixture
+def burst(conn):
+    """``burst()`` works the queues in this process until they are empty (see ``run_burst``)."""
+    return run_burst
 
 
 class Workers:
