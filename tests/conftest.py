@@ -104,10 +104,14 @@ def any_provider(env, provider_server):
     return batch_settings(env, provider_server)
 
 
-def run_burst(*queues: str, name: str | None = None):
+def run_burst(*queues: str, name: str | None = None, rounds: int = 20) -> None:
     """Work ``queues`` (default: the configured ones) in this process until they are empty, as
-    ``leash worker --burst --no-scheduler`` does, and return the worker. Each job still runs in
-    a work-horse forked from this process; the signal handlers the worker installs are put back."""
+    ``leash worker --burst`` does; a retry whose backoff has passed (the tests' backoff is 0) is
+    moved back to its queue as RQ's scheduler would, and worked too. Each job still runs in a
+    work-horse forked from this process; the signal handlers a worker installs are put back."""
+    from rq.scheduler import RQScheduler
+    from rq.serializers import JSONSerializer
+
     from jobs.config import settings
     from jobs.core import schema
     from jobs.core.connection import connect
@@ -116,19 +120,28 @@ def run_burst(*queues: str, name: str | None = None):
     from jobs.worker.leash_worker import LeashWorker
 
     import_kinds()
+    names = list(queues or settings().queues)
     connection = connect(REDIS_URL)
     schema.ensure(connection)
+    scheduler = RQScheduler(names, connection=connection, serializer=JSONSerializer)
+    scheduler.prepare_registries(names)
     saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
-    worker = LeashWorker(list(queues or settings().queues), connection=connection, name=name)
     try:
-        worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
+        for _ in range(rounds):
+            worker = LeashWorker(names, connection=connection, name=name)
+            try:
+                worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
+            finally:
+                logs._providers.remove(worker._log_context)
+            now = int(time.time())
+            if not any(registry.get_jobs_to_schedule(now) for registry in scheduler._scheduled_job_registries):
+                return
+            scheduler.enqueue_scheduled_jobs()
+        raise AssertionError(f"the queues were not empty after {rounds} bursts")
     finally:
         for signum, handler in saved.items():
             signal.signal(signum, handler)
-        if worker._log_context in logs._providers:
-            logs._providers.remove(worker._log_context)
         connection.close()
-    return worker
 
 
 @pytest.fixture
