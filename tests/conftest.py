@@ -104,10 +104,11 @@ def any_provider(env, provider_server):
     return batch_settings(env, provider_server)
 
 
-def run_burst(*queues: str, name: str | None = None, rounds: int = 20) -> None:
+def run_burst(*queues: str, name: str | None = None, follow: float = 0, rounds: int = 100) -> None:
     """Work ``queues`` (default: the configured ones) in this process until they are empty, as
-    ``leash worker --burst`` does; a retry whose backoff has passed (the tests' backoff is 0) is
-    moved back to its queue as RQ's scheduler would, and worked too. Each job still runs in a
+    ``leash worker --burst`` does. A job RQ holds for later (a retry's backoff, a batch's next
+    look) is moved back to its queue as RQ's scheduler would, and worked too: at once when its
+    time has come, and, for up to ``follow`` seconds, when it comes. Each job still runs in a
     work-horse forked from this process; the signal handlers a worker installs are put back."""
     from rq.scheduler import RQScheduler
     from rq.serializers import JSONSerializer
@@ -126,6 +127,7 @@ def run_burst(*queues: str, name: str | None = None, rounds: int = 20) -> None:
     scheduler = RQScheduler(names, connection=connection, serializer=JSONSerializer)
     scheduler.prepare_registries(names)
     saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    until = time.time() + follow
     try:
         for _ in range(rounds):
             worker = LeashWorker(names, connection=connection, name=name)
@@ -133,9 +135,11 @@ def run_burst(*queues: str, name: str | None = None, rounds: int = 20) -> None:
                 worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
             finally:
                 logs._providers.remove(worker._log_context)
-            now = int(time.time())
-            if not any(registry.get_jobs_to_schedule(now) for registry in scheduler._scheduled_job_registries):
+            earliest = min((score for registry in scheduler._scheduled_job_registries
+                            for _, score in connection.zrange(registry.key, 0, 0, withscores=True)), default=None)
+            if earliest is None or earliest > max(time.time(), until):
                 return
+            time.sleep(max(0.0, earliest - time.time()))
             scheduler.enqueue_scheduled_jobs()
         raise AssertionError(f"the queues were not empty after {rounds} bursts")
     finally:
