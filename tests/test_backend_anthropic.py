@@ -1,6 +1,6 @@
 """The Anthropic backend beyond the error mapping it shares with the OpenAI one
 (tests/test_backend_openai.py and tests/test_backend_units.py run those against both): its 529
-on real workers, a cut-off answer in a job, usage with Anthropic's separately counted cached
+on a worker, a cut-off answer in a job, usage with Anthropic's separately counted cached
 tokens priced to the cent of what the fake server billed (and read from a response), and prices
 found at Anthropic's address when LEASH_MODEL_URL is unset."""
 

@@ -1,4 +1,5 @@
-"""Model jobs on real ``leash worker`` processes against a fake model server: what each kind of
+"""Model jobs on leash workers (in the test's process, real ``leash worker`` processes for a
+reschedule and for calls that outlive the lease) against a fake model server: what each kind of
 server answer does to the job's state, and that partial progress survives. The tests of what an
 answer means run once against each provider (``provider_server``: the OpenAI-compatible server
 with the ``openai`` backend, Anthropic's with the ``anthropic`` one); the loop's own (slow and

@@ -1,9 +1,10 @@
-"""A canceled batch job counts what its provider ran before the cancel: on real ``leash worker``
-processes against the loopback providers' batch APIs, through the official SDKs. The job ends
-canceled at once; once the canceled batch has ended, the usage of every request it answered is
-counted at the batch price (job, owner's day, model) and nothing is stored; a batch that never
-ends is given up after LEASH_BATCH_CANCEL_GRACE with one WARNING; a deploy mid-count, a look
-repeated or two at once count once; a replay does not count the batch again."""
+"""A canceled batch job counts what its provider ran before the cancel: on leash workers (real
+``leash worker`` processes but for the replay, run in the test's process) against the loopback
+providers' batch APIs, through the official SDKs. The job ends canceled at once; once the
+canceled batch has ended, the usage of every request it answered is counted at the batch price
+(job, owner's day, model) and nothing is stored; a batch that never ends is given up after
+LEASH_BATCH_CANCEL_GRACE with one WARNING; a deploy mid-count, a look repeated or two at once
+count once; a replay does not count the batch again."""
 
 from __future__ import annotations
 

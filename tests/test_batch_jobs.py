@@ -1,6 +1,7 @@
-"""Batch mode on real ``leash worker`` processes against the loopback providers' batch APIs,
-through the official SDKs: a batch job gives its worker back while the provider works, stores
-every answer item by item, survives a SIGKILL between the create call and its record and a
+"""Batch mode on leash workers (real ``leash worker`` processes for deaths, deploys and a worker
+free while a batch waits; the test's own process, following RQ's schedule, otherwise) against
+the loopback providers' batch APIs, through the official SDKs: a batch job gives its worker back
+while the provider works, stores every answer item by item, survives a SIGKILL between the create call and its record and a
 deploy's SIGTERM without a second batch or a counted attempt, asks what the provider did not
 answer directly, and a cancel stops the provider's batch."""
 

@@ -1,9 +1,10 @@
-"""Batch mode's looks on real ``leash worker`` processes against the loopback providers' batch
-APIs, through the official SDKs: past the longest wait the canceled batch's answers are read
-(billed once, at the batch price) and only the rest runs direct, also across a deploy; a
-canceled batch that does not end within the grace leaves the rest direct; a look the provider
-fails to answer is looked at again without failing the attempt; a batch the provider no longer
-has fails the job, and a replay asks its items directly."""
+"""Batch mode's looks on leash workers (real ``leash worker`` processes but for a forgotten batch,
+run in the test's process) against the loopback providers' batch APIs, through the official
+SDKs: past the longest wait the canceled batch's answers are read (billed once, at the batch
+price) and only the rest runs direct, also across a deploy; a canceled batch that does not end
+within the grace leaves the rest direct; a look the provider fails to answer is looked at again
+without failing the attempt; a batch the provider no longer has fails the job, and a replay asks
+its items directly."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Items many at once on real ``leash worker`` processes against the fake OpenAI-compatible
-server with a set latency: calls overlap up to the limit, a deploy mid-batch redoes nothing, a
+"""Items many at once on leash workers (in the test's process; real ``leash worker`` processes
+for the deploy and the SIGKILL) against the fake OpenAI-compatible server with a set latency: calls overlap up to the limit, a deploy mid-batch redoes nothing, a
 SIGKILL redoes at most the calls in flight, and a server that takes only a few calls at once
 brings every job's concurrency down to it."""
 

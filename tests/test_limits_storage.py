@@ -1,5 +1,5 @@
 """What an accepted request costs in Redis is bounded: run the largest requests the limits allow
-on a real worker, then measure the job's hash, its status answer and everything Redis holds.
+on a worker (in the test's process), then measure the job's hash, its status answer and everything Redis holds.
 
 Run with ``-s`` to see the figures (they are in docs/BENCHMARKS.md)."""
 

@@ -1,4 +1,5 @@
-"""Money on real ``leash worker`` processes against the fake OpenAI-compatible server: a job's
+"""Money on leash workers (real ``leash worker`` processes where a SIGKILL or a worker that stays
+up is tested, the test's own process otherwise) against the fake OpenAI-compatible server: a job's
 usage is the sum of what the server billed, SIGKILL included; a budget stops a job before it
 passes the line and a replay with a larger one finishes it without asking a stored item again;
 an owner's daily budget stops its running jobs."""

@@ -1,4 +1,5 @@
-"""How attempts end on real workers: retries, permanent errors, cancel, owner limits."""
+"""How attempts end on leash workers (real processes where a kill, a cancel mid-run or the
+scheduler is tested): retries, permanent errors, cancel, owner limits."""
 
 from __future__ import annotations
 
