@@ -5,6 +5,7 @@ that are about processes (death, signals, deploys, hand-off)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -113,6 +114,7 @@ def run_burst(*queues: str, name: str | None = None, follow: float = 0, rounds: 
     from rq.scheduler import RQScheduler
     from rq.serializers import JSONSerializer
 
+    from jobs import keys
     from jobs.config import settings
     from jobs.core import schema
     from jobs.core.connection import connect
@@ -128,6 +130,8 @@ def run_burst(*queues: str, name: str | None = None, follow: float = 0, rounds: 
     scheduler.prepare_registries(names)
     saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     until = time.time() + follow
+    said = _Said()
+    logging.getLogger().addHandler(said)
     try:
         for _ in range(rounds):
             worker = LeashWorker(names, connection=connection, name=name)
@@ -135,6 +139,11 @@ def run_burst(*queues: str, name: str | None = None, follow: float = 0, rounds: 
                 worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
             finally:
                 logs._providers.remove(worker._log_context)
+            # A job left between its queue and its claim means the worker's loop broke off.
+            left = [job for queue in names for job in connection.lrange(keys.rq_intermediate(queue, connection), 0, -1)]
+            assert not left, f"the in-process worker left {left} unclaimed; it logged: {said.lines}"
+            if any(connection.llen(keys.rq_queue(queue)) for queue in names):
+                continue  # put on a queue after the worker last looked (an owner's slot freed)
             earliest = min((score for registry in scheduler._scheduled_job_registries
                             for _, score in connection.zrange(registry.key, 0, 0, withscores=True)), default=None)
             if earliest is None or earliest > max(time.time(), until):
@@ -143,9 +152,21 @@ def run_burst(*queues: str, name: str | None = None, follow: float = 0, rounds: 
             scheduler.enqueue_scheduled_jobs()
         raise AssertionError(f"the queues were not empty after {rounds} bursts")
     finally:
+        logging.getLogger().removeHandler(said)
         for signum, handler in saved.items():
             signal.signal(signum, handler)
         connection.close()
+
+
+class _Said(logging.Handler):
+    """What a worker in this process logged at WARNING or above, for a failure's message."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        self.lines.append(f"{record.name}: {record.getMessage()}" + (f" ({record.exc_info[1]!r})" if record.exc_info else ""))
 
 
 @pytest.fixture
