@@ -113,6 +113,7 @@ def run_burst(*queues: str, name: str | None = None, follow: float = 0, rounds: 
     work-horse forked from this process; the signal handlers a worker installs are put back."""
     from rq.scheduler import RQScheduler
     from rq.serializers import JSONSerializer
+    from rq.suspension import is_suspended
 
     from jobs import keys
     from jobs.config import settings
@@ -142,6 +143,8 @@ def run_burst(*queues: str, name: str | None = None, follow: float = 0, rounds: 
             # A job left between its queue and its claim means the worker's loop broke off.
             left = [job for queue in names for job in connection.lrange(keys.rq_intermediate(queue, connection), 0, -1)]
             assert not left, f"the in-process worker left {left} unclaimed; it logged: {said.lines}"
+            if is_suspended(connection):
+                return  # `rq suspend`: a burst worker takes nothing
             if any(connection.llen(keys.rq_queue(queue)) for queue in names):
                 continue  # put on a queue after the worker last looked (an owner's slot freed)
             earliest = min((score for registry in scheduler._scheduled_job_registries
