@@ -1,8 +1,11 @@
-"""Fixtures: a real Redis in a dedicated database, flushed before and after each test, and
-real worker processes that are always cleaned up by pid."""
+"""Fixtures: a real Redis in a dedicated database, flushed before and after each test; a leash
+worker in the test's own process (``burst``: it works the queues until they are empty, each job
+in a forked work-horse); and real worker processes, always cleaned up by pid, for the tests
+that are about processes (death, signals, deploys, hand-off)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -121,6 +124,79 @@ def batch_env(env, model_server):
 def any_provider(env, provider_server):
     """Each provider's loopback server (OpenAI's Batch API, Anthropic's Message Batches)."""
     return batch_settings(env, provider_server)
+
+
+def run_burst(*queues: str, name: str | None = None, follow: float = 0, rounds: int = 100) -> None:
+    """Work ``queues`` (default: the configured ones) in this process until they are empty, as
+    ``leash worker --burst`` does. A job RQ holds for later (a retry's backoff, a batch's next
+    look) is moved back to its queue as RQ's scheduler would, and worked too: at once when its
+    time has come, and, for up to ``follow`` seconds, when it comes. Each job still runs in a
+    work-horse forked from this process; the signal handlers a worker installs are put back."""
+    from rq.scheduler import RQScheduler
+    from rq.serializers import JSONSerializer
+    from rq.suspension import is_suspended
+
+    from jobs import keys
+    from jobs.config import settings
+    from jobs.core import schema
+    from jobs.core.connection import connect
+    from jobs.kinds import import_kinds
+    from jobs.observability import logs
+    from jobs.worker.leash_worker import LeashWorker
+
+    import_kinds()
+    names = list(queues or settings().queues)
+    connection = connect(REDIS_URL)
+    schema.ensure(connection)
+    scheduler = RQScheduler(names, connection=connection, serializer=JSONSerializer)
+    scheduler.prepare_registries(names)
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    until = time.time() + follow
+    said = _Said()
+    logging.getLogger().addHandler(said)
+    try:
+        for _ in range(rounds):
+            worker = LeashWorker(names, connection=connection, name=name)
+            try:
+                worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
+            finally:
+                logs._providers.remove(worker._log_context)
+            # A job left between its queue and its claim means the worker's loop broke off.
+            left = [job for queue in names for job in connection.lrange(keys.rq_intermediate(queue, connection), 0, -1)]
+            assert not left, f"the in-process worker left {left} unclaimed; it logged: {said.lines}"
+            if is_suspended(connection):
+                return  # `rq suspend`: a burst worker takes nothing
+            if any(connection.llen(keys.rq_queue(queue)) for queue in names):
+                continue  # put on a queue after the worker last looked (an owner's slot freed)
+            earliest = min((score for registry in scheduler._scheduled_job_registries
+                            for _, score in connection.zrange(registry.key, 0, 0, withscores=True)), default=None)
+            if earliest is None or earliest > max(time.time(), until):
+                return
+            time.sleep(max(0.0, earliest - time.time()))
+            scheduler.enqueue_scheduled_jobs()
+        raise AssertionError(f"the queues were not empty after {rounds} bursts")
+    finally:
+        logging.getLogger().removeHandler(said)
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+        connection.close()
+
+
+class _Said(logging.Handler):
+    """What a worker in this process logged at WARNING or above, for a failure's message."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        self.lines.append(f"{record.name}: {record.getMessage()}" + (f" ({record.exc_info[1]!r})" if record.exc_info else ""))
+
+
+@pytest.fixture
+def burst(conn):
+    """``burst()`` works the queues in this process until they are empty (see ``run_burst``)."""
+    return run_burst
 
 
 class Workers:

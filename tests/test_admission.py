@@ -112,12 +112,12 @@ def test_a_bad_submission_rate_is_one_line_naming_the_setting(env, value):
 
 
 @pytest.mark.slow
-def test_limits_apply_at_the_door_only_a_job_accepted_earlier_runs_to_the_end(conn, env, workers):
+def test_limits_apply_at_the_door_only_a_job_accepted_earlier_runs_to_the_end(conn, env, burst):
     ids = [enqueue(conn, "count", {"items": ["a", "b"]}, owner="ann")[0] for _ in range(3)]
     env.setenv("LEASH_MAX_QUEUED_PER_OWNER", "1")  # lowered after they were accepted
     env.setenv("LEASH_SUBMIT_RATE", "1/hour")
     assert admission.check(conn, "ann") is not None
-    workers.start("--burst")
+    burst()
     wait_for(lambda: all(states.status(conn, i)["state"] == "succeeded" for i in ids), 60,
              message="every job accepted earlier succeeds")
     assert [states.status(conn, i)["error"] for i in ids] == [None, None, None]

@@ -1,6 +1,6 @@
 """The Anthropic backend beyond the error mapping it shares with the OpenAI one
 (tests/test_backend_openai.py and tests/test_backend_units.py run those against both): its 529
-on real workers, a cut-off answer in a job, usage with Anthropic's separately counted cached
+on a worker, a cut-off answer in a job, usage with Anthropic's separately counted cached
 tokens priced to the cent of what the fake server billed (and read from a response), and prices
 found at Anthropic's address when LEASH_MODEL_URL is unset."""
 
@@ -20,10 +20,10 @@ from tests.test_backend_openai import ended, error_history, item_results
 
 
 @pytest.mark.slow
-def test_529_overloaded_waits_in_place_and_the_job_goes_on(conn, workers, anthropic_server):
+def test_529_overloaded_waits_in_place_and_the_job_goes_on(conn, burst, anthropic_server):
     anthropic_server.on("b", Error(529, "Overloaded", headers={"retry-after": "2"}))
     job_id, _ = enqueue(conn, "prompt", {"items": ["a", "b", "c"], "template": "{item}"})
-    workers.start()
+    burst()
     final = ended(conn, job_id)
 
     assert final["state"] == "succeeded", final["error"]
@@ -34,10 +34,11 @@ def test_529_overloaded_waits_in_place_and_the_job_goes_on(conn, workers, anthro
 
 
 @pytest.mark.slow
-def test_an_answer_cut_off_at_max_tokens_is_that_items_error_and_the_job_goes_on(conn, workers, provider_server):
+def test_an_answer_cut_off_at_max_tokens_is_that_items_error_and_the_job_goes_on(conn, burst, provider_server, env):
     provider_server.on("long", Reply("Once upon a", finish_reason=provider_server.cut_off))
     job_id, _ = enqueue(conn, "prompt", {"items": ["short", "long"], "template": "{item}"})
-    workers.start(extra_env={"LEASH_MODEL_MAX_TOKENS": "16"})
+    env.setenv("LEASH_MODEL_MAX_TOKENS", "16")
+    burst()
     final = ended(conn, job_id)
 
     assert final["state"] == "succeeded", final["error"]
@@ -47,12 +48,12 @@ def test_an_answer_cut_off_at_max_tokens_is_that_items_error_and_the_job_goes_on
 
 
 @pytest.mark.slow
-def test_a_jobs_usage_and_cost_are_what_the_server_billed_cached_tokens_included(conn, workers, anthropic_server, env):
+def test_a_jobs_usage_and_cost_are_what_the_server_billed_cached_tokens_included(conn, burst, anthropic_server, env):
     anthropic_server.cache_read = 5  # each answer: 5 of its prompt tokens read from the cache
     env.setenv("LEASH_MODEL_PRICES", '{"fake-model": {"input": 3.0, "output": 15.0, "cached_input": 0.3}}')
     items = [f"item {i} " + "word " * i for i in range(12)]
     job_id, _ = enqueue(conn, "prompt", {"items": items, "template": "Say it back: {item}"})
-    workers.start()
+    burst()
     final = ended(conn, job_id)
 
     assert final["state"] == "succeeded", final["error"]

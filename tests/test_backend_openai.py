@@ -1,4 +1,5 @@
-"""Model jobs on real ``leash worker`` processes against a fake model server: what each kind of
+"""Model jobs on leash workers (in the test's process, real ``leash worker`` processes for a
+reschedule and for calls that outlive the lease) against a fake model server: what each kind of
 server answer does to the job's state, and that partial progress survives. The tests of what an
 answer means run once against each provider (``provider_server``: the OpenAI-compatible server
 with the ``openai`` backend, Anthropic's with the ``anthropic`` one); the loop's own (slow and
@@ -53,10 +54,10 @@ def error_history(conn, job_id) -> list[dict]:
 
 
 def test_classify_stores_the_label_the_model_chose_and_an_error_for_an_answer_outside_them(
-        conn, workers, provider_server):
+        conn, burst, provider_server):
     items = ["great product -> positive", "it broke -> Negative.", "meh -> banana"]
     job_id, _ = enqueue(conn, "classify", {"items": items, "labels": ["positive", "negative"]})
-    workers.start()
+    burst()
     final = ended(conn, job_id)
 
     assert final["state"] == "succeeded", final["error"]
@@ -74,9 +75,9 @@ def test_classify_stores_the_label_the_model_chose_and_an_error_for_an_answer_ou
     assert "- positive\n- negative" in system_prompt(first.body)
 
 
-def test_prompt_stores_each_completion(conn, workers, provider_server):
+def test_prompt_stores_each_completion(conn, burst, provider_server):
     job_id, _ = enqueue(conn, "prompt", {"items": ["cats", "{dogs}"], "template": 'Summarise {item} as {"json": 1}'})
-    workers.start()
+    burst()
     final = ended(conn, job_id)
 
     assert final["state"] == "succeeded", final["error"]
@@ -85,10 +86,10 @@ def test_prompt_stores_each_completion(conn, workers, provider_server):
     assert final["result"]["summary"]["items"] == 2 and final["result"]["summary"]["errors"] == 0
 
 
-def test_429_with_a_short_retry_after_waits_in_place_and_the_job_goes_on(conn, workers, provider_server):
+def test_429_with_a_short_retry_after_waits_in_place_and_the_job_goes_on(conn, burst, provider_server):
     provider_server.on("b", Error(429, "Rate limit reached", headers={"Retry-After": "2"}))
     job_id, _ = enqueue(conn, "prompt", {"items": ["a", "b", "c"], "template": "{item}"})
-    workers.start()
+    burst()
     final = ended(conn, job_id)
 
     assert final["state"] == "succeeded", final["error"]
@@ -117,10 +118,10 @@ def test_429_with_a_long_retry_after_reschedules_the_job_without_counting_an_att
     assert len(provider_server.seen("a")) == 1, "the rescheduled job started over instead of resuming"
 
 
-def test_500_then_success_retries_the_attempt_and_resumes_at_the_first_undone_item(conn, workers, provider_server):
+def test_500_then_success_retries_the_attempt_and_resumes_at_the_first_undone_item(conn, burst, provider_server):
     provider_server.on("b", Error(500, "upstream exploded"))
     job_id, _ = enqueue(conn, "prompt", {"items": ["a", "b", "c"], "template": "{item}"}, max_attempts=3)
-    workers.start()
+    burst()
     final = ended(conn, job_id)
 
     assert final["state"] == "succeeded", final["error"]
@@ -130,11 +131,11 @@ def test_500_then_success_retries_the_attempt_and_resumes_at_the_first_undone_it
     assert [len(provider_server.seen(x)) for x in "abc"] == [1, 2, 1]
 
 
-def test_400_context_length_fails_at_once_with_the_servers_message(conn, workers, provider_server):
+def test_400_context_length_fails_at_once_with_the_servers_message(conn, burst, provider_server):
     message = "This model's maximum context length is 8192 tokens. However, your messages resulted in 9001 tokens."
     provider_server.on("b", Error(400, message, code="context_length_exceeded"))
     job_id, _ = enqueue(conn, "prompt", {"items": ["a", "b", "c"], "template": "{item}"}, max_attempts=3)
-    workers.start()
+    burst()
     final = ended(conn, job_id)
 
     assert final["state"] == "failed"

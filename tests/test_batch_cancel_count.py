@@ -1,9 +1,10 @@
-"""A canceled batch job counts what its provider ran before the cancel: on real ``leash worker``
-processes against the loopback providers' batch APIs, through the official SDKs. The job ends
-canceled at once; once the canceled batch has ended, the usage of every request it answered is
-counted at the batch price (job, owner's day, model) and nothing is stored; a batch that never
-ends is given up after LEASH_BATCH_CANCEL_GRACE with one WARNING; a deploy mid-count, a look
-repeated or two at once count once; a replay does not count the batch again."""
+"""A canceled batch job counts what its provider ran before the cancel: on leash workers (real
+``leash worker`` processes but for the replay, run in the test's process) against the loopback
+providers' batch APIs, through the official SDKs. The job ends canceled at once; once the
+canceled batch has ended, the usage of every request it answered is counted at the batch price
+(job, owner's day, model) and nothing is stored; a batch that never ends is given up after
+LEASH_BATCH_CANCEL_GRACE with one WARNING; a deploy mid-count, a look repeated or two at once
+count once; a replay does not count the batch again."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from jobs import keys
 from jobs.core import canceled_batch, clock, states
 from jobs.usage.meter import utc_day
 from tests.conftest import batch_settings, wait_for
-from tests.test_batch_jobs import only_batch, submit_batch, waiting
+from tests.test_batch_jobs import FOLLOW, only_batch, submit_batch, waiting
 
 pytestmark = pytest.mark.slow
 
@@ -183,20 +184,22 @@ def test_the_look_rq_runs_is_where_its_stored_path_says():
     assert callable(getattr(importlib.import_module(module), name))
 
 
-def test_a_replay_after_the_count_asks_the_items_directly_and_counts_the_batch_once(conn, workers, any_provider):
+def test_a_replay_after_the_count_asks_the_items_directly_and_counts_the_batch_once(conn, burst, any_provider):
     from tests.test_items_workers import ended, stored
 
     server = any_provider
     job_id, _ = submit_batch(conn, "r", 6)
-    workers.start()
+    burst()
     waiting(conn, job_id)
     batch_id = only_batch(server)
     server.batches.run_first(batch_id, 2)
     _cancel(conn, job_id)
     server.batches.advance(batch_id)
+    burst(follow=FOLLOW)
     wait_for(lambda: _job_calls(conn, job_id) == 2, 30, message="the 2 answered requests counted")
     result = CliRunner().invoke(main, ["replay", "--", job_id])
     assert result.exit_code == 0, result.output
+    burst(follow=FOLLOW)
     final = ended(conn, job_id)
     assert final["state"] == "succeeded", final["error"]
     assert stored(conn, job_id) == {i: f"echo: Say r{i}" for i in range(6)}

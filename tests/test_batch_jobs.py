@@ -1,6 +1,7 @@
-"""Batch mode on real ``leash worker`` processes against the loopback providers' batch APIs,
-through the official SDKs: a batch job gives its worker back while the provider works, stores
-every answer item by item, survives a SIGKILL between the create call and its record and a
+"""Batch mode on leash workers (real ``leash worker`` processes for deaths, deploys and a worker
+free while a batch waits; the test's own process, following RQ's schedule, otherwise) against
+the loopback providers' batch APIs, through the official SDKs: a batch job gives its worker back
+while the provider works, stores every answer item by item, survives a SIGKILL between the create call and its record and a
 deploy's SIGTERM without a second batch or a counted attempt, asks what the provider did not
 answer directly, and a cancel stops the provider's batch."""
 
@@ -23,6 +24,9 @@ from tests.test_items_workers import ended, stored
 
 pytestmark = pytest.mark.slow
 
+#: How long an in-process worker goes on taking a waiting job's looks as RQ schedules them.
+FOLLOW = 30
+
 def waiting(conn, job_id) -> dict:
     return wait_for(lambda: (s := states.status(conn, job_id))["batch"] and s["batch"]["phase"] == "waiting" and s,
                     30, message=f"job {job_id} to wait at the provider")
@@ -39,17 +43,18 @@ def only_batch(server):
     return next(iter(server.batches.batches))
 
 
-def test_a_batch_job_succeeds_with_every_item_no_direct_call_and_one_batch(conn, workers, any_provider):
+def test_a_batch_job_succeeds_with_every_item_no_direct_call_and_one_batch(conn, burst, any_provider):
     server = any_provider
     items = [f"item {i} -> label{i % 3}" for i in range(30)]
     job_id, _ = enqueue(conn, "classify", {"items": items, "labels": ["label0", "label1", "label2"], "mode": "batch"})
-    workers.start()
+    burst()
     status = waiting(conn, job_id)
     assert status["state"] == "running" and not status["stale"] and status["mode"] == "batch"
     assert status["batch"]["total"] == 30 and status["batch"]["next_look_at"]
     assert "at the provider" in status["waiting"]
     assert conn.zscore(keys.LEASES, job_id) is None  # no lease held while it waits
     server.batches.complete(only_batch(server))
+    burst(follow=FOLLOW)
     final = ended(conn, job_id)
 
     assert final["state"] == "succeeded", final["error"]
@@ -143,12 +148,13 @@ def test_a_deploy_mid_wait_and_mid_look_counts_no_attempt(conn, workers, batch_e
     assert server.batches.created == 1
 
 
-def test_an_expired_batch_half_done_runs_the_rest_direct_counted_apart(conn, workers, batch_env):
+def test_an_expired_batch_half_done_runs_the_rest_direct_counted_apart(conn, burst, batch_env):
     server = batch_env
     job_id, _ = submit_batch(conn, "e", 20)
-    workers.start()
+    burst()
     waiting(conn, job_id)
     server.batches.expire(only_batch(server), done=10)
+    burst(follow=FOLLOW)
     final = ended(conn, job_id)
     assert final["state"] == "succeeded", final["error"]
     assert final["done"] == 20 and final["batch"]["direct"] == 10
@@ -157,10 +163,10 @@ def test_an_expired_batch_half_done_runs_the_rest_direct_counted_apart(conn, wor
     assert final["usage"]["calls"] == 20
 
 
-def test_cancel_of_a_waiting_job_cancels_the_providers_batch_and_ends_it_at_once(conn, workers, batch_env):
+def test_cancel_of_a_waiting_job_cancels_the_providers_batch_and_ends_it_at_once(conn, burst, batch_env):
     server = batch_env
     job_id, _ = submit_batch(conn, "c", 10)
-    workers.start()
+    burst()
     waiting(conn, job_id)
     started = time.monotonic()
     result = CliRunner().invoke(main, ["cancel", job_id])  # `leash cancel`
@@ -177,20 +183,21 @@ def test_cancel_of_a_waiting_job_cancels_the_providers_batch_and_ends_it_at_once
 
 
 def test_a_batch_reserves_its_worst_case_first_and_its_usage_is_priced_at_the_batch_multiplier(
-        conn, workers, batch_env, env):
+        conn, burst, batch_env, env):
     server = batch_env
     env.setenv("LEASH_MODEL_PRICES", '{"fake-model": {"input": 1.0, "output": 2.0}}')
     env.setenv("LEASH_MODEL_MAX_TOKENS", "16")
     items = [f"p{i}" for i in range(10)]
     too_small, _ = enqueue(conn, "prompt", {"items": items, "template": "Say {item}", "mode": "batch",
                                             "budget": {"tokens": 50}})
-    workers.start()
+    burst()
     refused = ended(conn, too_small)
     assert refused["state"] == "failed" and refused["error"].startswith("budget reached"), refused["error"]
     assert server.batches.created == 0  # refused before the provider was asked
 
     job_id, _ = enqueue(conn, "prompt", {"items": items, "template": "Say {item}", "mode": "batch",
                                          "budget": {"tokens": 10_000}})
+    burst()
     waiting(conn, job_id)
     reserved = int(conn.hget(keys.job(job_id), "in_flight_tokens"))
     # every request's worst case: its bytes, the chat template's 4 + 8, and its max_tokens
@@ -199,6 +206,7 @@ def test_a_batch_reserves_its_worst_case_first_and_its_usage_is_priced_at_the_ba
     day_key = keys.usage_owner_day(owner, utc_day())
     assert int(conn.hget(day_key, "reserved_tokens")) == reserved
     server.batches.complete(only_batch(server))
+    burst(follow=FOLLOW)
     final = ended(conn, job_id)
     assert final["state"] == "succeeded"
     # Settled by the write of its last results, on the day it was made.
@@ -247,12 +255,12 @@ def test_a_superseded_attempt_stores_no_batch_answer_but_its_calls_are_counted(c
     assert conn.hget(keys.usage(job_id), "i0") == b"1,5,2"
 
 
-def test_past_the_longest_wait_the_batch_is_canceled_and_the_items_run_direct(conn, workers, batch_env, env):
+def test_past_the_longest_wait_the_batch_is_canceled_and_the_items_run_direct(conn, burst, batch_env, env):
     server = batch_env
     env.setenv("LEASH_BATCH_MAX_WAIT", "3")
     env.setenv("LEASH_BATCH_CANCEL_GRACE", "0")  # the canceled batch's answers are not waited for
     job_id, _ = submit_batch(conn, "w", 8)
-    workers.start()
+    burst(follow=FOLLOW)
     final = ended(conn, job_id)  # the provider never finishes
     assert final["state"] == "succeeded", final["error"]
     assert server.batches.batch(only_batch(server)).canceling
@@ -262,13 +270,14 @@ def test_past_the_longest_wait_the_batch_is_canceled_and_the_items_run_direct(co
     assert conn.zcard(keys.owner_reservations(conn.hget(keys.job(job_id), "owner").decode())) == 0
 
 
-def test_with_fallback_fail_requests_the_provider_did_not_answer_fail_the_job(conn, workers, batch_env, env):
+def test_with_fallback_fail_requests_the_provider_did_not_answer_fail_the_job(conn, burst, batch_env, env):
     server = batch_env
     env.setenv("LEASH_BATCH_FALLBACK", "fail")
     job_id, _ = submit_batch(conn, "f", 6)
-    workers.start()
+    burst()
     waiting(conn, job_id)
     server.batches.expire(only_batch(server), done=4)
+    burst(follow=FOLLOW)
     final = ended(conn, job_id)
     assert final["state"] == "failed" and "2 of 6 requests were not answered" in final["error"], final["error"]
     assert final["done"] == 4 and len(server.requests) == 0  # the answered ones are kept for a replay

@@ -1,9 +1,10 @@
-"""Batch mode's looks on real ``leash worker`` processes against the loopback providers' batch
-APIs, through the official SDKs: past the longest wait the canceled batch's answers are read
-(billed once, at the batch price) and only the rest runs direct, also across a deploy; a
-canceled batch that does not end within the grace leaves the rest direct; a look the provider
-fails to answer is looked at again without failing the attempt; a batch the provider no longer
-has fails the job, and a replay asks its items directly."""
+"""Batch mode's looks on leash workers (real ``leash worker`` processes but for a forgotten batch,
+run in the test's process) against the loopback providers' batch APIs, through the official
+SDKs: past the longest wait the canceled batch's answers are read (billed once, at the batch
+price) and only the rest runs direct, also across a deploy; a canceled batch that does not end
+within the grace leaves the rest direct; a look the provider fails to answer is looked at again
+without failing the attempt; a batch the provider no longer has fails the job, and a replay asks
+its items directly."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from cli import main
 from jobs import keys
 from jobs.core import batch_looks, clock, states
 from tests.conftest import wait_for
-from tests.test_batch_jobs import only_batch, submit_batch, waiting
+from tests.test_batch_jobs import FOLLOW, only_batch, submit_batch, waiting
 from tests.test_items_workers import ended, stored
 
 pytestmark = pytest.mark.slow
@@ -120,18 +121,20 @@ def test_looks_the_provider_fails_to_answer_are_looked_at_again_without_failing_
 
 
 def test_a_batch_the_provider_no_longer_has_fails_the_job_and_a_replay_asks_its_items_directly(
-        conn, workers, batch_env):
+        conn, burst, batch_env):
     server = batch_env
     job_id, _ = submit_batch(conn, "n", 5, max_attempts=3)
-    workers.start()
+    burst()
     waiting(conn, job_id)
     server.batches.forget(only_batch(server))  # deleted at the provider: every read is a 404
+    burst(follow=FOLLOW)
     final = ended(conn, job_id)
     assert final["state"] == "failed" and final["attempts"] == 1, (final["attempts"], final["error"])
     assert "could not look at the provider's batch" in final["error"] and "404" in final["error"]
     assert len(server.requests) == 0
     result = CliRunner().invoke(main, ["replay", "--", job_id])
     assert result.exit_code == 0, result.output
+    burst(follow=FOLLOW)
     replayed = wait_for(lambda: (s := states.status(conn, job_id))["state"] == "succeeded" and s, 60,
                         message="the replayed job to succeed")
     assert replayed["batch"]["direct"] == 5 and len(server.requests) == 5 and server.batches.created == 0

@@ -73,9 +73,9 @@ def test_check_rejects_out_of_range_input(conn, kwargs):
         alerts.check(conn, **{"window": 3600, **kwargs})
 
 
-def test_a_real_failure_counts_in_the_window(conn, workers):
+def test_a_real_failure_counts_in_the_window(conn, burst):
     job_id, _ = enqueue(conn, "permanent", {}, max_attempts=1)
-    workers.start("--no-scheduler")
+    burst()
     wait_for(lambda: conn.hget(keys.job(job_id), "state") == b"failed", 20)
 
     assert window_counts(conn, 60, kind="permanent")["failed"] == 1

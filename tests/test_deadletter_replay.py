@@ -232,11 +232,11 @@ def test_yes_skips_the_question_and_the_audit_says_who_when_what(conn, env):
 
 
 @pytest.mark.slow
-def test_replayed_job_succeeds_on_a_worker_and_resumes_from_its_checkpoint(conn, workers):
+def test_replayed_job_succeeds_on_a_worker_and_resumes_from_its_checkpoint(conn, burst):
     items = [f"item-{i}" for i in range(8)]
     conn.set("test:broken:backend", 1)
     job_id, _ = enqueue(conn, "breaks_at", {"items": items, "break_at": 5, "flag": "backend"}, max_attempts=1)
-    workers.start("--no-scheduler")
+    burst()
     first = wait_for(lambda: (s := states.status(conn, job_id))["state"] == "failed" and s, 20)
     # Items run several at once: 6 and 7 may have started beside the broken one (then they were
     # stored); nothing is launched after it failed.
@@ -246,6 +246,7 @@ def test_replayed_job_succeeds_on_a_worker_and_resumes_from_its_checkpoint(conn,
     conn.delete("test:broken:backend")  # the fix is deployed
     result = run(ids=[job_id])
     assert result.exit_code == 0, result.output
+    burst()
 
     final = wait_for(lambda: (s := states.status(conn, job_id))["state"] == "succeeded" and s, 20)
     assert (final["done"], final["total"], final["attempts"]) == (8, 8, 1)

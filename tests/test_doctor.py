@@ -98,6 +98,7 @@ def test_doctor_fails_when_no_worker_is_there(own_redis):
     assert "FAIL  workers: none seen" in result.output
 
 
+@pytest.mark.slow
 def test_workers_and_the_web_app_warn_once_at_start_when_redis_may_evict(own_redis, workers, tmp_path, caplog):
     conn, url = own_redis()
     conn.config_set("maxmemory-policy", "volatile-lru")

@@ -145,9 +145,9 @@ def test_jobs_go_to_the_first_queue_unless_another_served_one_is_named(conn, env
 
 
 @pytest.mark.slow
-def test_an_owners_jobs_start_in_the_order_they_were_submitted(conn, workers):
+def test_an_owners_jobs_start_in_the_order_they_were_submitted(conn, burst):
     submitted = [enqueue(conn, "count", {"items": ["a"], "delay": 0}, owner="fifo")[0] for _ in range(30)]
-    workers.start("--no-scheduler")
+    burst()
     wait_for(lambda: all(conn.hget(keys.job(j), "state") == b"succeeded" for j in submitted), 60,
              message="all 30 jobs to succeed")
     started = sorted(submitted, key=lambda j: float(conn.hget(keys.job(j), "started_at")))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import redis
 
 from cli.devserver import start_redis, stop
@@ -12,6 +13,8 @@ from jobs import keys
 from jobs.enqueue import enqueue
 from tests.conftest import wait_for
 from tests.web_support import CLASSIFY, make_app
+
+pytestmark = pytest.mark.slow
 
 
 def test_workers_stay_up_through_a_full_redis_and_their_running_jobs_end_true(tmp_path, env, workers):

@@ -1,5 +1,5 @@
-"""Items many at once on real ``leash worker`` processes against the fake OpenAI-compatible
-server with a set latency: calls overlap up to the limit, a deploy mid-batch redoes nothing, a
+"""Items many at once on leash workers (in the test's process; real ``leash worker`` processes
+for the deploy and the SIGKILL) against the fake OpenAI-compatible server with a set latency: calls overlap up to the limit, a deploy mid-batch redoes nothing, a
 SIGKILL redoes at most the calls in flight, and a server that takes only a few calls at once
 brings every job's concurrency down to it."""
 
@@ -38,12 +38,12 @@ def calls_per_item(server) -> dict[str, int]:
     return counts
 
 
-def test_a_job_runs_its_calls_concurrently_up_to_the_limit(conn, workers, model_server, env):
+def test_a_job_runs_its_calls_concurrently_up_to_the_limit(conn, burst, model_server, env):
     model_server.latency = 0.3
     env.setenv("LEASH_ITEM_CONCURRENCY", "6")
     items = [f"item-{i}" for i in range(24)]
     job_id, _ = enqueue(conn, "prompt", {"items": items, "template": "{item}"})
-    workers.start("--no-scheduler")
+    burst()
     final = ended(conn, job_id)
     assert final["state"] == "succeeded", final["error"]
     assert final["done"] == 24 and stored(conn, job_id) == {i: f"echo: item-{i}" for i in range(24)}
@@ -53,12 +53,12 @@ def test_a_job_runs_its_calls_concurrently_up_to_the_limit(conn, workers, model_
     assert model_server.max_in_flight == 6
 
 
-def test_a_job_that_asks_for_fewer_calls_at_once_gets_them(conn, workers, model_server, env):
+def test_a_job_that_asks_for_fewer_calls_at_once_gets_them(conn, burst, model_server, env):
     model_server.latency = 0.2
     env.setenv("LEASH_ITEM_CONCURRENCY", "8")
     job_id, _ = enqueue(conn, "prompt", {"items": [f"i{n}" for n in range(8)], "template": "{item}",
                                          "item_concurrency": 2})
-    workers.start("--no-scheduler")
+    burst()
     assert ended(conn, job_id)["state"] == "succeeded"
     assert model_server.max_in_flight == 2
 
@@ -107,7 +107,7 @@ def test_sigkill_mid_batch_redoes_at_most_the_calls_in_flight(conn, workers, mod
     assert redone <= 8
 
 
-def test_a_server_that_takes_few_calls_at_once_brings_the_shared_limit_down_to_it(conn, workers, model_server,
+def test_a_server_that_takes_few_calls_at_once_brings_the_shared_limit_down_to_it(conn, burst, model_server,
                                                                                    env):
     model_server.latency = 0.2
     model_server.capacity = 3
@@ -115,7 +115,7 @@ def test_a_server_that_takes_few_calls_at_once_brings_the_shared_limit_down_to_i
     env.setenv("LEASH_ITEM_CONCURRENCY", "12")
     items = [f"item-{i}" for i in range(60)]
     job_id, _ = enqueue(conn, "prompt", {"items": items, "template": "{item}"})
-    workers.start("--no-scheduler")
+    burst()
     final = ended(conn, job_id, timeout=90)
 
     assert final["state"] == "succeeded" and final["done"] == 60

@@ -1,5 +1,5 @@
 """What an accepted request costs in Redis is bounded: run the largest requests the limits allow
-on a real worker, then measure the job's hash, its status answer and everything Redis holds.
+on a worker (in the test's process), then measure the job's hash, its status answer and everything Redis holds.
 
 Run with ``-s`` to see the figures (they are in docs/BENCHMARKS.md)."""
 
@@ -87,7 +87,7 @@ def long_owner_client(conn):
     {"kind": "classify", "labels": _widest_labels()},
     {"kind": "prompt", "template": "{item}" + "t" * (limits().max_template_chars - 6)},
 ], ids=["classify", "prompt"])
-def test_the_largest_allowed_request_stays_small_in_redis_and_in_every_answer(conn, workers, long_owner_client,
+def test_the_largest_allowed_request_stays_small_in_redis_and_in_every_answer(conn, burst, long_owner_client,
                                                                              kind_fields):
     client, auth = long_owner_client
     body = _largest_body(kind_fields, random.Random(11))
@@ -95,7 +95,7 @@ def test_the_largest_allowed_request_stays_small_in_redis_and_in_every_answer(co
     response = client.post("/jobs", data=body, headers={"Content-Type": "application/json", **auth})
     assert response.status_code == 202, response.get_json()
     job_id = response.get_json()["job_id"]
-    workers.start("--no-scheduler")
+    burst()
     assert _wait_ended(conn, job_id) == "succeeded"
 
     status = client.get(f"/jobs/{job_id}", headers=auth)
@@ -117,9 +117,9 @@ def test_the_largest_allowed_request_stays_small_in_redis_and_in_every_answer(co
         assert len(summary["labels"]) == limits().max_labels  # every label was counted: the widest summary
 
 
-def test_a_failed_jobs_hash_and_status_stay_small_whatever_its_error_says(conn, workers):
+def test_a_failed_jobs_hash_and_status_stay_small_whatever_its_error_says(conn, burst):
     job_id, _ = enqueue(conn, "long_error", {}, owner=LONGEST_OWNER)
-    workers.start("--no-scheduler")
+    burst()
     assert _wait_ended(conn, job_id) == "failed"
     client = make_app(LEASH_API_TOKENS=f"{LONGEST_OWNER}={'t' * 32}").test_client()
     status = client.get(f"/jobs/{job_id}", headers={"Authorization": f"Bearer {'t' * 32}"})
@@ -130,10 +130,10 @@ def test_a_failed_jobs_hash_and_status_stay_small_whatever_its_error_says(conn, 
     assert len(status.data) < STATUS_LIMIT
 
 
-def test_a_summary_that_grows_with_the_input_is_not_stored_and_the_job_still_succeeds(conn, workers):
+def test_a_summary_that_grows_with_the_input_is_not_stored_and_the_job_still_succeeds(conn, burst):
     # Limits apply at the door: a job whose calls were made is not failed by one at its end.
     job_id, _ = enqueue(conn, "big_summary", {"text": "y" * 100}, max_attempts=3)
-    workers.start("--no-scheduler")
+    burst()
     assert _wait_ended(conn, job_id) == "succeeded"
     raw = conn.hgetall(keys.job(job_id))
     size = len(json.dumps({"echo": "y" * 10_000}, separators=(",", ":")))

@@ -16,7 +16,6 @@ from jobs.core import lua, payload_copy, state_index
 from jobs.core.rq_side import finished_data
 from jobs.enqueue import enqueue
 from jobs.read.results import item_inputs, submitted_items
-from tests.conftest import wait_for
 from tests.web_support import basic, finish_job, make_app
 
 #: MEMORY USAGE of a finished 2-item job's own keys (RQ's job hash, leash's job hash, items,
@@ -28,10 +27,9 @@ JOB_KEYS_BOUND = 2_400
 ITEMS = [f"review number {n}: the delivery was late again and the box arrived damaged" for n in range(100)]
 
 
-def test_a_succeeded_job_keeps_its_result_in_leash_only_and_rq_still_calls_it_finished(conn, workers):
+def test_a_succeeded_job_keeps_its_result_in_leash_only_and_rq_still_calls_it_finished(conn, burst):
     job_id, _ = enqueue(conn, "count", {"items": ["a", "b"], "delay": 0}, owner="alice")
-    proc = workers.start("--burst")
-    wait_for(lambda: proc.poll() is not None, 60, message="the burst worker to finish")
+    burst()
     assert conn.hget(keys.job(job_id), "state") == b"succeeded"
     assert json.loads(conn.hget(keys.job(job_id), "result")) == {"items": 2}
     rq_job = Job.fetch(job_id, connection=conn, serializer=JSONSerializer)
@@ -42,12 +40,11 @@ def test_a_succeeded_job_keeps_its_result_in_leash_only_and_rq_still_calls_it_fi
     assert conn.ttl(rq_job.key) > 0  # RQ's record still expires with the result TTL
 
 
-def test_a_succeeded_job_keeps_one_copy_of_its_payload_and_rq_still_reads_its_record(conn, workers):
+def test_a_succeeded_job_keeps_one_copy_of_its_payload_and_rq_still_reads_its_record(conn, burst):
     payload = {"items": ITEMS[:2], "delay": 0}
     job_id, _ = enqueue(conn, "count", payload, owner="alice")
     failing, _ = enqueue(conn, "permanent", {"items": ITEMS[:2]}, owner="alice")
-    proc = workers.start("--burst")
-    wait_for(lambda: proc.poll() is not None, 60, message="the burst worker to finish")
+    burst()
     assert [conn.hget(keys.job(i), "state") for i in (job_id, failing)] == [b"succeeded", b"failed"]
 
     rq_job = Job.fetch(job_id, connection=conn, serializer=JSONSerializer)

@@ -44,13 +44,12 @@ def slots(conn, owner="default"):
     return registry.get_allowed_job_ids(), registry.get_rate_limited_job_ids()
 
 
-def fail_on_a_model_error(conn, workers, flag="model", owner="default"):
+def fail_on_a_model_error(conn, burst, flag="model", owner="default"):
     """A job that fails (item 2 of 4, after checkpointing 0 and 1) while the model is broken."""
     conn.set(f"test:broken:{flag}", 1)
     job_id, _ = enqueue(conn, "breaks_at", {"items": ["a", "b", "c", "d"], "break_at": 2, "flag": flag},
                         owner=owner, max_attempts=1)
-    if not workers.procs:
-        workers.start("--no-scheduler")
+    burst()
     wait_for(lambda: state(conn, job_id)["state"] == "failed", 20, message="the job to fail")
     wait_for(lambda: slots(conn, owner) == ([], []), 10, message="RQ's bookkeeping to free the slot")
     return job_id
@@ -62,12 +61,13 @@ def settle(conn, *job_ids):
         conn.hset(keys.job(job_id), "ended_at", float(conn.hget(keys.job(job_id), "ended_at")) - 60)
 
 
-def test_rq_requeue_all_is_a_replay_and_the_job_succeeds_from_its_checkpoint(conn, workers):
-    job_id = fail_on_a_model_error(conn, workers)
+def test_rq_requeue_all_is_a_replay_and_the_job_succeeds_from_its_checkpoint(conn, burst):
+    job_id = fail_on_a_model_error(conn, burst)
     settle(conn, job_id)
     conn.delete("test:broken:model")  # the model is fixed
 
     rq("requeue", "--all", "--queue", "leash", "--serializer", JSON)
+    burst()
 
     done = wait_for(lambda: (s := state(conn, job_id))["state"] == "succeeded" and s, 20, message="success")
     assert done["attempts"] == 1, "a requeue resets attempts like a replay"
@@ -101,9 +101,9 @@ def test_requeue_with_no_worker_running_is_seen_by_the_sweep_and_keeps_the_owner
     assert conn.zcard(keys.FAILED_INDEX) == 0
 
 
-def test_rq_dashboard_requeue_buttons_are_replays(conn, workers):
-    first = fail_on_a_model_error(conn, workers, flag="one")
-    second = fail_on_a_model_error(conn, workers, flag="two")
+def test_rq_dashboard_requeue_buttons_are_replays(conn, burst):
+    first = fail_on_a_model_error(conn, burst, flag="one")
+    second = fail_on_a_model_error(conn, burst, flag="two")
     settle(conn, first, second)
     conn.delete("test:broken:one", "test:broken:two")
     client = make_app(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD).test_client()
@@ -112,14 +112,16 @@ def test_rq_dashboard_requeue_buttons_are_replays(conn, workers):
     csrf = {**auth, "X-CSRFToken": client.get_cookie("_csrf_token", path="/rq").value}
 
     assert client.post(f"/rq/job/{first}/requeue", headers=csrf).status_code == 200
+    burst()
     wait_for(lambda: state(conn, first)["state"] == "succeeded", 20, message="the requeued job to succeed")
     assert client.post("/rq/requeue/leash", headers=csrf).get_json()["count"] == 1
+    burst()
     wait_for(lambda: state(conn, second)["state"] == "succeeded", 20, message="requeue-all's job to succeed")
     assert [e["actor"] for e in deadletter.audit_log(conn)] == ["rq", "rq"]
     wait_for(lambda: slots(conn) == ([], []), 10, message="no slot held")
 
 
-def test_rq_empty_fails_the_jobs_frees_the_slots_and_replay_brings_them_back(conn, workers):
+def test_rq_empty_fails_the_jobs_frees_the_slots_and_replay_brings_them_back(conn, burst):
     ids = [enqueue(conn, "count", {"items": ["a", "b"], "delay": 0})[0] for _ in range(3)]
     emptied, held_back = ids[:2], ids[2]  # the owner's limit (2) keeps the third waiting, off the queue
     allowed, waiting = slots(conn)
@@ -138,7 +140,7 @@ def test_rq_empty_fails_the_jobs_frees_the_slots_and_replay_brings_them_back(con
 
     result = CliRunner().invoke(main, ["replay", "--yes", "--", *emptied])
     assert result.exit_code == 0, result.output
-    workers.start("--no-scheduler")
+    burst()
     for job_id in ids:
         wait_for(lambda j=job_id: state(conn, j)["state"] == "succeeded", 20, message=f"{job_id} to succeed")
     # RQ frees a job's slot in its worker's success handling, just after leash's finish.
@@ -163,12 +165,12 @@ def test_rq_dashboard_delete_of_a_queued_job_fails_it_and_frees_its_slot(conn):
     assert conn.zscore(keys.FAILED_INDEX, held) is not None
 
 
-def test_rq_dashboard_delete_of_a_job_waiting_for_its_retry_fails_it_and_replay_runs_it(conn, workers, env):
+def test_rq_dashboard_delete_of_a_job_waiting_for_its_retry_fails_it_and_replay_runs_it(conn, burst, env):
     env.setenv("LEASH_RETRY_BACKOFF", "600")  # the retry waits in RQ's scheduled registry
     conn.set("test:broken:retry", 1)
     job_id, _ = enqueue(conn, "breaks_at", {"items": ["a", "b", "c"], "break_at": 1, "flag": "retry"},
                         max_attempts=3)
-    workers.start("--no-scheduler")
+    burst()
     wait_for(lambda: conn.zscore(keys.rq_scheduled("leash", conn), job_id) is not None, 20, message="the retry scheduled")
     assert state(conn, job_id)["state"] == "queued"
     client = make_app(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD).test_client()
@@ -183,6 +185,7 @@ def test_rq_dashboard_delete_of_a_job_waiting_for_its_retry_fails_it_and_replay_
     assert slots(conn) == ([], [])
     conn.delete("test:broken:retry")  # the model is fixed
     assert CliRunner().invoke(main, ["replay", "--yes", "--", job_id]).exit_code == 0
+    burst()
     final = wait_for(lambda: (s := state(conn, job_id))["state"] == "succeeded" and s, 20, message="the replay")
     assert final["done"] == 3 and item_calls(conn, job_id)[0] == 1, "the checkpointed item was not run again"
 
@@ -217,7 +220,7 @@ def test_rq_dashboard_delete_of_a_running_job_lets_it_finish_and_records_it_trul
 
 
 @pytest.mark.parametrize("serializer", [JSON, None], ids=["json-serializer", "default-serializer"])
-def test_a_plain_rq_worker_cannot_silently_burn_a_job(conn, workers, serializer):
+def test_a_plain_rq_worker_cannot_silently_burn_a_job(conn, burst, serializer):
     job_id, _ = enqueue(conn, "count", {"items": ["a", "b"], "delay": 0}, max_attempts=3)
     extra = ["--serializer", serializer] if serializer else []
     rq("worker", "leash", "--burst", *extra)
@@ -237,17 +240,18 @@ def test_a_plain_rq_worker_cannot_silently_burn_a_job(conn, workers, serializer)
     assert slots(conn) == ([], [])
 
     assert CliRunner().invoke(main, ["replay", "--yes", "--", job_id]).exit_code == 0
-    workers.start("--no-scheduler")
+    burst()
     wait_for(lambda: state(conn, job_id)["state"] == "succeeded", 20, message="the replayed job to succeed")
 
 
-def test_rq_info_and_suspend_resume_leave_leash_state_alone(conn, workers):
+def test_rq_info_and_suspend_resume_leave_leash_state_alone(conn, burst):
     job_id, _ = enqueue(conn, "count", {"items": ["a"], "delay": 0})
     rq("suspend")
-    workers.start("--no-scheduler")
+    burst()  # a suspended worker takes nothing
     rq("info")
     assert state(conn, job_id)["state"] == "queued"
     rq("resume")
+    burst()
     wait_for(lambda: state(conn, job_id)["state"] == "succeeded", 20, message="the job to run after resume")
 
 

@@ -1,4 +1,5 @@
-"""Money on real ``leash worker`` processes against the fake OpenAI-compatible server: a job's
+"""Money on leash workers (real ``leash worker`` processes where a SIGKILL or a worker that stays
+up is tested, the test's own process otherwise) against the fake OpenAI-compatible server: a job's
 usage is the sum of what the server billed, SIGKILL included; a budget stops a job before it
 passes the line and a replay with a larger one finishes it without asking a stored item again;
 an owner's daily budget stops its running jobs."""
@@ -101,14 +102,14 @@ def test_a_budget_stops_the_job_before_it_passes_and_a_replay_with_more_finishes
     assert worker.poll() is None
 
 
-def test_an_owners_daily_budget_stops_its_running_job_with_an_error_naming_it(conn, workers, model_server, env):
+def test_an_owners_daily_budget_stops_its_running_job_with_an_error_naming_it(conn, burst, model_server, env):
     model_server.latency = 0.05
     env.setenv("LEASH_ITEM_CONCURRENCY", "2")
     env.setenv("LEASH_OWNER_DAILY_TOKENS", "120")
     env.setenv("LEASH_MODEL_MAX_TOKENS", "8")
     job_id, _ = enqueue(conn, "prompt", {"items": [f"item {i}" for i in range(100)], "template": "{item}"},
                         owner="carol")
-    workers.start()
+    burst()
     final = ended(conn, job_id)
     assert final["state"] == "failed" and final["error"].startswith("budget reached: owner 'carol'")
     assert "LEASH_OWNER_DAILY_TOKENS" in final["error"]
@@ -117,14 +118,14 @@ def test_an_owners_daily_budget_stops_its_running_job_with_an_error_naming_it(co
     assert conn.ttl(keys.usage(job_id)) > 0
 
 
-def test_calls_thrown_away_are_counted_and_a_server_silent_on_usage_is_estimated(conn, workers, model_server, env):
+def test_calls_thrown_away_are_counted_and_a_server_silent_on_usage_is_estimated(conn, burst, model_server, env):
     """A classify answer outside the labels (asked again), an answer cut off at max_tokens and
     a server that reports no usage: every call counted, the estimate marked as one."""
     items = ["odd -> banana", "fine -> yes", "silent -> no"]
     model_server.on("silent -> no", Reply(report_usage=False))
     model_server.on("odd -> banana", Reply("banana"), times=2)
     job_id, _ = enqueue(conn, "classify", {"items": items, "labels": ["yes", "no"]})
-    workers.start()
+    burst()
     final = ended(conn, job_id)
     assert final["state"] == "succeeded" and final["result"]["summary"]["errors"] == 1
     calls, prompt, completion = billed(model_server)
@@ -135,10 +136,10 @@ def test_calls_thrown_away_are_counted_and_a_server_silent_on_usage_is_estimated
 
 
 def test_an_answer_cut_off_at_max_tokens_is_stored_as_that_items_error_and_still_counted(
-        conn, workers, model_server, env):
+        conn, burst, model_server, env):
     model_server.on("long", Reply("a very long answer", finish_reason="length"))
     job_id, _ = enqueue(conn, "prompt", {"items": ["long", "short"], "template": "{item}"})
-    workers.start()
+    burst()
     final = ended(conn, job_id)
     assert final["state"] == "succeeded" and final["result"]["summary"]["errors"] == 1
     assert final["usage"]["calls"] == 2 and counted(final) == billed(model_server)

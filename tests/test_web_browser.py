@@ -6,7 +6,9 @@ reclaims it — in a page with JavaScript and in one without.
 Chromium comes from Debian (``apt-get install -y chromium``) or ``LEASH_CHROMIUM``. In CI
 (``CI`` set, as ``.ci/run`` runs) or with ``LEASH_REQUIRE_BROWSER=1`` a missing browser FAILS
 the run; on a developer's machine without one these tests are reported as skipped, with the
-reason, so the README's test command still works on a machine that has only Python.
+reason, so the README's test command still works on a machine that has only Python. One
+browser serves every browser test of the run (the ``chromium`` fixture in tests/web_support.py);
+each test opens its own contexts, closed after it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import urllib.error
 import urllib.request
@@ -28,9 +29,6 @@ from tests.web_support import CLASSIFY
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = os.environ.get("LEASH_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SCREENSHOT = ROOT / "docs" / "screenshot-job.png"
 #: The screenshot in docs/WEB.md is rewritten only on request, so a test run leaves the tree clean.
 UPDATE_SCREENSHOT = os.environ.get("LEASH_UPDATE_SCREENSHOT") == "1"
@@ -47,27 +45,6 @@ ITEMS = [
     "Poor quality, returned it", "Awesome team, keep it up",
 ]
 ITEM_DELAY_MS = "400"  # 20 items take about 8 s on one worker
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    """One headless Chromium per test module (each test opens its own contexts in it)."""
-    if not os.path.exists(CHROMIUM):
-        message = (f"headless Chromium was not found ({CHROMIUM}); install it with `apt-get install -y chromium` "
-                   "or point LEASH_CHROMIUM at a Chromium binary")
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes") or os.environ.get("LEASH_REQUIRE_BROWSER") == "1":
-            pytest.fail(message)
-        pytest.skip(message + " (browser tests not run; they are required in CI)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("the browser test needs Playwright for Python: pip install -e '.[test]'")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
 
 
 def _progress(page) -> tuple[int, int]:

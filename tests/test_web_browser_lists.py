@@ -21,7 +21,6 @@ from jobs.usage.meter import Pending
 from tests.conftest import ROOT, wait_for
 from tests.fake_openai import MODEL
 from tests.test_batch_jobs import only_batch, submit_batch, waiting
-from tests.test_web_browser import chromium  # noqa: F401  (the fixture, one browser for the module)
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,6 @@ import pytest
 
 from jobs.core import control, lease
 from jobs.enqueue import enqueue
-from tests.test_web_browser import chromium  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +27,7 @@ def job(conn, n=6, **payload):
 
 
 @pytest.fixture
-def browser_page(conn, env, web_server, chromium):  # noqa: F811
+def browser_page(conn, env, web_server, chromium):
     server = web_server()
     context = chromium.new_context(viewport={"width": 1100, "height": 900}, accept_downloads=True)
     page = context.new_page()

@@ -14,7 +14,6 @@ from jobs import deadletter
 from jobs.core import control, lease, states
 from jobs.enqueue import enqueue
 from tests.conftest import wait_for
-from tests.test_web_browser import chromium  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +28,7 @@ def job(conn, n=3, kind="classify", **payload):
     return job_id
 
 
-def open_page(chromium, server, width=1100):  # noqa: F811
+def open_page(chromium, server, width=1100):
     context = chromium.new_context(viewport={"width": width, "height": 900})
     page = context.new_page()
     page.server_url = server.url
@@ -40,7 +39,7 @@ def no_sideways_scroll(page) -> bool:
     return page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
 
 
-def test_the_canceled_filter_lists_canceled_jobs_apart_from_failures(conn, env, web_server, chromium):  # noqa: F811
+def test_the_canceled_filter_lists_canceled_jobs_apart_from_failures(conn, env, web_server, chromium):
     server = web_server()
     queued, canceled, failed = job(conn), job(conn), job(conn)
     control.cancel(conn, canceled)
@@ -62,12 +61,12 @@ def test_the_canceled_filter_lists_canceled_jobs_apart_from_failures(conn, env, 
         context.close()
 
 
-def test_the_replay_button_takes_a_failed_job_to_success(conn, env, workers, web_server, chromium):  # noqa: F811
+def test_the_replay_button_takes_a_failed_job_to_success(conn, env, burst, web_server, chromium):
     server = web_server()
     conn.set("test:broken:replay-browser", 1)  # the bug: item 1 fails until it is fixed
     job_id, _ = enqueue(conn, "breaks_at", {"items": ["a", "b", "c"], "break_at": 1, "flag": "replay-browser"},
                         owner="shared", max_attempts=1)
-    workers.start("--no-scheduler")
+    burst()
     wait_for(lambda: states.status(conn, job_id)["state"] == "failed", 30, message="the job to fail")
     context, page = open_page(chromium, server)
     try:
@@ -76,6 +75,8 @@ def test_the_replay_button_takes_a_failed_job_to_success(conn, env, workers, web
         conn.delete("test:broken:replay-browser")  # the fix is deployed
         page.click("#replay-button")
         page.click("#confirm-button")  # the confirm step
+        wait_for(lambda: states.status(conn, job_id)["state"] == "queued", 10, message="the replay to be queued")
+        burst()
         page.wait_for_selector("#state.state-succeeded", timeout=30_000)  # the page follows the job by itself
         assert not page.is_visible("#replay-button")
         fields = states.status(conn, job_id)
@@ -85,7 +86,7 @@ def test_the_replay_button_takes_a_failed_job_to_success(conn, env, workers, web
         context.close()
 
 
-def test_the_overview_draws_its_charts(conn, env, web_server, chromium):  # noqa: F811
+def test_the_overview_draws_its_charts(conn, env, web_server, chromium):
     server = web_server()
     job(conn)
     lease.claim(conn, job(conn), "leash", "w").fail("RuntimeError: boom", permanent=True)
@@ -104,7 +105,7 @@ def test_the_overview_draws_its_charts(conn, env, web_server, chromium):  # noqa
             context.close()
 
 
-def test_the_pages_fit_a_390_px_phone_without_sideways_scrolling(conn, env, web_server, chromium):  # noqa: F811
+def test_the_pages_fit_a_390_px_phone_without_sideways_scrolling(conn, env, web_server, chromium):
     server = web_server()
     failed = job(conn, n=4)
     attempt = lease.claim(conn, failed, "leash", "a-worker-with-a-rather-long-host-name.example.internal-4242")

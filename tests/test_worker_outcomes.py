@@ -1,4 +1,5 @@
-"""How attempts end on real workers: retries, permanent errors, cancel, owner limits."""
+"""How attempts end on leash workers (real processes where a kill, a cancel mid-run or the
+scheduler is tested): retries, permanent errors, cancel, owner limits."""
 
 from __future__ import annotations
 
@@ -39,9 +40,9 @@ def test_a_job_that_always_raises_fails_after_exactly_max_attempts_with_its_trac
     wait_for(lambda: conn.hget(keys.rq_job(job_id), "status") == b"failed", 10, message="RQ's status failed")
 
 
-def test_permanent_error_fails_after_one_attempt(conn, workers):
+def test_permanent_error_fails_after_one_attempt(conn, burst):
     job_id, _ = enqueue(conn, "permanent", {}, max_attempts=5)
-    workers.start("--no-scheduler")
+    burst()
     final = final_state(conn, job_id)
     assert (final["state"], final["attempts"]) == ("failed", 1)
     assert "context length exceeded" in final["error"]
@@ -174,9 +175,9 @@ def test_a_horse_dying_between_its_recorded_failure_and_rqs_bookkeeping_is_retri
     assert final["result"]["summary"] == {"attempt": 2}
 
 
-def test_a_redis_blip_under_a_job_hands_it_back_without_spending_an_attempt(conn, workers):
+def test_a_redis_blip_under_a_job_hands_it_back_without_spending_an_attempt(conn, burst):
     job_id, _ = enqueue(conn, "redis_blip", {}, max_attempts=1)
-    workers.start("--no-scheduler")
+    burst()
     final = final_state(conn, job_id)
     assert (final["state"], final["attempts"]) == ("succeeded", 1)
     assert conn.hget(keys.job(job_id), "handoffs") == b"1"

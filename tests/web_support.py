@@ -1,5 +1,6 @@
 """Fixtures and helpers for the web tests: the app on the test database, clients that act as
-an API caller or as a browser, and a counter of Redis round trips."""
+an API caller or as a browser, a counter of Redis round trips, and one headless Chromium shared
+by the browser tests."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import base64
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +25,9 @@ from tests.conftest import REDIS_URL, ROOT, wait_for
 from web.app import create_app
 
 TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-0123456789ab"}
+CHROMIUM = os.environ.get("LEASH_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 HTML = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
 CLASSIFY = {"kind": "classify", "items": ["good film", "bad film"], "labels": ["positive", "negative"]}
 
@@ -173,3 +178,33 @@ def web_server(conn):
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_chromium():
+    """One headless Chromium for the whole run: launching it costs more than most browser tests."""
+    if not os.path.exists(CHROMIUM):
+        message = (f"headless Chromium was not found ({CHROMIUM}); install it with `apt-get install -y chromium` "
+                   "or point LEASH_CHROMIUM at a Chromium binary")
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes") or os.environ.get("LEASH_REQUIRE_BROWSER") == "1":
+            pytest.fail(message)
+        pytest.skip(message + " (browser tests not run; they are required in CI)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("the browser test needs Playwright for Python: pip install -e '.[test]'")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def chromium(shared_chromium):
+    """The shared browser; every context a test opened (its cookies, storage and pages) is closed
+    after it, so no test sees another's."""
+    yield shared_chromium
+    for context in list(shared_chromium.contexts):
+        context.close()
