@@ -1,4 +1,5 @@
-"""A budget is a limit to spend up to, on real ``leash worker`` processes against a stand-in
+"""A budget is a limit to spend up to, on real leash workers (in this process, the owner's three
+jobs on two worker processes) against a stand-in
 provider that bills every answer it generates (as a tokenizer would: Japanese costs about two
 tokens a character, far more than characters / 4): a job whose whole need is under its budget
 succeeds at any concurrency; a job that runs out has billed at least 90 % of its budget when
@@ -16,7 +17,6 @@ from tests.fake_openai import billed_tokens
 from tests.test_items_workers import ended
 from tests.test_usage_workers import billed, counted
 
-pytestmark = pytest.mark.slow
 
 ENGLISH = [f"review {i:03d}: the blender works well but is loud" for i in range(200)]
 JAPANESE = [f"レビュー{i:03d}：このミキサーはよく動くが、音が大きい。" for i in range(200)]
@@ -30,23 +30,24 @@ def need_of(items: list[str]) -> int:
                for i in items)
 
 
-def run(conn, workers, env, items, budget_tokens: int, concurrency: int, owner: str = "dana") -> dict:
+def run(conn, burst, env, items, budget_tokens: int, concurrency: int, owner: str = "dana") -> dict:
+    """The job on a worker in this process (its items on threads of a forked work-horse)."""
     env.setenv("LEASH_ITEM_CONCURRENCY", str(concurrency))
     env.setenv("LEASH_MODEL_MAX_TOKENS", str(MAX_TOKENS))
     job_id, _ = enqueue(conn, "prompt", {"items": items, "template": TEMPLATE, "budget": {"tokens": budget_tokens}},
                         owner=owner)
-    workers.start()
+    burst()
     return ended(conn, job_id)
 
 
 @pytest.mark.parametrize("concurrency", [1, 16, 64])
 @pytest.mark.parametrize("language", ["english", "japanese"])
 def test_a_job_whose_need_is_under_its_budget_succeeds_at_any_concurrency(
-        conn, workers, model_server, env, concurrency, language):
+        conn, burst, model_server, env, concurrency, language):
     items = (ENGLISH if language == "english" else JAPANESE)[:40]
     need = need_of(items)
     # Room for the need and a little more, far less than 40 calls' worst cases at once.
-    final = run(conn, workers, env, items, budget_tokens=int(need * 1.15), concurrency=concurrency)
+    final = run(conn, burst, env, items, budget_tokens=int(need * 1.15), concurrency=concurrency)
     spent = billed(model_server)
     print(f"{language}, {concurrency} at once: need {need:,} tokens, budget {int(need * 1.15):,}, "
           f"billed {spent[1] + spent[2]:,} in {spent[0]} calls -> {final['state']}")
@@ -57,14 +58,14 @@ def test_a_job_whose_need_is_under_its_budget_succeeds_at_any_concurrency(
 @pytest.mark.parametrize("concurrency", [1, 16, 64])
 @pytest.mark.parametrize("language", ["english", "japanese"])
 def test_a_job_that_runs_out_bills_at_least_90_percent_of_its_budget_and_never_more(
-        conn, workers, model_server, env, concurrency, language):
+        conn, burst, model_server, env, concurrency, language):
     items = ENGLISH if language == "english" else JAPANESE
     # One call's worst case (its prompt's bytes and the chat template's tokens, plus 64 output
     # tokens) is under a tenth of the budget; the job needs several times the budget.
     worst = max(len(TEMPLATE.format(item=i).encode()) for i in items) + 12 + MAX_TOKENS
     budget_tokens = 10 * worst + 100
     assert need_of(items) > 3 * budget_tokens
-    final = run(conn, workers, env, items, budget_tokens=budget_tokens, concurrency=concurrency)
+    final = run(conn, burst, env, items, budget_tokens=budget_tokens, concurrency=concurrency)
     calls, prompt, completion = billed(model_server)
     share = (prompt + completion) / budget_tokens
     print(f"{language}, {concurrency} at once: budget {budget_tokens:,} tokens, billed {prompt + completion:,} "
@@ -75,6 +76,7 @@ def test_a_job_that_runs_out_bills_at_least_90_percent_of_its_budget_and_never_m
     assert final["budget_wait"] is None
 
 
+@pytest.mark.slow
 def test_an_owners_jobs_share_its_day_and_wait_for_each_other_instead_of_failing(conn, workers, model_server, env):
     """Three jobs of one owner whose needs add up to less than its daily budget all succeed,
     though their calls' worst cases at once are many times that budget; while one waits for
