@@ -17,7 +17,6 @@ from tests.fake_openai import billed_tokens
 from tests.test_items_workers import ended
 from tests.test_usage_workers import billed, counted
 
-
 ENGLISH = [f"review {i:03d}: the blender works well but is loud" for i in range(200)]
 JAPANESE = [f"レビュー{i:03d}：このミキサーはよく動くが、音が大きい。" for i in range(200)]
 TEMPLATE = "Summarise: {item}"
