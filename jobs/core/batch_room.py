@@ -21,8 +21,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from jobs.usage import budget
-
 if TYPE_CHECKING:
     from jobs.core.provider_batch import BatchRun
 
@@ -32,7 +30,7 @@ MAX_REFUSALS = 6
 
 def send_more(run: BatchRun, done: dict) -> int:
     """Send the items not sent yet whose worst cases fit the room left, as new parts; returns
-    how many were sent. Raises BudgetReached when none fits and nothing can free room."""
+    how many were sent. Raises BudgetReached (run.budget_reached) when none fits and nothing can free room."""
     left = unsent(run, done)
     if not left or run.record.canceled_at is not None:
         return 0
@@ -45,7 +43,7 @@ def send_more(run: BatchRun, done: dict) -> int:
             break
         part = run.split(chosen)[0]
         admission = run.admit(part, _next_number(run))
-        if admission.code == budget.ADMITTED:
+        if admission.admitted:
             run.send(_next_number(run), part)
             sent += len(part)
             taken = set(part)
@@ -55,8 +53,7 @@ def send_more(run: BatchRun, done: dict) -> int:
             continue
         refusals += 1
         if admission.what.endswith("_unpriced"):
-            run._stop_open()
-            raise budget.BudgetReached(admission.refusal)
+            run.budget_reached(admission)
         rooms[admission.what] = min(rooms.get(admission.what, admission.room), admission.room)
     if not left or sent or any(not p.ended for p in run.record.parts.values()):
         return sent  # the parts at the provider free room when their answers are read
@@ -64,13 +61,12 @@ def send_more(run: BatchRun, done: dict) -> int:
     # whether other calls of the owner hold room (wait for them) or nothing can (stop).
     smallest = min(left, key=lambda i: worst[i][0])
     admission = run.admit([smallest], _next_number(run))
-    if admission.code == budget.ADMITTED:
+    if admission.admitted:
         run.send(_next_number(run), [smallest])
         return 1
     if admission.can_wait:
         return 0
-    run._stop_open()  # nothing is open; a repeat gives nothing back twice
-    raise budget.BudgetReached(admission.refusal)
+    run.budget_reached(admission)
 
 
 def unsent(run: BatchRun, done: dict) -> list[int]:

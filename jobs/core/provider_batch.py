@@ -32,7 +32,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from jobs import keys
 from jobs.config import get, settings
@@ -163,9 +163,8 @@ class BatchRun:
     # --- create ---------------------------------------------------------------------------
 
     def _create(self, done: dict) -> None:
-        """Parts whose intent was recorded without an id first (found at the provider, or
-        created as recorded), then new parts of the items not sent yet, as many as the room
-        left in the budgets takes (batch_room.send_more)."""
+        """Parts recorded without an id first (found at the provider, or created as recorded),
+        then new parts of the items not sent yet, as many as the budgets' room takes."""
         for part in sorted(self.record.parts.values(), key=lambda p: p.number):
             if part.batch_id is not None:
                 continue
@@ -175,8 +174,7 @@ class BatchRun:
         batch_room.send_more(self, done)
 
     def send(self, number: int, indexes: list[int]) -> Part:
-        """Record the intent of part ``number`` (its reservation already made), ask the
-        provider for its batch and record the batch's id."""
+        """Part ``number`` (reserved already): its intent recorded, its batch created, its id recorded."""
         part = Part(number, self.ctx.attempt.number, clock.wall(), indexes)
         self.record.intend(part)
         requests = [(custom_id(self.ctx.job_id, i), self.request(i)) for i in indexes]
@@ -220,8 +218,11 @@ class BatchRun:
             self._stop_open()
             raise
         if admission.code == budget.OVER_BUDGET:
-            self._stop_open()
-            raise budget.BudgetReached(admission.refusal)
+            self.budget_reached(admission)
+
+    def budget_reached(self, admission: budget.Admission) -> NoReturn:
+        self._stop_open()  # a part still open is canceled, its reservation given back
+        raise budget.BudgetReached(admission.refusal)
 
     def admit(self, indexes: list[int], number: int) -> budget.Admission:
         """The part's worst case, reserved against the job's and the owner's budgets before
