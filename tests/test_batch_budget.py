@@ -3,14 +3,17 @@ batch API (which bills every answer it generates): a batch job whose worst case 
 its budget is sent in parts as the answers of the first settle and free room, and succeeds when
 its need is under the budget; one that needs more stops with ``budget reached`` having billed at
 least 90 % of its budget, never more; a part waiting at the provider makes its owner's other
-jobs wait for room, not fail."""
+jobs wait for room, not fail, and a batch job whose room its owner's calls in flight hold waits
+for them."""
 
 from __future__ import annotations
 
 import pytest
 
+from jobs import keys
 from jobs.core import states
 from jobs.enqueue import enqueue
+from jobs.usage.meter import utc_day
 from tests.conftest import wait_for
 from tests.test_budget_spend import ENGLISH, JAPANESE, TEMPLATE, need_of
 from tests.test_items_workers import ended
@@ -122,3 +125,38 @@ def test_a_batch_part_waiting_at_the_provider_makes_the_owners_other_jobs_wait_n
     assert server.batches.created >= 2
     spent = billed(server)[1] + billed(server)[2] + sum(batch_billed(server)[1:])
     assert spent <= day
+
+
+def test_a_batch_job_whose_room_is_held_by_its_owners_calls_in_flight_waits_for_them_then_succeeds(
+        conn, workers, batch_env, env):
+    """Not one request fits the owner's day while a direct job's calls are in flight: the batch
+    job sends nothing and waits for them (its status says so) instead of failing."""
+    server = batch_env
+    env.setenv("LEASH_BATCH_POLL_MAX", "0.5")
+    env.setenv("LEASH_MODEL_MAX_TOKENS", "64")
+    env.setenv("LEASH_ITEM_CONCURRENCY", "16")
+    direct_items, batch_items = ENGLISH[100:116], ENGLISH[:10]
+    worst = worst_of(direct_items + batch_items, 64)
+    assert len(set(worst)) == 1
+    day = 16 * worst[0] + worst[0] // 2  # the direct job's 16 calls at once leave less than one request
+    env.setenv("LEASH_OWNER_DAILY_TOKENS", str(day))
+    server.hold_after(0)  # the direct calls wait at the server, their worst cases reserved
+    direct_id = enqueue(conn, "prompt", {"items": direct_items, "template": TEMPLATE}, owner="erin")[0]
+    workers.start()
+    workers.start()
+    day_key = keys.usage_owner_day("erin", utc_day())
+    wait_for(lambda: int(conn.hget(day_key, "reserved_tokens") or 0) == 16 * worst[0], 30,
+             message="the direct job's 16 calls in flight")
+    batch_id = submit(conn, batch_items, owner="erin")
+    waiting = wait_for(lambda: (states.status(conn, batch_id).get("budget_wait") or {}).get("text"), 30,
+                       message="the batch job to wait for room")
+    assert "owner's daily budget" in waiting
+    status = states.status(conn, batch_id)
+    assert status["state"] == "running" and server.batches.created == 0
+    server.batches.seconds_per_step = 0.001
+    server.batches.auto = True
+    server.release()
+    finals = [ended(conn, job_id, timeout=120) for job_id in (direct_id, batch_id)]
+    assert [f["state"] for f in finals] == ["succeeded", "succeeded"], [f["error"] for f in finals]
+    assert finals[1]["done"] == 10 and server.batches.created >= 1
+    assert billed(server)[1] + billed(server)[2] + sum(batch_billed(server)[1:]) <= day
