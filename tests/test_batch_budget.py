@@ -153,6 +153,7 @@ def test_a_batch_job_whose_room_is_held_by_its_owners_calls_in_flight_waits_for_
     assert "owner's daily budget" in waiting
     status = states.status(conn, batch_id)
     assert status["state"] == "running" and server.batches.created == 0
+    assert "10 more item(s) go as answers free room in a budget" in status["waiting"], status["waiting"]
     server.batches.seconds_per_step = 0.001
     server.batches.auto = True
     server.release()
