@@ -161,3 +161,27 @@ def test_a_batch_job_whose_room_is_held_by_its_owners_calls_in_flight_waits_for_
     assert [f["state"] for f in finals] == ["succeeded", "succeeded"], [f["error"] for f in finals]
     assert finals[1]["done"] == 10 and server.batches.created >= 1
     assert billed(server)[1] + billed(server)[2] + sum(batch_billed(server)[1:]) <= day
+
+
+def test_a_reservation_left_by_an_attempt_that_died_before_recording_its_part_is_given_back(
+        conn, workers, batch_env, env):
+    """An attempt reserved part 0 (a smaller one) and died before recording it: the next
+    attempt's part 0 holds its own worst case, not the one that stood under the same id."""
+    from jobs.core import lease
+    from jobs.models.rate import ModelRateLimit
+    from jobs.usage import budget
+
+    env.setenv("LEASH_MODEL_MAX_TOKENS", "64")
+    items = ENGLISH[:10]
+    job_id, _ = enqueue(conn, "prompt", {"items": items, "template": TEMPLATE, "mode": "batch",
+                                         "budget": {"tokens": 10_000}}, max_attempts=3)
+    dead = lease.claim(conn, job_id, "leash", "w")
+    limit = ModelRateLimit(conn, "fake-model", rpm=0, tpm=0)
+    assert budget.admit(conn, limit.keys, 0, 0, 10**9, dead, 1, None, hold=3600,
+                        reservation=budget.batch_reservation(job_id, 0)).admitted
+    dead.abandon("the work-horse died between the reservation and the record")
+    workers.start()
+    wait_for(lambda: (states.status(conn, job_id)["batch"] or {}).get("phase") == "waiting", 30,
+             message="the part to wait at the provider")
+    assert batch_env.batches.created == 1
+    assert int(conn.hget(keys.job(job_id), "in_flight_tokens")) == sum(worst_of(items, 64))

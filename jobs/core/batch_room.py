@@ -34,6 +34,7 @@ def send_more(run: BatchRun, done: dict) -> int:
     left = unsent(run, done)
     if not left or run.record.canceled_at is not None:
         return 0
+    run.drop_orphan(_next_number(run))
     worst = {i: run._worst([i]) for i in left}
     rooms: dict[str, int] = {}  # a budget -> its room left, as its last refusal said
     sent = refusals = 0

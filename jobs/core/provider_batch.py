@@ -298,6 +298,13 @@ class BatchRun:
         flush(self.ctx.attempt, [Pending(self.model, self.ctx.attempt.kind, reservations=[
             budget.batch_reservation(self.ctx.job_id, p.number) for p in parts])])
 
+    def drop_orphan(self, number: int) -> None:
+        """A reservation for part ``number`` that no part recorded (its attempt died between the
+        two) is given back: kept, it would stand for a part of another size."""
+        reservation = budget.batch_reservation(self.ctx.job_id, number)
+        if budget.reservation_day(self.ctx.connection, self.ctx.attempt.owner_name(), reservation):
+            self._give_back([Part(number, 0, 0.0, [])])
+
     def _store(self, chunk: list, usage: Pending) -> Pending:
         if not chunk:
             flush(self.ctx.attempt, [usage])  # nothing to store: its calls and reservation all the same
