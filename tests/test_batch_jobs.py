@@ -188,8 +188,9 @@ def test_a_batch_reserves_its_worst_case_first_and_its_usage_is_priced_at_the_ba
     env.setenv("LEASH_MODEL_PRICES", '{"fake-model": {"input": 1.0, "output": 2.0}}')
     env.setenv("LEASH_MODEL_MAX_TOKENS", "16")
     items = [f"p{i}" for i in range(10)]
+    # Not one request's worst case (its 6 bytes, the chat template's 4 + 8, 16 output tokens) fits.
     too_small, _ = enqueue(conn, "prompt", {"items": items, "template": "Say {item}", "mode": "batch",
-                                            "budget": {"tokens": 50}})
+                                            "budget": {"tokens": 33}})
     burst()
     refused = ended(conn, too_small)
     assert refused["state"] == "failed" and refused["error"].startswith("budget reached"), refused["error"]

@@ -27,7 +27,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from jobs.config import get
-from jobs.core import clock
+from jobs.core import batch_room, clock
 from jobs.errors import PermanentError
 
 if TYPE_CHECKING:
@@ -72,7 +72,12 @@ def look(run: BatchRun, done: dict) -> list[Any]:
         counts = [counts[0] + int(progress.done or 0), counts[1] + int(progress.failed or 0),
                   counts[2] + int(progress.total or len(part.indexes))]
     _count_failed_look(run, failed)
-    if all(p.ended for p in record.parts.values()):
+    if failed is None and record.canceled_at is None:
+        sent = batch_room.send_more(run, done)  # items a budget held back, in the room freed
+        if counts is not None:
+            counts[2] += sent
+    ended = all(p.ended for p in record.parts.values())
+    if ended and (record.canceled_at is not None or not batch_room.unsent(run, done)):
         return run._finish()
     now = clock.wall()
     grace = get("LEASH_BATCH_CANCEL_GRACE")

@@ -4,17 +4,18 @@ with a ``BatchSpec``).
 
 One batch job's life, each step a short turn on a worker under a lease:
 
-    create   the attempt reserves the batch's worst case against the job's and the owner's
+    create   the attempt reserves a part's worst case against the job's and the owner's
              budgets (one reservation per part, its results counted on the day it was made),
              records its intent (attempt, part, time, items) in the job's batch record,
-             then asks the provider for the batch and records its id; the job is parked
+             then asks the provider for the batch and records its id -- as many parts as the
+             room left takes (jobs/core/batch_room.py); the job is parked
              (``Attempt.park``: running, phase ``waiting``, no lease, no worker)
     look     RQ's scheduler brings the job back for a look (not an attempt: claim_v4), every
              LEASH_BATCH_POLL_SECONDS at first, less often as the wait grows (up to
              LEASH_BATCH_POLL_MAX: batch_looks.next_look_in); a part the provider has ended is
              read, each answer stored with the same fenced item write as a direct call's, its
-             usage at the batch price;
-             a look the provider failed to answer is looked at again (jobs/core/batch_looks.py)
+             usage at the batch price; items a budget held back go as new parts in the room
+             that frees; a look the provider failed to answer is looked at again
     end      requests the provider failed, or let expire, are asked again directly (or fail the
              job: LEASH_BATCH_FALLBACK), counted apart; after LEASH_BATCH_MAX_WAIT the batch is
              canceled, what it answered before the cancel is read once it has ended (within
@@ -31,11 +32,11 @@ import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from jobs import keys
 from jobs.config import get, settings
-from jobs.core import batch_cache, batch_looks, canceled_batch, clock, lua
+from jobs.core import batch_cache, batch_looks, batch_room, canceled_batch, clock, lua
 from jobs.core.lease import Outcome
 from jobs.errors import Canceled, ItemError, LeaseLost, NeedsDirect, Parked, PermanentError
 from jobs.usage import budget
@@ -152,7 +153,8 @@ class BatchRun:
                     return [done[i] for i in range(len(self.items))]
             if not self.record.parts or any(p.batch_id is None for p in self.record.parts.values()):
                 self._create(done)
-                self._park([0, 0, sum(len(p.indexes) for p in self.record.parts.values())])
+                if self.record.parts or batch_room.unsent(self, done):  # sent, or waiting for room in a budget
+                    self._park([0, 0, sum(len(p.indexes) for p in self.record.parts.values())])
             if not self.ctx.attempt.look:
                 # A new attempt (the last one failed or its worker died): a part still at the
                 # provider whose reservation ran out is reserved again (one that stands is kept).
@@ -167,28 +169,35 @@ class BatchRun:
     # --- create ---------------------------------------------------------------------------
 
     def _create(self, done: dict) -> None:
-        todo = [(custom_id(self.ctx.job_id, i), self.request(i)) for i in range(len(self.items)) if i not in done]
+        """Parts recorded without an id first (found at the provider, or created as recorded),
+        then new parts of the items not sent yet, as many as the budgets' room takes."""
+        for part in sorted(self.record.parts.values(), key=lambda p: p.number):
+            if part.batch_id is not None:
+                continue
+            self._reserve(part.indexes, part.number)  # the intent's items, whichever attempt recorded it
+            if not self._find(part):
+                self.send(part.number, part.indexes)
+        batch_room.send_more(self, done)
+
+    def send(self, number: int, indexes: list[int]) -> Part:
+        """Part ``number`` (reserved already): its intent recorded, its batch created, its id recorded."""
+        part = Part(number, self.ctx.attempt.number, clock.wall(), indexes)
+        self.record.intend(part)
+        requests = [(custom_id(self.ctx.job_id, i), self.request(i)) for i in indexes]
+        with self.ctx.keepalive(self.backend.settings.timeout * 4):
+            part.batch_id = self.backend.batch_create(self.ctx.job_id, part.attempt, number, requests)
+        self.record.note(f"id:{number}", part.batch_id)
+        log.info("job %s: batch %s created at the provider (part %d, %d requests)", self.ctx.job_id,
+                 part.batch_id, number, len(indexes))
+        return part
+
+    def split(self, indexes: list[int]) -> list[list[int]]:
+        """``indexes`` in parts the provider's batch limits take."""
+        todo = [(custom_id(self.ctx.job_id, i), self.request(i)) for i in indexes]
         try:
-            planned = [[index_of(self.ctx.job_id, name) for name, _ in part] for part in self.backend.batch_split(todo)]
+            return [[index_of(self.ctx.job_id, name) for name, _ in part] for part in self.backend.batch_split(todo)]
         except ValueError as exc:  # one request larger than any batch may be
             raise PermanentError(f"the job cannot be sent as a batch: {exc}; submit it with mode \"direct\"") from None
-        for number, indexes in enumerate(planned):
-            part = self.record.parts.get(number)
-            if part is not None and part.batch_id is not None:
-                continue
-            if part is not None:
-                indexes = part.indexes  # the intent's items, whichever attempt recorded it
-            self._reserve(indexes, number)
-            if part is not None and self._find(part):
-                continue
-            part = Part(number, self.ctx.attempt.number, clock.wall(), indexes)
-            self.record.intend(part)
-            requests = [(custom_id(self.ctx.job_id, i), self.request(i)) for i in indexes]
-            with self.ctx.keepalive(self.backend.settings.timeout * 4):
-                part.batch_id = self.backend.batch_create(self.ctx.job_id, part.attempt, number, requests)
-            self.record.note(f"id:{number}", part.batch_id)
-            log.info("job %s: batch %s created at the provider (part %d, %d requests)", self.ctx.job_id,
-                     part.batch_id, number, len(indexes))
 
     def _find(self, part: Part) -> bool:
         """Did the attempt that recorded this intent create the batch before it could record
@@ -208,26 +217,34 @@ class BatchRun:
         return True
 
     def _reserve(self, indexes: list[int], number: int) -> None:
+        """A recorded part's worst case, reserved again (one that stands is kept), or the job stops."""
+        try:
+            admission = self.admit(indexes, number)
+        except Exception:
+            self._stop_open()
+            raise
+        if admission.code == budget.OVER_BUDGET:
+            self.budget_reached(admission)
+
+    def budget_reached(self, admission: budget.Admission) -> NoReturn:
+        self._stop_open()  # a part still open is canceled, its reservation given back
+        raise budget.BudgetReached(admission.refusal)
+
+    def admit(self, indexes: list[int], number: int) -> budget.Admission:
         """The part's worst case, reserved against the job's and the owner's budgets before
-        the provider is asked (model_admit_v2, with no rate-limit turn: a batch is one call),
+        the provider is asked (model_admit_v3, with no rate-limit turn: a batch is one call),
         for as long as the provider may take; the write of its last results settles it."""
         tokens, nusd = self._worst(indexes)
         # The longest wait, a canceled batch's grace, the look after them (and its calls).
         hold = (get("LEASH_BATCH_MAX_WAIT") + get("LEASH_BATCH_CANCEL_GRACE") + self.backend.settings.timeout * 4
                 + max(get("LEASH_BATCH_POLL_SECONDS"), get("LEASH_BATCH_POLL_MAX")))
-        try:
-            admission = budget.admit(self.ctx.connection, self.backend.limit.keys, 0, 0, 10**9, self.ctx.attempt,
-                                     tokens, nusd, daily_limits=self.backend.daily_limits,
-                                     reservation=budget.batch_reservation(self.ctx.job_id, number),
-                                     hold=budget.call_hold(hold, self.ctx.attempt))
-        except Exception:
-            self._stop_open()
-            raise
+        admission = budget.admit(self.ctx.connection, self.backend.limit.keys, 0, 0, 10**9, self.ctx.attempt,
+                                 tokens, nusd, daily_limits=self.backend.daily_limits,
+                                 reservation=budget.batch_reservation(self.ctx.job_id, number),
+                                 hold=budget.call_hold(hold, self.ctx.attempt))
         if admission.code == budget.LEASE_LOST:
             raise LeaseLost()
-        if admission.code == budget.OVER_BUDGET:
-            self._stop_open()
-            raise budget.BudgetReached(admission.refusal)
+        return admission
 
     def _worst(self, indexes: Iterable[int]) -> tuple[int, int | None]:
         tokens, nusd = 0, 0 if self.price is not None else None
@@ -291,6 +308,13 @@ class BatchRun:
         """The reservations of parts no write will settle (never read, or the job stops)."""
         flush(self.ctx.attempt, [Pending(self.model, self.ctx.attempt.kind, reservations=[
             budget.batch_reservation(self.ctx.job_id, p.number) for p in parts])])
+
+    def drop_orphan(self, number: int) -> None:
+        """A reservation for part ``number`` that no part recorded (its attempt died between the
+        two) is given back: kept, it would stand for a part of another size."""
+        reservation = budget.batch_reservation(self.ctx.job_id, number)
+        if budget.reservation_day(self.ctx.connection, self.ctx.attempt.owner_name(), reservation):
+            self._give_back([Part(number, 0, 0.0, [])])
 
     def _store(self, chunk: list, usage: Pending) -> Pending:
         if not chunk:

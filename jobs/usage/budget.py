@@ -143,6 +143,10 @@ class Admission:
     def can_wait(self) -> bool:
         return self.code == OVER_BUDGET and self.others > 0
 
+    @property
+    def admitted(self) -> bool:
+        return self.code == ADMITTED
+
 
 def new_reservation(job_id: str) -> str:
     return f"{job_id}:{secrets.token_hex(8)}"
