@@ -31,12 +31,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from jobs import keys
 from jobs.config import get, settings
 from jobs.core import batch_cache, batch_looks, batch_room, canceled_batch, clock, lua
+from jobs.core.batch_parts import Part, as_ranges, custom_id, from_ranges, index_of
 from jobs.core.lease import Outcome
 from jobs.errors import Canceled, ItemError, LeaseLost, NeedsDirect, Parked, PermanentError
 from jobs.usage import budget
@@ -48,43 +48,6 @@ if TYPE_CHECKING:
     from jobs.models.provider import CallRequest
 
 log = logging.getLogger("leash.batch")
-
-def custom_id(job_id: str, index: int) -> str:
-    """Names the job and the item in the provider's batch (its results come back by it), in
-    the characters every provider accepts (jobs.models.batching's form)."""
-    return f"{job_id}-{index}"
-
-
-def index_of(job_id: str, name: str) -> int | None:
-    head, _, tail = name.rpartition("-")
-    return int(tail) if head == job_id and tail.isdigit() else None
-
-
-def _ranges(indexes: list[int]) -> list[list[int]]:
-    out: list[list[int]] = []
-    for i in indexes:
-        if out and out[-1][1] == i - 1:
-            out[-1][1] = i
-        else:
-            out.append([i, i])
-    return out
-
-
-def _expand(ranges: list[list[int]]) -> list[int]:
-    return [i for a, b in ranges for i in range(a, b + 1)]
-
-
-@dataclass
-class Part:
-    """One provider batch of the job, as its record says."""
-
-    number: int
-    attempt: int
-    intent_at: float
-    indexes: list[int]
-    batch_id: str | None = None
-    ended: bool = False
-
 
 class Record:
     """The job's batch record (keys.provider_batches): fenced writes, read once per turn."""
@@ -99,7 +62,7 @@ class Record:
             if name.startswith("intent:"):
                 entry = json.loads(value)
                 number = int(name.split(":")[1])
-                self.parts[number] = Part(number, entry["attempt"], entry["at"], _expand(entry["items"]),
+                self.parts[number] = Part(number, entry["attempt"], entry["at"], from_ranges(entry["items"]),
                                           raw.get(f"id:{number}"), raw.get(f"ended:{number}") == "1")
         self.direct = int(raw.get("direct") or 0)
         #: item index -> a batch answer to repair directly (``BatchSpec.repair``), kept across turns.
@@ -121,7 +84,7 @@ class Record:
     def intend(self, part: Part) -> None:
         pairs: list[Any] = [f"intent:{part.number}", json.dumps(
             {"attempt": part.attempt, "at": part.intent_at, "count": len(part.indexes),
-             "items": _ranges(part.indexes)}, separators=(",", ":"))]
+             "items": as_ranges(part.indexes)}, separators=(",", ":"))]
         if self.first_at is None:
             self.first_at = part.intent_at
             pairs += ["first_at", part.intent_at]
