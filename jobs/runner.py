@@ -35,7 +35,7 @@ from jobs.core.lease import Attempt, Outcome, describe
 from jobs.errors import Canceled, HandOff, InvalidJob, LeaseLost, Parked, PermanentError, PlainWorker, RetryLater
 from jobs.intake.limits import check_summary, json_size
 from jobs.models import backends
-from jobs.usage.budget import BudgetReached
+from jobs.usage.budget import BudgetReached, WaitingForRoom
 
 log = logging.getLogger("leash.runner")
 
@@ -122,14 +122,18 @@ def _defer(attempt: Attempt, exc: RetryLater) -> Retry:
     """Give the job back for later. Returning RQ's ``Retry`` makes RQ schedule it (its
     scheduler runs in every ``leash worker``) and free its rate-limit slot meanwhile."""
     limit = settings().max_defers
+    counted = not isinstance(exc, WaitingForRoom)  # the owner's own calls hold the room: they end
     defers_so_far = int(attempt.connection.hget(keys.job(attempt.job_id), "defers") or 0)
-    if defers_so_far >= limit:
+    if counted and defers_so_far >= limit:
         # Bounded: a job deferred too often burns attempts like any other failure.
         error = RuntimeError(f"deferred {defers_so_far} times, the limit (LEASH_MAX_DEFERS={limit}); last: {exc}")
         attempt.fail(describe(error), permanent=False)
         raise error
     if attempt.release(requeue=False) == 0:
         raise LeaseLost()
+    if not counted:
+        attempt.connection.hincrby(keys.job(attempt.job_id), "defers", -1)
+    log.info("job %s deferred %ds: %s", attempt.job_id, math.ceil(exc.seconds), exc)
     return Retry(max=_rq_retries() + limit + 1, interval=max(1, math.ceil(exc.seconds)))
 
 

@@ -98,3 +98,39 @@ def test_an_owners_jobs_share_its_day_and_wait_for_each_other_instead_of_failing
           f"one waited: {seen_waiting!r}")
     assert prompt + completion <= int(3 * need * 1.1)
     assert all(f["budget_wait"] is None for f in finals)
+
+
+def test_a_job_waiting_long_for_room_gives_its_worker_back_and_is_not_failed(conn, burst, model_server, env,
+                                                                             monkeypatch):
+    """Room held for long (a batch part waiting at its provider holds its worst case for hours):
+    after waiting in place, the job is deferred -- its worker free for others, the batch's looks
+    among them -- and says what it waits for; the deferrals do not count toward
+    LEASH_MAX_DEFERS; once the room is free it runs to its end."""
+    from jobs import keys
+    from jobs.core import lease
+    from jobs.models import spending
+    from jobs.usage import budget
+    from jobs.usage.meter import Pending, flush
+
+    monkeypatch.setattr(spending, "ROOM_WAIT_IN_PLACE", 0.5)
+    monkeypatch.setattr(spending, "ROOM_DEFER_SECONDS", 1.0)
+    env.setenv("LEASH_OWNER_DAILY_TOKENS", "3000")
+    env.setenv("LEASH_MAX_DEFERS", "1")
+    env.setenv("LEASH_MODEL_MAX_TOKENS", str(MAX_TOKENS))
+    holder, _ = enqueue(conn, "prompt", {"items": ["x"], "template": TEMPLATE}, owner="fay")
+    holding = lease.claim(conn, holder, "leash", "elsewhere")
+    held = budget.admit(conn, ["leash:t:rq", "leash:t:rt", "leash:t:rp"], 0, 0, 10**9, holding, 2990, None,
+                        hold=3600, call=budget.CallEstimate("m", 10, 0, None))
+    assert held.code == budget.ADMITTED  # 2,990 of the owner's 3,000 tokens held, for an hour
+    waiting, _ = enqueue(conn, "prompt", {"items": ENGLISH[:5], "template": TEMPLATE}, owner="fay")
+    burst(follow=4)
+    status = states.status(conn, waiting)
+    assert status["state"] == "queued" and status["budget_wait"] is not None, status
+    assert "owner's daily budget" in status["budget_wait"]["text"]
+    assert len(model_server.requests) == 0
+    # The holder's call settles (it used 10 tokens): the room is free.
+    flush(holding, [Pending("m", "prompt", calls=1, input=10, day=held.day, reservations=[held.reservation])])
+    burst(follow=5)
+    final = states.status(conn, waiting)
+    assert final["state"] == "succeeded", final["error"]
+    assert final["budget_wait"] is None and int(conn.hget(keys.job(waiting), "defers") or 0) == 0

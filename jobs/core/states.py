@@ -158,8 +158,8 @@ def from_raw(job_id: str, raw: dict, rq_status: str | None, now: float | None = 
         "updated_at": clock.iso(_float(h.get("updated_at"))),
         "lease_expires_at": clock.iso(lease_expires_at) if state == State.RUNNING else None,
     } | details(job_id, h, state.value, error, rq_status, now, errors or [], history or [], retry_at, workers_alive) \
-      | job_usage(h) | budget_wait(h, state == State.RUNNING) | {"name": h.get("name")} \
-      | batch_status(h, state.value)
+      | job_usage(h) | budget_wait(h, state == State.RUNNING or (state == State.QUEUED and retry_at is not None)) \
+      | {"name": h.get("name")} | batch_status(h, state.value)
 
 
 def batch_status(h: dict, state: str) -> dict[str, Any]:

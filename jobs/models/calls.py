@@ -57,6 +57,7 @@ import redis
 from jobs.config import get, settings
 from jobs.core.connection import connect
 from jobs.errors import ItemError, LeaseLost, PermanentError, RetryLater
+from jobs.models import spending
 from jobs.models.concurrency import OK, ConcurrencyGate, SharedLimit
 from jobs.models.concurrency import RATE_LIMITED as GATE_RATE_LIMITED
 from jobs.models.concurrency import TIMED_OUT as GATE_TIMED_OUT
@@ -75,7 +76,7 @@ from jobs.models.provider import (
     Usage,
 )
 from jobs.models.rate import PAUSED, TOKENS_SPENT, ModelRateLimit
-from jobs.models.spending import NO_USAGE, ROOM_WAIT_FIRST, ROOM_WAIT_MAX, AskForLess, Spending, WaitForRoom
+from jobs.models.spending import AskForLess, Spending, WaitForRoom
 from jobs.models.structured import Extracting
 from jobs.usage import budget, prices
 
@@ -219,26 +220,29 @@ class ModelBackend(Extracting, Spending):
 
     def _call(self, request: CallRequest) -> str:
         digest = self._digest(request)
-        received = self._received.get(digest)
-        if received is not None:  # paid for and counted by an attempt that could not store it
-            return self._text(Answer(received["text"], received["finish"], received.get("stop"), NO_USAGE), request)
+        kept = self._received.get(digest)
+        if kept is not None:  # paid for and counted by an attempt that could not store it
+            return self._text(Answer(kept["text"], kept["finish"], kept.get("stop"), spending.NO_USAGE), request)
         cached = self._from_cache(digest)
         if cached is not None:  # asked before and answered: no call, no cost
             return self._text(cached, request)
         wait = DEFAULT_RETRY_AFTER
         sends_429 = 0
-        room_wait = 0.0  # > 0: waiting for calls in flight to free room in a budget
+        room_wait = waited = 0.0  # > 0: waiting for calls in flight to free room in a budget
         while sends_429 <= MAX_INLINE_429:
             if room_wait:
                 self._sleep(room_wait)
+                waited += room_wait
             epoch = self.gate.acquire(self.ctx.stopping() if self.ctx else None)
             outcome = answer = None
             try:
                 try:
                     self._before_call(request, self._worst_case(request))
-                except WaitForRoom:
+                except WaitForRoom as full:
+                    if waited >= spending.ROOM_WAIT_IN_PLACE:
+                        raise budget.WaitingForRoom(spending.ROOM_DEFER_SECONDS, full.refusal) from None
                     # The slot goes back while this call waits: other jobs' calls may use it.
-                    room_wait = min(ROOM_WAIT_MAX, max(ROOM_WAIT_FIRST, room_wait * 1.5))
+                    room_wait = min(spending.ROOM_WAIT_MAX, max(spending.ROOM_WAIT_FIRST, room_wait * 1.5))
                     continue
                 except AskForLess as less:
                     request = replace(request, max_tokens=less.max_tokens, budget_cut=True)
@@ -317,7 +321,7 @@ class ModelBackend(Extracting, Spending):
                 raise LeaseLost()
             if admission.code == budget.OVER_BUDGET:
                 if admission.can_wait:
-                    raise WaitForRoom()
+                    raise WaitForRoom(admission.refusal or "")
                 fits = self._output_that_fits(request, admission, input_bound)
                 if fits is not None:
                     raise AskForLess(fits)

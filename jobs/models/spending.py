@@ -33,6 +33,12 @@ if TYPE_CHECKING:
 #: long, then half as long again each time, up to ROOM_WAIT_MAX (it renews the lease meanwhile).
 ROOM_WAIT_FIRST = 0.2
 ROOM_WAIT_MAX = 2.0
+#: A call that has waited this long in place gives its worker back: the job is deferred (its
+#: attempt not counted, nor the deferral) and waits again when RQ's scheduler brings it back
+#: ROOM_DEFER_SECONDS later -- room held by a batch waiting at its provider can take hours, and
+#: a worker held meanwhile could be the one that batch's looks need.
+ROOM_WAIT_IN_PLACE = 60.0
+ROOM_DEFER_SECONDS = 60.0
 #: Input bounds tighten after this many answers to prompts of the same script, to this many
 #: times the most tokens per byte billed for them (see ModelBackend._input_bound).
 TIGHTEN_AFTER = 3
@@ -44,6 +50,10 @@ NO_USAGE = Usage(0, 0)
 
 class WaitForRoom(Exception):
     """The call does not fit a budget now, but calls in flight hold room they may free."""
+
+    def __init__(self, refusal: str = ""):
+        super().__init__(refusal)
+        self.refusal = refusal
 
 
 class AskForLess(Exception):

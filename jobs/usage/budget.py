@@ -34,7 +34,7 @@ from jobs import keys
 from jobs.config import get
 from jobs.core import lua
 from jobs.core.text import decoded
-from jobs.errors import InvalidJob, PermanentError
+from jobs.errors import InvalidJob, PermanentError, RetryLater
 from jobs.usage import prices
 from jobs.usage.meter import DAY_TTL, utc_day
 
@@ -46,6 +46,16 @@ MAX_USD = 10**6
 
 class BudgetReached(PermanentError):
     """budget reached"""
+
+
+class WaitingForRoom(RetryLater):
+    """A call waited in place for room in a budget that calls in flight hold: the job gives its
+    worker back and comes again later. Not an attempt, and not a deferral that counts toward
+    LEASH_MAX_DEFERS: the room is held by the owner's own work, which ends."""
+
+    def __init__(self, seconds: float, refusal: str):
+        super().__init__(seconds, "waiting for room in a budget that calls in flight hold"
+                                  + (f" ({refusal.removeprefix('budget reached: ')})" if refusal else ""))
 
 
 @dataclass(frozen=True)

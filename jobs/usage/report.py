@@ -62,11 +62,12 @@ _WAITS = {
 }
 
 
-def budget_wait(h: dict[str, str | None], running: bool) -> dict[str, Any]:
-    """``budget_wait``: while a running job's next call waits for calls in flight (its own, or
-    for an owner's budget its owner's other jobs') to settle and free room in a budget, which
-    budget and since when; None otherwise. Set by model_admit_v3, cleared by its next call."""
-    raw = h.get("budget_wait") if running else None
+def budget_wait(h: dict[str, str | None], waiting: bool) -> dict[str, Any]:
+    """``budget_wait``: while a running (or deferred, queued) job's next call waits for calls in
+    flight (its own, or for an owner's budget its owner's other jobs') to settle and free room in
+    a budget, which budget and since when; None otherwise. Set by model_admit_v3, cleared by its
+    next admitted call."""
+    raw = h.get("budget_wait") if waiting else None
     if not raw or "|" not in raw:
         return {"budget_wait": None}
     what, _, since = raw.partition("|")
