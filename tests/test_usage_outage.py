@@ -8,6 +8,7 @@ estimates, and the real usage replaces the estimates when it arrives."""
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -24,7 +25,8 @@ from tests.test_items_workers import calls_per_item
 from tests.test_redis_outage import own_redis  # noqa: F401  (a Redis of the test's own, restartable)
 from tests.test_usage_workers import billed, counted
 
-OUTAGE_SECONDS = 45.0
+#: 45 s in the suite; LEASH_TEST_OUTAGE_SECONDS=300 for the 5-minute outage (docs/MODELS.md's figures).
+OUTAGE_SECONDS = float(os.environ.get("LEASH_TEST_OUTAGE_SECONDS", "45"))
 
 
 @pytest.mark.slow
@@ -48,7 +50,7 @@ def test_answers_received_while_redis_is_away_are_counted_once_and_never_asked_a
         time.sleep(0.5)  # the outage itself: nothing to poll for while Redis is down
     own_redis.start()
     client = redis.Redis.from_url(own_redis.url)
-    final = wait_for(lambda: (s := states.status(client, job_id))["state"] in ("succeeded", "failed") and s, 90,
+    final = wait_for(lambda: (s := states.status(client, job_id))["state"] in ("succeeded", "failed") and s, 120,
                      interval=0.2, message="the job to end after the outage")
     calls, prompt, completion = billed(model_server)
     asked_twice = sum(1 for n in calls_per_item(model_server).values() if n > 1)
@@ -142,7 +144,6 @@ def test_calls_cut_by_a_killed_work_horse_are_counted_as_estimates(conn, workers
     """8 answers stored, 4 calls in flight when the work-horse dies (SIGKILL, or a deploy whose
     calls outlast LEASH_HANDOFF_GRACE): once their reservations' deadlines pass, the reaper's
     sweep counts each as an estimated call (the job's average answer), marked estimated."""
-    import os
     import signal
 
     from tests.test_items_workers import ended
