@@ -82,8 +82,11 @@ def test_without_leash_model_url_a_claude_model_gets_anthropics_price(conn, env)
     # A tiered price is read at its first tier (Sonnet 4.5: $3 up to 200k prompt tokens, $6 above).
     env.setenv("LEASH_MODEL_NAME", "claude-sonnet-4-5")
     assert get_backend().price.input == pytest.approx(3.0)
-    # The same name at your own address is not priced as Anthropic's.
+    # The same name at an address the price table does not know (a proxy, a gateway) is priced
+    # by the model's name; a name no provider has is not priced at all.
     env.setenv("LEASH_MODEL_URL", "http://127.0.0.1:9")
+    assert get_backend().price.source == "genai-prices anthropic (by model name)"
+    env.setenv("LEASH_MODEL_NAME", "my-own-claude-finetune")
     assert get_backend().price is None
 
 

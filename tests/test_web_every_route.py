@@ -77,6 +77,10 @@ def test_no_route_answers_any_odd_body_with_a_5xx(conn, csrf, monkeypatch):
                     with client.open(path, method=method, data=body, headers=headers,
                                      content_type=content_type or None) as response:
                         response.get_data()  # a streamed answer (result.csv) read to its end
+                    if path == "/readyz" and response.status_code == 503:
+                        # Readiness says "not ready" with a 503 by design (no worker in this test).
+                        assert response.get_json()["problems"], response.data
+                        continue
                     statuses[response.status_code] += 1
                     assert response.status_code < 500, (method, path, _who, content_type, response.data[:300])
                     if response.status_code >= 400 and response.mimetype == "application/json":
