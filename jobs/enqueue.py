@@ -252,8 +252,9 @@ def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str
         "params": submitted_params(payload, tuple(f.name for f in kinds.get(kind).fields)),
         # What the job may spend (model_admit_v1 reads it; a replay may raise it).
         **(budget.parse(payload.get(budget.BUDGET_FIELD)) or budget.Budget()).hash_fields(),
-    } | ({"name": name} if name else {}) | ({"mode": "batch"} if modes.mode_of(payload) == "batch" else {})
-      | ({"estimate": json.dumps(price, separators=(",", ":"))} if price else {}))
+    } | ({"name": name} if name else {}) | ({"mode": "batch"} if modes.mode_of(payload) == "batch" else {}))
+    if price:  # apart from the job hash, which every status poll reads
+        pipe.set(keys.estimate(job_id), json.dumps(price, separators=(",", ":")), ex=s.result_ttl)
     # The copy expires like the idempotency key unless the job's end sets its record's expiry:
     # a worker of the previous release ends jobs without knowing this key (docs/OPERATIONS.md).
     pipe.set(keys.payload(job_id), payload_copy.encode(payload), ex=s.result_ttl)

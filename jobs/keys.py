@@ -57,9 +57,8 @@ SWEEP_QUEUES_SEEN = PREFIX + "sweep:queues"
 #: Hash of each owner's last balance between leash's queued and running jobs and the jobs RQ
 #: holds for the owner (field: the owner): only an owner whose balance moved is compared.
 SWEEP_OWNERS_SEEN = PREFIX + "sweep:owners"
-#: Sorted set of batch jobs parked at their provider (park_v1), scored by when their next look is
-#: overdue (its time plus a grace): the sweep reads only those past it (jobs/core/lost_looks.py).
-#: A lower bound: an entry whose job has moved on is corrected or removed when it is read.
+#: Sorted set of batch jobs parked at their provider (park_v1), by when their next look is overdue:
+#: the sweep reads only those past it, correcting entries whose job moved on (jobs/core/lost_looks.py).
 BATCH_LOOKS = PREFIX + "batch:looks"
 #: Written (and expiring at once) by the web app's readiness check: does Redis take writes?
 READY_PROBE = PREFIX + "ready:probe"
@@ -169,9 +168,8 @@ INDEXED_STATES = ("queued", "running", "succeeded", "failed")
 
 
 def owner_state(owner: str, state: str) -> str:
-    """Sorted set of an owner's job ids in one leash state, scored by creation time: the
-    ``state=`` filter of listings and the queued count of admission. The Lua transitions keep
-    each job in exactly the index of its state (jobs/lua/_lib.lua, index_state)."""
+    """Sorted set of an owner's job ids in one leash state, by creation time; the Lua transitions
+    keep each job in exactly the index of its state (jobs/lua/_lib.lua, index_state)."""
     return f"{PREFIX}owner:{owner}:state:{state}"
 
 
@@ -182,16 +180,13 @@ def owner_expiries(owner: str) -> str:
 
 
 def owner_door_holds(owner: str) -> str:
-    """Sorted set of the places an owner's submissions and replays took in the queued cap
-    (LEASH_MAX_QUEUED_PER_OWNER) and have not yet written, by job id, scored by when each hold
-    lapses (Redis time): the cap counts the owner's queued index plus these (jobs/intake/door.py).
-    The key expires with its last hold."""
+    """Sorted set of the places an owner's submissions and replays took in the queued cap and have
+    not yet written, by job id, scored by when each lapses (jobs/intake/door.py)."""
     return f"{PREFIX}owner:{owner}:door"
 
 
 def owner_state_indexes(owner: str) -> list[str]:
-    """The KEYS block a state-changing script takes: one index per state of INDEXED_STATES,
-    then the owner's expiries."""
+    """The KEYS block a state-changing script takes: the state indexes, then the expiries."""
     return [owner_state(owner, state) for state in INDEXED_STATES] + [owner_expiries(owner)]
 
 
@@ -301,7 +296,7 @@ def ended_job_keys(job_id: str) -> list[str]:
     """leash's keys of one job that must expire with its record once it has ended (besides the
     record itself)."""
     return [payload(job_id), items(job_id), errors(job_id), history(job_id), usage(job_id), provider_batches(job_id),
-            received_answers(job_id)]
+            received_answers(job_id), estimate(job_id)]
 
 
 def rq_results(job_id: str) -> str:
@@ -319,6 +314,11 @@ def usage(job_id: str) -> str:
     """Hash of one job's usage by attempt ("a<n>:<field>") and by item ("i<index>": calls,
     input and output tokens); the job's totals live in its own hash (status reads them)."""
     return f"{PREFIX}usage:job:{job_id}"
+
+
+def estimate(job_id: str) -> str:
+    """The job's price as estimated at submission (JSON), shown beside what it spent."""
+    return f"{PREFIX}estimate:{job_id}"
 
 
 def received_answers(job_id: str) -> str:

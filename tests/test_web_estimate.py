@@ -57,7 +57,7 @@ def test_bad_dry_runs_and_cache_options_are_refused_saying_why(client, conn, pri
 
 def test_a_submitted_job_keeps_its_estimate_and_its_page_shows_it(client, conn, priced):
     job_id = client.post("/jobs", json=PROMPT).json["job_id"]
-    assert conn.hget(keys.job(job_id), "estimate")
+    assert conn.get(keys.estimate(job_id)) and conn.hget(keys.job(job_id), "estimate") is None  # kept apart from the hash
     page = client.get(f"/jobs/{job_id}", headers=HTML).get_data(as_text=True)
     assert 'id="estimate"' in page and "2 calls" in page and "worst case" in page
 

@@ -258,7 +258,7 @@ def look(job_id: str):
 
 def _estimate(connection, job_id: str) -> str | None:
     """The price the job was given at submission (jobs/intake/estimate.py), in words."""
-    raw = connection.hget(keys.job(job_id), "estimate")
+    raw = connection.get(keys.estimate(job_id))
     try:
         figures = json.loads(raw) if raw else None
     except ValueError:
