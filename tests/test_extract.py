@@ -79,7 +79,8 @@ def test_the_csv_download_has_a_column_per_property_and_jsonl_holds_objects(conn
     out = CliRunner().invoke(main, ["results", job_id, "--format", "csv"])
     assert out.exit_code == 0, out.output
     rows = list(csv.reader(io.StringIO(out.stdout)))
-    assert rows[0] == ["index", "item", "product", "stars", "tags", "error", "calls", "input_tokens", "output_tokens"]
+    assert rows[0] == ["index", "item", "product", "stars", "tags", "error", "calls", "input_tokens", "output_tokens",
+                       "cache_hits"]
     first = expected(ITEMS[0])
     assert rows[1][:6] == ["0", ITEMS[0], "gadget0", str(first["stars"]), '["gadget0"]', ""]
     assert rows[1][6] == "2"  # the first answer and its repair
