@@ -247,7 +247,8 @@ def test_a_jobs_usage_is_what_the_real_model_server_reported(conn, workers, llam
     assert all(r.get("prompt_tokens") and r.get("completion_tokens") is not None for r in reported), reported
     assert final["usage"] == {"calls": len(reported), "input_tokens": sum(r["prompt_tokens"] for r in reported),
                               "output_tokens": sum(r["completion_tokens"] for r in reported),
-                              "cached_input_tokens": 0, "estimated": False, "estimated_calls": 0}
+                              "cached_input_tokens": 0, "estimated": False, "estimated_calls": 0,
+                              "cache_hits": 0}
     assert final["cost_usd"] is None  # a model on your own server has no price unless you name one
 
 
