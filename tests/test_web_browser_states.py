@@ -89,7 +89,7 @@ def test_running_stale_retrying_failed_canceled_and_succeeded_pages(conn, browse
     with page.expect_download() as download:
         page.click("#download-csv")
     lines = open(download.value.path(), encoding="utf-8").read().splitlines()
-    assert lines[0] == "index,item,result,calls,input_tokens,output_tokens" and lines[1] == "0,item 0,no,,," and len(lines) == 7
+    assert lines[0] == "index,item,result,calls,input_tokens,output_tokens,cache_hits" and lines[1] == "0,item 0,no,,,," and len(lines) == 7
 
 
 def test_the_form_has_a_template_for_prompt_and_shows_every_error_at_once(conn, browser_page):
