@@ -115,7 +115,7 @@ def test_the_dry_run_writes_nothing_and_its_worst_case_covers_the_run(conn, work
     assert figures["output_tokens_max"] >= done["usage"]["output_tokens"]
     assert figures["cost_usd_max"] >= done["cost_usd"] > 0
     assert figures["cost_usd_expected"] <= figures["cost_usd_max"]
-    assert json.loads(conn.hget(keys.job(done["job_id"]), "estimate"))["calls"] == 30
+    assert json.loads(conn.get(keys.estimate(done["job_id"])))["calls"] == 30
 
 
 def test_the_cache_keeps_under_its_cap_evicting_the_least_recently_used(conn, workers, model_server, env):
