@@ -13,6 +13,7 @@ import pytest
 from jobs import keys
 from jobs.core import states
 from jobs.enqueue import enqueue
+from jobs.models.provider import TOKENS_PER_MESSAGE, TOKENS_PER_PROMPT
 from jobs.usage.meter import utc_day
 from tests.conftest import wait_for
 from tests.test_budget_spend import ENGLISH, JAPANESE, TEMPLATE, need_of
@@ -30,8 +31,9 @@ def batch_billed(server) -> tuple[int, int, int]:
 
 
 def worst_of(items: list[str], max_tokens: int) -> list[int]:
-    """Each request's worst case: its prompt's UTF-8 bytes, the chat template's 4 + 8, max_tokens."""
-    return [len(TEMPLATE.format(item=i).encode()) + 12 + max_tokens for i in items]
+    """Each request's worst case: its prompt's UTF-8 bytes, the chat template's tokens, max_tokens."""
+    return [len(TEMPLATE.format(item=i).encode()) + TOKENS_PER_MESSAGE + TOKENS_PER_PROMPT + max_tokens
+            for i in items]
 
 
 def ending_batches(server, env) -> None:

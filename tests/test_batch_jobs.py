@@ -18,6 +18,7 @@ from cli import main
 from jobs import keys
 from jobs.core import states
 from jobs.enqueue import enqueue
+from jobs.models.provider import TOKENS_PER_MESSAGE, TOKENS_PER_PROMPT
 from jobs.usage.meter import utc_day
 from tests.conftest import wait_for
 from tests.test_items_workers import ended, stored
@@ -188,7 +189,7 @@ def test_a_batch_reserves_its_worst_case_first_and_its_usage_is_priced_at_the_ba
     env.setenv("LEASH_MODEL_PRICES", '{"fake-model": {"input": 1.0, "output": 2.0}}')
     env.setenv("LEASH_MODEL_MAX_TOKENS", "16")
     items = [f"p{i}" for i in range(10)]
-    # Not one request's worst case (its 6 bytes, the chat template's 4 + 8, 16 output tokens) fits.
+    # Not one request's worst case (its 6 bytes, the chat template's tokens, 16 output tokens) fits.
     too_small, _ = enqueue(conn, "prompt", {"items": items, "template": "Say {item}", "mode": "batch",
                                             "budget": {"tokens": 33}})
     burst()
@@ -201,8 +202,8 @@ def test_a_batch_reserves_its_worst_case_first_and_its_usage_is_priced_at_the_ba
     burst()
     waiting(conn, job_id)
     reserved = int(conn.hget(keys.job(job_id), "in_flight_tokens"))
-    # every request's worst case: its bytes, the chat template's 4 + 8, and its max_tokens
-    assert reserved == sum(len(f"Say {item}".encode()) + 4 + 8 + 16 for item in items)
+    # every request's worst case: its bytes, the chat template's tokens, and its max_tokens
+    assert reserved == sum(len(f"Say {item}".encode()) + TOKENS_PER_MESSAGE + TOKENS_PER_PROMPT + 16 for item in items)
     owner = conn.hget(keys.job(job_id), "owner").decode()
     day_key = keys.usage_owner_day(owner, utc_day())
     assert int(conn.hget(day_key, "reserved_tokens")) == reserved

@@ -119,17 +119,20 @@ def test_a_call_retried_after_a_429_is_not_stopped_by_its_own_earlier_reservatio
     rather than reserve its worst case again, or a job with room for one call's worst case
     twice over is stopped with "budget reached" having used nothing."""
     model_server.on("busy", Error(429, "slow down", headers={"retry-after-ms": "10"}), times=2)
-    job_id = submit(conn, budget={"tokens": 60})
-    attempt = lease.claim(conn, job_id, "leash", "w1")
     from jobs.models.openai_backend import OpenAIBackend
+    from jobs.models.provider import CallRequest
+
+    worst = CallRequest([{"role": "user", "content": "busy"}], 10).worst_case_tokens()
+    job_id = submit(conn, budget={"tokens": worst * 5 // 2})  # room for it twice, not thrice
+    attempt = lease.claim(conn, job_id, "leash", "w1")
 
     backend = OpenAIBackend(JobContext(attempt, {}))
     try:
-        answer = backend.complete("busy", max_tokens=10)  # worst case 26 tokens: fits 60 twice, not thrice
+        answer = backend.complete("busy", max_tokens=10)
     except budgets.BudgetReached as exc:
         answer = f"BudgetReached: {exc}"
     assert answer == "echo: busy", f"{answer} (job used {job_tokens(conn, job_id)} tokens)"
-    assert conn.hget(keys.job(job_id), "in_flight_tokens") == b"26"  # one reservation, until the item is written
+    assert int(conn.hget(keys.job(job_id), "in_flight_tokens")) == worst  # one reservation, until the item is written
 
 
 def test_a_batch_reserved_before_utc_midnight_is_held_against_the_day_its_results_are_counted_on(conn, env):

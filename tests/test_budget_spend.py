@@ -12,6 +12,7 @@ import pytest
 
 from jobs.core import states
 from jobs.enqueue import enqueue
+from jobs.models.provider import TOKENS_PER_MESSAGE, TOKENS_PER_PROMPT
 from tests.conftest import wait_for
 from tests.fake_openai import billed_tokens
 from tests.test_items_workers import ended
@@ -61,7 +62,7 @@ def test_a_job_that_runs_out_bills_at_least_90_percent_of_its_budget_and_never_m
     items = ENGLISH if language == "english" else JAPANESE
     # One call's worst case (its prompt's bytes and the chat template's tokens, plus 64 output
     # tokens) is under a tenth of the budget; the job needs several times the budget.
-    worst = max(len(TEMPLATE.format(item=i).encode()) for i in items) + 12 + MAX_TOKENS
+    worst = max(len(TEMPLATE.format(item=i).encode()) for i in items) + TOKENS_PER_MESSAGE + TOKENS_PER_PROMPT + MAX_TOKENS
     budget_tokens = 10 * worst + 100
     assert need_of(items) > 3 * budget_tokens
     final = run(conn, burst, env, items, budget_tokens=budget_tokens, concurrency=concurrency)

@@ -269,3 +269,33 @@ def test_an_extract_job_gets_objects_that_follow_a_small_schema_from_a_real_mode
         assert set(answer) == {"topic", "positive"}, answer
         assert isinstance(answer["topic"], str) and isinstance(answer["positive"], bool)
     assert final["usage"]["calls"] >= 3
+
+
+BOUND_PROMPTS = {
+    "one word": "Hi",
+    "english": "The delivery arrived two days late and the box was crushed, but the product works fine.",
+    "japanese": "配達は二日遅れて箱はつぶれていましたが、製品は問題なく動きます。",
+    "chinese": "快递晚到了两天，盒子也压坏了，但产品本身运行良好。",
+    "emoji": "Loved it 😍🔥👍🏽 but the box 📦💥 was crushed 😤🙃🧩🪐",
+    "code": "def f(x):\n    return {k: v ** 2 for k, v in x.items() if v % 3 == 0}  # squares; ok?\n",
+}
+
+
+def test_the_input_bound_holds_for_a_real_tokenizer_in_every_script(llama):
+    """What a real byte-level tokenizer (SmolLM2's, behind llama.cpp's chat template) bills for a
+    prompt is never above leash's input bound -- the prompt's UTF-8 bytes plus the template's
+    tokens -- in English, Japanese, Chinese, emoji and code; characters / 4 falls short of it
+    everywhere but English."""
+    from jobs.models.provider import CallRequest
+
+    for script, text in BOUND_PROMPTS.items():
+        body = json.dumps({"model": "smollm2", "max_tokens": 1, "temperature": 0,
+                           "messages": [{"role": "user", "content": text}]}).encode()
+        request = urllib.request.Request(f"{llama.url}/chat/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            billed = json.load(response)["usage"]["prompt_tokens"]
+        bound = CallRequest([{"role": "user", "content": text}], max_tokens=1).input_bound()
+        print(f"{script}: {len(text)} characters, {len(text.encode())} bytes, billed {billed} tokens, bound {bound}, "
+              f"characters / 4 = {len(text) // 4 + 1}")
+        assert billed <= bound, (script, billed, bound)

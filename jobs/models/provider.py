@@ -14,9 +14,11 @@ from jobs.core import clock
 #: Characters per token of ASCII text, for estimates where the server reports no usage.
 CHARS_PER_TOKEN = 4
 #: Tokens a chat template may add around each message (role markers, separators) and around
-#: the whole prompt: part of the bound, since a provider bills them as input.
+#: the whole prompt: part of the bound, since a provider bills them as input. A template may
+#: also add a default system prompt when the request has none: SmolLM2's adds 29 tokens (a
+#: two-byte prompt is billed 31, tests/test_real_model.py), Qwen's and Llama 3.1's about as many.
 TOKENS_PER_MESSAGE = 4
-TOKENS_PER_PROMPT = 8
+TOKENS_PER_PROMPT = 40
 
 
 @dataclass(frozen=True)
