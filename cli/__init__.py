@@ -37,10 +37,10 @@ class LeashGroup(click.Group):
 @click.group(cls=LeashGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """leash: a queue for long-running AI jobs whose states are never wrong."""
-    from jobs.config import check_all
+    from jobs.core.connection import check_settings
 
     try:
-        check_all()  # a bad setting is one line naming it and exit 2, not a traceback later
+        check_settings()  # a bad setting is one line naming it and exit 2, not a traceback later
     except ValueError as exc:
         raise job_commands.BadInput(str(exc)) from None
 

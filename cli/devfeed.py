@@ -26,15 +26,16 @@ MAX_OWNERS = 20
 
 def backend_line() -> str:
     """Which model backend the workers use and where it is, for the banner."""
-    from jobs import config
+    from jobs.config import model_calls
     from jobs.models.backends import backend_name
 
     name = backend_name()
     if name == "local":
         return ("model: local, the offline stand-in (labels from keyword hints, answers echo the prompt); "
                 "set LEASH_MODEL_URL and LEASH_MODEL_NAME for a real model")
-    url = (config.get("LEASH_MODEL_URL") or "").strip() or "the provider's default address"
-    return f"model: {config.get('LEASH_MODEL_NAME') or '(LEASH_MODEL_NAME unset)'} via {name} at {url}"
+    calls = model_calls()
+    url = (calls.model_url or "").strip() or "the provider's default address"
+    return f"model: {calls.model_name or '(LEASH_MODEL_NAME unset)'} via {name} at {url}"
 
 
 def _label(fields: dict[str, Any]) -> str:

@@ -23,14 +23,14 @@ from pathlib import Path
 
 import click
 
-from jobs import config
+from jobs.config.front import command_line
 
 RECORDS = "dev"
 NOTICES = "notices"
 
 
 def state_dir() -> Path:
-    state_home = config.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    state_home = command_line().xdg_state_home or os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(state_home) / "leash"
 
 

@@ -26,7 +26,8 @@ from pathlib import Path
 import redis
 
 from jobs import config
-from jobs.core.connection import masked
+from jobs.config.front import web_app
+from jobs.core.connection import configured_url, masked
 
 from . import devfeed, devrecord
 
@@ -149,7 +150,7 @@ def run_dev(port: int, n_workers: int, fresh: bool = False, verbose: bool = Fals
     lock = lock_data(port, fresh)
     workdir = devrecord.data_dir(port)
     redis_proc = None
-    url = config.get("REDIS_URL")
+    url = configured_url()
     kept = "REDIS_URL's Redis"
     if not url:
         # Redis's own port when it is free; the other leash commands find it through the record.
@@ -159,7 +160,7 @@ def run_dev(port: int, n_workers: int, fresh: bool = False, verbose: bool = Fals
                                       pass_fds=(lock.fileno(),))
         kept = f"{workdir}; leash dev --fresh starts empty"
     env = dict(config.environ(), REDIS_URL=url, LEASH_DEV="1")
-    if not (config.get("SECRET_KEY") or config.get("LEASH_SECRET_KEY")):
+    if not web_app().session_secret:
         env["SECRET_KEY"] = devrecord.secret(port)  # browsers keep their session across restarts
     env.setdefault("LEASH_LOCAL_DELAY_MS", "300")
     exe = [sys.executable, "-m"]

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import click
 
-from jobs import config, kinds
+from jobs import kinds
+from jobs.config.front import web_app
 from jobs.core import control, provider_batch, states
 from jobs.core.batch import CONCURRENCY_FIELD
 from jobs.core.text import printable
@@ -53,7 +54,7 @@ def owner_option(func):
 
 def acting_owner(owner: str | None, token: str | None) -> str:
     try:
-        tokens = parse_tokens(config.get("LEASH_API_TOKENS"))
+        tokens = parse_tokens(web_app().api_tokens)
     except ValueError as exc:
         raise BadInput(str(exc)) from None
     if token:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import click
 import redis
 
-from jobs import config
-from jobs.config import redis_url_problem
-from jobs.core.connection import connect, masked
+from jobs.config import redis_settings
+from jobs.config.front import command_line
+from jobs.core.connection import configured_url, connect, masked
+from jobs.core.redis_url import redis_url_problem
 
 from . import devrecord
 
@@ -45,8 +46,8 @@ def chosen_dev() -> dict | None:
     """The running ``leash dev`` the commands talk to: the one whose web address is
     LEASH_WEB_URL, else the one whose Redis is REDIS_URL, else the newest."""
     devs = devrecord.running()
-    wanted_web = (config.get("LEASH_WEB_URL") or "").rstrip("/")
-    wanted_redis = config.get("REDIS_URL")
+    wanted_web = (command_line().web_url or "").rstrip("/")
+    wanted_redis = configured_url()
     for dev in devs:
         if (wanted_web and dev.get("web_url") == wanted_web) or (wanted_redis and dev.get("redis_url") == wanted_redis):
             return dev
@@ -57,8 +58,8 @@ def resolve() -> tuple[str, str]:
     """(the URL, where it came from). Without REDIS_URL, a running ``leash dev``'s Redis (said
     once per terminal session); without either, ``NoRedis``: a Redis that merely happens to
     answer on 6379 is never used unasked."""
-    if config.get("REDIS_URL"):
-        return config.get("REDIS_URL"), "REDIS_URL"
+    if configured_url():
+        return configured_url(), "REDIS_URL"
     dev = chosen_dev()
     if dev is None:
         raise NoRedis("no Redis: no `leash dev` is running and REDIS_URL is not set; "
@@ -75,9 +76,9 @@ def web_url() -> str:
     running ``leash dev``'s (the one using REDIS_URL, when it is set), else ``leash dev``'s
     default."""
     dev = chosen_dev()
-    if config.get("REDIS_URL") and (dev or {}).get("redis_url") != config.get("REDIS_URL"):
+    if configured_url() and (dev or {}).get("redis_url") != configured_url():
         dev = None  # a Redis of its own: a local leash dev's pages do not show its jobs
-    configured = config.get("LEASH_WEB_URL") or (dev or {}).get("web_url") or "http://127.0.0.1:5000"
+    configured = command_line().web_url or (dev or {}).get("web_url") or "http://127.0.0.1:5000"
     return str(configured).rstrip("/")
 
 
@@ -90,7 +91,7 @@ def connect_checked(for_worker: bool = False) -> redis.Redis:
     url, origin = resolve()
     check_url(url, "REDIS_URL" if origin == "REDIS_URL" else origin)
     try:
-        conn = connect(url) if for_worker else connect(url, socket_timeout=config.get("LEASH_REDIS_TIMEOUT"))
+        conn = connect(url) if for_worker else connect(url, socket_timeout=redis_settings().redis_timeout)
         conn.ping()
     except ValueError as exc:
         raise BadRedisUrl(f"{shown(url)!r} is not a Redis URL ({exc}); write it like {EXAMPLE_URL}") from None

@@ -137,7 +137,7 @@ def import_from_env() -> None:
 def import_kinds(modules: list[str] | tuple[str, ...] | None = None) -> None:
     """Import the modules that register job kinds (``--import`` / ``LEASH_IMPORTS``)."""
     if modules is None:
-        modules = [config.get("LEASH_IMPORTS")]
+        modules = [config.settings().imports]
     for spec in modules:
         for name in spec.split(","):
             if name.strip():

@@ -56,12 +56,30 @@ def test_every_lua_script_declares_its_keys_and_args_and_builds_no_key_names():
         assert not re.search(r"['\"](leash|rq):", text), f"{name}: key names come in through KEYS"
 
 
+#: Outside jobs/config/, a setting is read through its typed group, never by name.
+CONFIG_PACKAGE = ROOT / "jobs" / "config"
+
+
+def _outside_the_config_package():
+    return [p for p in python_files() if CONFIG_PACKAGE not in p.parents]
+
+
 def test_only_jobs_config_reads_the_environment():
     reads = re.compile(r"os\.environ|os\.getenv|getenv\(")
-    places = list(python_files())
-    offenders = [f"{p.relative_to(ROOT)}:{i}" for p in places if p != ROOT / "jobs" / "config.py"
+    offenders = [f"{p.relative_to(ROOT)}:{i}" for p in _outside_the_config_package()
                  for i, line in enumerate(p.read_text().splitlines(), 1) if reads.search(line)]
-    assert offenders == [], "read settings through jobs.config.get (declare them there)"
+    assert offenders == [], "read settings through jobs.config's typed groups (declare them there)"
+
+
+def test_no_setting_is_read_by_name_outside_jobs_config():
+    from jobs import config
+
+    # get("X") / raw("X") / config.get("X"); a Flask app's app.config.get("X") is not a setting read.
+    by_name = re.compile(r"""(?<![\w.])(?:config\.)?(?:get|raw)\(\s*["']([A-Z][A-Z0-9_]*)["']""")
+    offenders = [f"{p.relative_to(ROOT)}:{i}" for p in _outside_the_config_package()
+                 for i, line in enumerate(p.read_text().splitlines(), 1)
+                 if any(name in config.DECLARED for name in by_name.findall(line))]
+    assert offenders == [], "read settings through jobs.config's typed groups (settings(), model_calls(), ...)"
 
 
 #: Where every setting is listed (the README links to it).

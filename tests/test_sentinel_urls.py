@@ -9,22 +9,22 @@ from redis.sentinel import SentinelConnectionPool, SentinelManagedSSLConnection
 
 from cli import main
 from cli.devserver import free_port
-from jobs import config
-from jobs.config import redis_url_problem
+from jobs.core import redis_url
 from jobs.core.connection import SENTINEL_TIMEOUT, connect, masked
+from jobs.core.redis_url import redis_url_problem
 from jobs.worker.scheduler import LeashScheduler
 
 
 def test_a_sentinel_url_names_the_sentinels_the_service_the_database_and_the_password():
-    parsed = config.parse_sentinel_url("redis+sentinel://:s%40cret@10.0.0.1:26380,sentinel-b,[::1]:5000/mymaster/3"
+    parsed = redis_url.parse_sentinel_url("redis+sentinel://:s%40cret@10.0.0.1:26380,sentinel-b,[::1]:5000/mymaster/3"
                             "?sentinel_password=other")
     assert parsed.sentinels == [("10.0.0.1", 26380), ("sentinel-b", 26379), ("::1", 5000)]
     assert (parsed.service, parsed.db, parsed.username, parsed.password, parsed.tls) == (
         "mymaster", 3, None, "s@cret", False)
     assert parsed.options == {"sentinel_password": "other"}
-    assert config.parse_sentinel_url("rediss+sentinel://app:pw@h:1/svc").tls
-    assert config.parse_sentinel_url("rediss+sentinel://app:pw@h:1/svc").username == "app"
-    assert config.parse_sentinel_url("redis+sentinel://h/svc").db == 0
+    assert redis_url.parse_sentinel_url("rediss+sentinel://app:pw@h:1/svc").tls
+    assert redis_url.parse_sentinel_url("rediss+sentinel://app:pw@h:1/svc").username == "app"
+    assert redis_url.parse_sentinel_url("redis+sentinel://h/svc").db == 0
 
 
 @pytest.mark.parametrize("url,says", [
@@ -39,7 +39,7 @@ def test_a_sentinel_url_names_the_sentinels_the_service_the_database_and_the_pas
 ])
 def test_a_wrong_sentinel_url_says_what_is_wrong_and_how_to_write_it(url, says):
     problem = redis_url_problem(url)
-    assert problem is not None and says in problem and config.SENTINEL_EXAMPLE in problem
+    assert problem is not None and says in problem and redis_url.SENTINEL_EXAMPLE in problem
 
 
 @pytest.mark.parametrize("command", [("jobs",), ("worker",), ("web", "--port", "1")])

@@ -33,8 +33,10 @@ from flask import Flask, jsonify, request
 from flask_wtf.csrf import CSRFProtect
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from jobs import config, kinds
-from jobs.core.connection import connect
+from jobs import kinds
+from jobs.config import redis_settings
+from jobs.config.front import web_app
+from jobs.core.connection import check_settings, configured_url, connect
 from jobs.read.redis_health import eviction_warning, readiness
 
 from . import api, auth, dashboard, error_replies, metrics, overview_page, pages, request_logs, signin
@@ -53,23 +55,23 @@ UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 def _config_from_env() -> dict:
-    config.check_all()  # a bad value anywhere: the app refuses to start, naming the variable
-    get = config.get
+    check_settings()  # a bad value anywhere: the app refuses to start, naming the variable
+    web = web_app()
     return {
-        "REDIS_URL": get("REDIS_URL"),
-        "SECRET_KEY": get("SECRET_KEY") or get("LEASH_SECRET_KEY"),
-        "LEASH_API_TOKENS": get("LEASH_API_TOKENS"),
-        "MAX_CONTENT_LENGTH": get("LEASH_MAX_BODY_BYTES"),
-        "LEASH_DASHBOARD_USER": get("LEASH_DASHBOARD_USER"),
-        "LEASH_DASHBOARD_PASSWORD": get("LEASH_DASHBOARD_PASSWORD"),
-        "LEASH_DEV": get("LEASH_DEV"),
-        "SESSION_COOKIE_SECURE": get("LEASH_SECURE_COOKIES"),
+        "REDIS_URL": configured_url(),
+        "SECRET_KEY": web.session_secret,
+        "LEASH_API_TOKENS": web.api_tokens,
+        "MAX_CONTENT_LENGTH": web.max_body_bytes,
+        "LEASH_DASHBOARD_USER": web.dashboard_user,
+        "LEASH_DASHBOARD_PASSWORD": web.dashboard_password,
+        "LEASH_DEV": web.dev,
+        "SESSION_COOKIE_SECURE": web.secure_cookies,
         # A request must not hang on a Redis that accepts connections but does not answer.
-        "LEASH_REDIS_TIMEOUT": get("LEASH_REDIS_TIMEOUT"),
-        "LEASH_METRICS_TOKEN": get("LEASH_METRICS_TOKEN"),
-        "LEASH_METRICS_PUBLIC": get("LEASH_METRICS_PUBLIC"),
-        "LEASH_TRUSTED_USER_HEADER": get("LEASH_TRUSTED_USER_HEADER"),
-        "LEASH_PUBLIC_SUBMIT": get("LEASH_PUBLIC_SUBMIT"),
+        "LEASH_REDIS_TIMEOUT": redis_settings().redis_timeout,
+        "LEASH_METRICS_TOKEN": web.metrics_token,
+        "LEASH_METRICS_PUBLIC": web.metrics_public,
+        "LEASH_TRUSTED_USER_HEADER": web.trusted_user_header,
+        "LEASH_PUBLIC_SUBMIT": web.public_submit,
     }
 
 

@@ -27,7 +27,8 @@ from limits.storage import RedisStorage
 from limits.strategies import MovingWindowRateLimiter
 from werkzeug.exceptions import TooManyRequests
 
-from jobs import config, keys
+from jobs import keys
+from jobs.config.front import web_app
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ def failed(door: str, guessed: str, what: str) -> None:
     """Count a failure; the one that finds the limit reached is logged (once per burst) and refused."""
     limiter, refused = _limiter()
     for scope in _scopes(door, guessed):
-        for rate in parse_many(config.get("LEASH_GUESS_RATE")):
+        for rate in parse_many(web_app().guess_rate):
             if not limiter.hit(rate, *scope):
                 reset = limiter.get_window_stats(rate, *scope).reset_time
                 wait = max(1, math.ceil(reset - time.time()))

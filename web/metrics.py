@@ -36,8 +36,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from werkzeug.exceptions import Forbidden, Unauthorized
 
-from jobs import config, keys
+from jobs import keys
 from jobs.config import settings
+from jobs.config.front import web_app
 from jobs.core import clock
 from jobs.models import concurrency as model_concurrency
 from jobs.usage.prices import usd
@@ -235,7 +236,7 @@ def init_app(app: Flask) -> None:
         log.warning("GET /metrics answers 403: set LEASH_METRICS_TOKEN for your scraper "
                     "(or LEASH_METRICS_PUBLIC=1 to publish it)")
     registry = CollectorRegistry(auto_describe=False)
-    if config.get("PROMETHEUS_MULTIPROC_DIR"):
+    if web_app().prometheus_multiproc_dir:
         MultiProcessCollector(registry)
     else:
         registry.register(REQUESTS)

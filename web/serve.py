@@ -28,7 +28,8 @@ import sys
 import threading
 import time
 
-from jobs import config
+from jobs.config import redis_settings
+from jobs.config.front import web_app, web_server
 from jobs.observability import logs
 
 log = logging.getLogger(__name__)
@@ -66,16 +67,16 @@ def _descriptors_for(connections: int) -> int:
 
 
 def waitress_options(host: str, port: int) -> dict:
-    connections = _descriptors_for(config.get("LEASH_WEB_CONNECTIONS"))
+    connections = _descriptors_for(web_server().web_connections)
     return {
         "host": host,
         "port": port,
-        "threads": config.get("LEASH_WEB_THREADS"),
+        "threads": web_server().web_threads,
         "connection_limit": connections,
         "asyncore_use_poll": True,  # select() cannot watch descriptors above 1024
         "channel_timeout": CHANNEL_TIMEOUT,
         "max_request_header_size": MAX_HEADER_BYTES,
-        "max_request_body_size": config.get("LEASH_MAX_BODY_BYTES"),
+        "max_request_body_size": web_app().max_body_bytes,
         # X-Forwarded-* from anyone would let a client choose the scheme and host the app sees.
         "clear_untrusted_proxy_headers": True,
         "ident": "leash",
@@ -86,16 +87,17 @@ def waitress_options(host: str, port: int) -> dict:
 def guard_options() -> dict:
     """web/server_guard.py's limits: no per-address cap behind a trusted proxy (every connection
     is the proxy's)."""
-    behind_proxy = bool((config.get("LEASH_TRUSTED_PROXIES") or "").strip())
-    return {"per_address_cap": 0 if behind_proxy else config.get("LEASH_WEB_CONNECTIONS_PER_ADDRESS"),
-            "request_deadline": config.get("LEASH_WEB_REQUEST_DEADLINE")}
+    server = web_server()
+    behind_proxy = bool((server.trusted_proxies or "").strip())
+    return {"per_address_cap": 0 if behind_proxy else server.web_connections_per_address,
+            "request_deadline": server.web_request_deadline}
 
 
 def _proxy_options() -> dict:
     """LEASH_TRUSTED_PROXIES: the proxy (or ``*``: whatever connects, as behind Heroku's router)
     whose last X-Forwarded-For hop is the client's address (REMOTE_ADDR) and whose
     X-Forwarded-Proto is the scheme; waitress applies them and drops the headers otherwise."""
-    trusted = (config.get("LEASH_TRUSTED_PROXIES") or "").strip()
+    trusted = (web_server().trusted_proxies or "").strip()
     if not trusted:
         return {}
     return {"trusted_proxy": trusted, "trusted_proxy_count": 1,
@@ -110,7 +112,7 @@ def _schema_refusal() -> str | None:
     from jobs.core import schema
     from jobs.core.connection import connect
 
-    connection = connect(socket_timeout=config.get("LEASH_REDIS_TIMEOUT"))
+    connection = connect(socket_timeout=redis_settings().redis_timeout)
     try:
         schema.ensure(connection)
     except schema.SchemaTooNew as exc:
@@ -142,9 +144,10 @@ def serve(host: str, port: int, log_level: str = "INFO") -> int:
         sys.stderr.write(f"{refusal}\n")
         return 2
     options = waitress_options(host, port)
-    if options["connection_limit"] < config.get("LEASH_WEB_CONNECTIONS"):
+    wanted = web_server().web_connections
+    if options["connection_limit"] < wanted:
         log.warning("the open-file limit allows %d connections, not LEASH_WEB_CONNECTIONS=%d",
-                    options["connection_limit"], config.get("LEASH_WEB_CONNECTIONS"))
+                    options["connection_limit"], wanted)
     server = server_guard.create_server(app, options, **guard_options())
     server.print_listen("Serving on http://{}:{}")
     _run_until_stopped(server)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from jobs.config import get
+from jobs.config import batches
 from jobs.core import batch_room, clock
 from jobs.errors import PermanentError
 
@@ -49,10 +49,11 @@ def next_look_in(waited: float, stage: str = WAITING) -> float:
     """Seconds to the next look at a batch that has waited ``waited`` seconds. Looks back off
     as the wait grows, so jobs that only wait cost little: a look is a turn on a worker. A
     canceled batch (its grace is minutes) is looked at every LEASH_BATCH_POLL_SECONDS."""
-    base = get("LEASH_BATCH_POLL_SECONDS")
+    waits = batches()
+    base = waits.batch_poll_seconds
     if stage == CANCELING:
         return base
-    return min(max(base, get("LEASH_BATCH_POLL_MAX")), max(base, waited * LOOK_GAP_SHARE))
+    return min(max(base, waits.batch_poll_max), max(base, waited * LOOK_GAP_SHARE))
 
 
 def look(run: BatchRun, done: dict) -> list[Any]:
@@ -80,8 +81,8 @@ def look(run: BatchRun, done: dict) -> list[Any]:
     if ended and (record.canceled_at is not None or not batch_room.unsent(run, done)):
         return run._finish()
     now = clock.wall()
-    grace = get("LEASH_BATCH_CANCEL_GRACE")
-    if record.canceled_at is None and now - (record.first_at or now) > get("LEASH_BATCH_MAX_WAIT"):
+    grace = batches().batch_cancel_grace
+    if record.canceled_at is None and now - (record.first_at or now) > batches().batch_max_wait:
         log.warning("job %s: waited LEASH_BATCH_MAX_WAIT for the provider; its batch is canceled, what it answered "
                     "before the cancel is read once it ends, and the rest runs direct", run.ctx.job_id)
         run.cancel_open()
@@ -142,4 +143,4 @@ def _count_failed_look(run: BatchRun, failed: str | None) -> None:
     record.failed_looks += 1
     record.note("failed_looks", record.failed_looks)
     log.warning("job %s: look %d in a row at its provider batch failed (%s); it looks again in %gs",
-                run.ctx.job_id, record.failed_looks, failed, get("LEASH_BATCH_POLL_SECONDS"))
+                run.ctx.job_id, record.failed_looks, failed, batches().batch_poll_seconds)

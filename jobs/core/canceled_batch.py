@@ -38,7 +38,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from jobs import keys
-from jobs.config import get, settings
+from jobs.config import batches, settings
 from jobs.core import clock, lua, rq_side
 from jobs.core.batch_looks import LOOK_AGAIN
 from jobs.usage.meter import DAY_TTL, Meter, utc_day
@@ -62,7 +62,7 @@ def schedule(connection: Redis, job_id: str, batch_ids: list[str], canceled_at: 
     LEASH_BATCH_POLL_SECONDS from now, never past the grace). Returns RQ's job id."""
     now = clock.wall()
     if at is None:
-        at = min(now + get("LEASH_BATCH_POLL_SECONDS"), canceled_at + get("LEASH_BATCH_CANCEL_GRACE"))
+        at = min(now + batches().batch_poll_seconds, canceled_at + batches().batch_cancel_grace)
     queue_name = (connection.hget(keys.job(job_id), "queue") or b"").decode() or settings().queue
     ttl = settings().result_ttl
     look = rq_side.rq_queue(connection, queue_name).enqueue_at(
@@ -84,7 +84,7 @@ def look(connection: Redis, backend: Any, job_id: str, batch_ids: list[str], can
     if not left:
         return
     now = clock.wall()
-    grace = get("LEASH_BATCH_CANCEL_GRACE")
+    grace = batches().batch_cancel_grace
     if now - canceled_at >= grace:
         if connection.hsetnx(record, GAVE_UP, repr(now)):
             connection.expire(record, 2 * settings().result_ttl)

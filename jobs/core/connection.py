@@ -1,4 +1,4 @@
-"""How leash reaches Redis: ``REDIS_URL``, a Redis URL or a Sentinel URL (parsed in jobs.config).
+"""How leash reaches Redis: ``REDIS_URL``, a Redis URL or a Sentinel URL (parsed in jobs.core.redis_url).
 
 Behind Sentinel every client is redis-py's ``Sentinel(...).master_for(service)``: each new
 connection asks the Sentinels where the primary is; a connection to a primary that was
@@ -22,6 +22,7 @@ from redis.sentinel import Sentinel, SentinelConnectionPool
 from rq.connections import get_connection_kwargs
 
 from jobs import config
+from jobs.core.redis_url import is_sentinel_url, parse_sentinel_url, redis_url_problem
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 #: The longest one question to one Sentinel may take: a dead Sentinel of three must not hold
@@ -29,15 +30,31 @@ DEFAULT_URL = "redis://127.0.0.1:6379/0"
 SENTINEL_TIMEOUT = 2.0
 
 
+def configured_url() -> str | None:
+    """REDIS_URL as set (None when unset); one redis-py cannot use is a ValueError naming the
+    variable, never repeating the URL (it may carry a password)."""
+    url = config.redis_settings().redis_url
+    if url is not None and (problem := redis_url_problem(url)):
+        raise ValueError(f"REDIS_URL {problem}")
+    return url
+
+
+def check_settings() -> None:
+    """Every setting parses, REDIS_URL first: a bad value fails at start (the CLI's exit 2, the
+    web app refusing to start), not in the middle of a job."""
+    configured_url()
+    config.check_all()
+
+
 def redis_url() -> str:
-    return config.get("REDIS_URL") or DEFAULT_URL
+    return configured_url() or DEFAULT_URL
 
 
 def connect(url: str | None = None, client_class: type[Redis] = Redis, **kwargs) -> Redis:
     url = url or redis_url()
     kwargs.setdefault("health_check_interval", 30)
     kwargs.setdefault("socket_connect_timeout", 5)
-    if config.is_sentinel_url(url):
+    if is_sentinel_url(url):
         return _sentinel_client(url, client_class, **kwargs)
     if url.startswith("rediss://"):
         # Heroku Redis presents a self-signed certificate.
@@ -47,7 +64,7 @@ def connect(url: str | None = None, client_class: type[Redis] = Redis, **kwargs)
 
 def _sentinel_client(url: str, client_class: type[Redis], **kwargs) -> Redis:
     """A client of the service's current primary, following it through failovers."""
-    parsed = config.parse_sentinel_url(url)
+    parsed = parse_sentinel_url(url)
     tls = {}
     if parsed.tls:
         tls = {"ssl": True, "ssl_cert_reqs": None}  # as for rediss://, below

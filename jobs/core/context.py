@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from jobs import keys
-from jobs.config import get, settings
+from jobs.config import settings
 from jobs.core import clock, effects
 from jobs.core.batch import CONCURRENCY_FIELD, Batch, NotStarted, Renewer, StopSignal
 from jobs.core.lease import Attempt
@@ -131,7 +131,7 @@ class JobContext:
         if pending:
             # At the attempt's end, answers it received wait for Redis as long as it takes
             # (LEASH_USAGE_HOLD_SECONDS): they were paid for.
-            flush_usage(self.attempt, pending, patience=get("LEASH_USAGE_HOLD_SECONDS") if all_threads else None)
+            flush_usage(self.attempt, pending, patience=settings().usage_hold_seconds if all_threads else None)
 
     def items_done(self) -> dict[int, Any]:
         """Results already stored by earlier attempts (the resume point)."""

@@ -27,7 +27,7 @@ from rq.utils import now as rq_now
 from rq.utils import utcformat
 
 from jobs import keys
-from jobs.config import get, settings
+from jobs.config import batches, settings
 from jobs.core import clock, lua
 from jobs.core.connection import is_out_of_memory
 from jobs.core.memory_wait import MemoryWait
@@ -370,7 +370,7 @@ def claim(connection: Redis, job_id: str, queue: str, worker: str,
 def look_grace() -> float:
     """How late a look at a waiting batch may be before the job reads as stale: a worker may
     be busy with another job when the look is due (one lease, and at least a poll interval)."""
-    return max(settings().lease_seconds, get("LEASH_BATCH_POLL_SECONDS"), 30.0)
+    return max(settings().lease_seconds, batches().batch_poll_seconds, 30.0)
 
 
 def reclaim(connection: Redis, job_id: str, queue: str, message: str,

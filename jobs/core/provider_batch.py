@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from jobs import keys
-from jobs.config import get, settings
+from jobs.config import batches, settings
 from jobs.core import batch_cache, batch_looks, batch_room, canceled_batch, clock, lua
 from jobs.core.batch_parts import Part, as_ranges, custom_id, from_ranges, index_of
 from jobs.core.lease import Outcome
@@ -199,8 +199,9 @@ class BatchRun:
         for as long as the provider may take; the write of its last results settles it."""
         tokens, nusd = self._worst(indexes)
         # The longest wait, a canceled batch's grace, the look after them (and its calls).
-        hold = (get("LEASH_BATCH_MAX_WAIT") + get("LEASH_BATCH_CANCEL_GRACE") + self.backend.settings.timeout * 4
-                + max(get("LEASH_BATCH_POLL_SECONDS"), get("LEASH_BATCH_POLL_MAX")))
+        waits = batches()
+        hold = (waits.batch_max_wait + waits.batch_cancel_grace + self.backend.settings.timeout * 4
+                + max(waits.batch_poll_seconds, waits.batch_poll_max))
         admission = budget.admit(self.ctx.connection, self.backend.limit.keys, 0, 0, 10**9, self.ctx.attempt,
                                  tokens, nusd, daily_limits=self.backend.daily_limits,
                                  reservation=budget.batch_reservation(self.ctx.job_id, number),
@@ -313,7 +314,7 @@ class BatchRun:
     def _finish(self) -> list[Any]:
         stored = self.ctx.items_done()
         left = [i for i in range(len(self.items)) if i not in stored]
-        if left and get("LEASH_BATCH_FALLBACK") == "fail":
+        if left and batches().batch_fallback == "fail":
             raise PermanentError(f"{len(left)} of {len(self.items)} requests were not answered by the provider's "
                                  "batch (failed or expired; LEASH_BATCH_FALLBACK=fail): replay the job to ask "
                                  "them again")

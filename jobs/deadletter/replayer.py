@@ -22,8 +22,9 @@ from redis import Redis
 from rq.utils import now as rq_now
 from rq.utils import utcformat
 
-from jobs import config, keys
+from jobs import keys
 from jobs.config import settings
+from jobs.config.front import command_line
 from jobs.core import clock, lua, state_index
 from jobs.core.rq_side import rq_jobs_from_copy
 from jobs.core.text import decoded, summary_of_ids
@@ -248,7 +249,8 @@ def _failed_registry(connection: Redis, origin: str) -> str:
 
 
 def default_actor() -> str:
-    return config.get("LEASH_ACTOR") or config.get("USER")
+    operator = command_line()
+    return operator.actor or operator.user
 
 
 def _audit(connection: Redis, actor: str, selector: dict, replayed: list[str],

@@ -75,7 +75,7 @@ def check(connection: Redis, owner: str, idempotency_key: str | None = None) -> 
     spent = owner_over_daily(connection, owner)
     if spent:  # the owner's daily budget (LEASH_OWNER_DAILY_TOKENS / _USD) is used up until UTC midnight
         return Refusal(429, f"{spent}; it starts again at 00:00 UTC", seconds_to_next_utc_day())
-    rate = config.get("LEASH_SUBMIT_RATE")
+    rate = config.admission().submit_rate
     if rate:
         limiter = _limiter(connection)
         scope = keys.submit_rate_scope(owner)

@@ -29,7 +29,7 @@ QUEUED_RETRY_AFTER = 60
 
 
 def cap() -> int:
-    return config.get("LEASH_MAX_QUEUED_PER_OWNER")
+    return config.admission().max_queued_per_owner
 
 
 def too_many_queued(owner: str, queued: int, limit: int) -> str:

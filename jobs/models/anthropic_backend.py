@@ -25,7 +25,7 @@ import json
 
 import anthropic
 
-from jobs.config import get
+from jobs.config import model_calls
 from jobs.models import backends, structured
 from jobs.models.anthropic_batch import AnthropicBatches
 from jobs.models.calls import ModelBackend, ModelSettings
@@ -102,7 +102,7 @@ class AnthropicBackend(AnthropicBatches, ModelBackend):
     def structured_mode(cls) -> str:
         """A tool's input schema, unless LEASH_MODEL_STRUCTURED_OUTPUT says otherwise (Anthropic
         has no JSON mode: ``json`` is the schema in the prompt, as ``prompt`` is)."""
-        mode = (get("LEASH_MODEL_STRUCTURED_OUTPUT") or structured.SCHEMA).strip()
+        mode = (model_calls().model_structured_output or structured.SCHEMA).strip()
         return structured.SCHEMA if mode == structured.SCHEMA else structured.PROMPT
 
     def _send(self, request: CallRequest):

@@ -159,10 +159,11 @@ def register(name: str, factory, warm: Callable[[], None] | None = None) -> None
 
 
 def backend_name() -> str:
-    name = (config.get("LEASH_MODEL_BACKEND") or "").strip()
+    calls = config.model_calls()
+    name = (calls.model_backend or "").strip()
     if name:
         return name
-    return "openai" if (config.get("LEASH_MODEL_URL") or "").strip() else "local"
+    return "openai" if (calls.model_url or "").strip() else "local"
 
 
 def _factory(name: str):
@@ -223,7 +224,7 @@ def preload() -> str | None:
     except PermanentError as exc:
         return str(exc)
     try:
-        parse_overrides(config.get("LEASH_MODEL_PRICES"))
+        parse_overrides(config.model_calls().model_prices)
     except ValueError as exc:
         return str(exc)
     if name in _WARM:

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from jobs import keys
-from jobs.config import get
+from jobs.config import answer_cache
 from jobs.models.provider import Answer, CallRequest, Usage
 
 if TYPE_CHECKING:
@@ -52,25 +52,27 @@ def request_digest(backend: str, url: str, model: str, temperature: float | None
 
 def enabled(payload: dict | None) -> bool:
     """Whether a job with this payload uses the cache (LEASH_CACHE, payload ``cache``)."""
-    if str(get("LEASH_CACHE")).strip().lower() in ("off", "0", "false", "no"):
+    cached = answer_cache()
+    if str(cached.cache).strip().lower() in ("off", "0", "false", "no"):
         return False
-    if get("LEASH_CACHE_MAX_MB") <= 0:
+    if cached.cache_max_mb <= 0:
         return False
     return not (payload is not None and payload.get(CACHE_FIELD) is False)
 
 
 def scope_of(owner: str) -> str:
     """The key scope of ``owner``'s requests (LEASH_CACHE_SCOPE)."""
-    shared = str(get("LEASH_CACHE_SCOPE")).strip().lower() == "shared"
+    shared = str(answer_cache().cache_scope).strip().lower() == "shared"
     return keys.cache_scope(None if shared else owner)
 
 
 def check_settings() -> None:
     """ValueError naming the setting when LEASH_CACHE or LEASH_CACHE_SCOPE is not one of its words."""
-    if str(get("LEASH_CACHE")).strip().lower() not in ("on", "off", "1", "0", "true", "false", "yes", "no"):
-        raise ValueError(f"LEASH_CACHE must be on or off, got {get('LEASH_CACHE')!r}")
-    if str(get("LEASH_CACHE_SCOPE")).strip().lower() not in ("owner", "shared"):
-        raise ValueError(f"LEASH_CACHE_SCOPE must be owner or shared, got {get('LEASH_CACHE_SCOPE')!r}")
+    cached = answer_cache()
+    if str(cached.cache).strip().lower() not in ("on", "off", "1", "0", "true", "false", "yes", "no"):
+        raise ValueError(f"LEASH_CACHE must be on or off, got {cached.cache!r}")
+    if str(cached.cache_scope).strip().lower() not in ("owner", "shared"):
+        raise ValueError(f"LEASH_CACHE_SCOPE must be owner or shared, got {cached.cache_scope!r}")
 
 
 def encode(answer: Answer) -> str:

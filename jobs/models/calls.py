@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from jobs.config import get, settings
+from jobs.config import model_calls, settings
 from jobs.core.connection import connect
 from jobs.errors import ItemError, LeaseLost, PermanentError, RetryLater
 from jobs.models import spending
@@ -113,24 +113,24 @@ class ModelSettings:
 
     @classmethod
     def from_env(cls) -> ModelSettings:
-        name = (get("LEASH_MODEL_NAME") or "").strip()
-        if not name:
-            raise PermanentError("LEASH_MODEL_NAME is not set: name the model to call (e.g. gpt-4o-mini, llama3.1)")
         try:
-            return cls(
-                url=(get("LEASH_MODEL_URL") or "").strip() or None,
-                name=name,
-                # Local servers ignore the key, but SDKs insist on one.
-                api_key=(get("LEASH_MODEL_API_KEY") or "").strip() or "no-key",
-                timeout=get("LEASH_MODEL_TIMEOUT"),
-                max_inline_wait=get("LEASH_MODEL_MAX_INLINE_WAIT"),
-                rpm=get("LEASH_MODEL_RPM"),
-                tpm=get("LEASH_MODEL_TPM"),
-                temperature=get("LEASH_MODEL_TEMPERATURE"),
-                max_tokens=get("LEASH_MODEL_MAX_TOKENS"),
-            )
+            calls = model_calls()
         except ValueError as exc:  # a setting no retry can fix
             raise PermanentError(str(exc)) from None
+        name = (calls.model_name or "").strip()
+        if not name:
+            raise PermanentError("LEASH_MODEL_NAME is not set: name the model to call (e.g. gpt-4o-mini, llama3.1)")
+        return cls(
+            url=(calls.model_url or "").strip() or None,
+            name=name,
+            api_key=(calls.model_api_key or "").strip() or "no-key",  # local servers ignore it; SDKs want one
+            timeout=calls.model_timeout,
+            max_inline_wait=calls.model_max_inline_wait,
+            rpm=calls.model_rpm,
+            tpm=calls.model_tpm,
+            temperature=calls.model_temperature,
+            max_tokens=calls.model_max_tokens,
+        )
 
 
 # --- the backend every provider builds on -------------------------------------------------------
@@ -214,7 +214,7 @@ class ModelBackend(Extracting, Spending):
         return self._call(CallRequest(list(messages), self.settings.max_tokens, response_format=shape))
 
     def _repair_attempts(self) -> int:
-        return get("LEASH_REPAIR_ATTEMPTS")
+        return model_calls().repair_attempts
 
     # --- the loop -------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import openai
 
-from jobs.config import get
+from jobs.config import model_calls
 from jobs.errors import PermanentError
 from jobs.models import backends, structured
 from jobs.models.calls import ModelBackend, ModelSettings, ModelUnavailable, match_label
@@ -108,7 +108,7 @@ class OpenAIBackend(OpenAIBatches, ModelBackend):
     def structured_mode(cls) -> str:
         """OpenAI has strict JSON Schema outputs; a compatible server may have only JSON mode,
         or neither (LEASH_MODEL_STRUCTURED_OUTPUT says which)."""
-        mode = (get("LEASH_MODEL_STRUCTURED_OUTPUT") or structured.SCHEMA).strip()
+        mode = (model_calls().model_structured_output or structured.SCHEMA).strip()
         if mode not in structured.STRUCTURED_OUTPUTS:
             raise PermanentError(f"LEASH_MODEL_STRUCTURED_OUTPUT={mode!r} is unknown; choose one of "
                                  f"{', '.join(structured.STRUCTURED_OUTPUTS)}")

@@ -38,7 +38,7 @@ _providers: list[Callable[[], dict]] = []
 
 
 def log_format() -> str:
-    value = config.get("LEASH_LOG_FORMAT").strip().lower()
+    value = config.logs().log_format.strip().lower()
     if value not in FORMATS:
         raise ValueError(f"LEASH_LOG_FORMAT must be one of {', '.join(FORMATS)}, got {value!r}")
     return value
@@ -142,7 +142,7 @@ HTTP_CLIENT_LOGGERS = ("httpx", "httpx2", "httpcore", "openai", "anthropic", "ur
 
 def quiet_http_clients() -> None:
     """The HTTP clients' per-call lines at WARNING, unless LEASH_LOG_HTTP_CALLS=1."""
-    level = logging.NOTSET if config.get("LEASH_LOG_HTTP_CALLS") else logging.WARNING
+    level = logging.NOTSET if config.logs().log_http_calls else logging.WARNING
     for name in HTTP_CLIENT_LOGGERS:
         logging.getLogger(name).setLevel(level)
 

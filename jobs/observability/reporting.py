@@ -29,7 +29,7 @@ _initialised = False
 def init(component: str) -> bool:
     """Start reporting in this process if SENTRY_DSN is set; True if reporting is on."""
     global _initialised
-    dsn = config.get("SENTRY_DSN")
+    dsn = config.logs().sentry_dsn
     if not dsn:
         return False
     if _initialised:

@@ -20,7 +20,7 @@ from typing import Any
 from redis import Redis
 
 from jobs import keys
-from jobs.config import get
+from jobs.config import batches
 from jobs.core import clock
 from jobs.core.text import decoded
 
@@ -83,7 +83,7 @@ def batch_details(connection: Redis, fields: dict[str, Any]) -> dict[str, Any] |
         answered = max(answered, fields["done"] - direct)
         total = max(total, answered + batch["failed"])
     return {"ids": ids, "created_at": clock.iso(first_at),
-            "cancel_at": clock.iso(first_at + get("LEASH_BATCH_MAX_WAIT")) if first_at and not ended else None,
+            "cancel_at": clock.iso(first_at + batches().batch_max_wait) if first_at and not ended else None,
             "answered": answered, "failed": batch["failed"], "total": total, "direct": direct,
             "next_look_at": batch.get("next_look_at"), "ended": ended,
             "can_look_now": batch.get("phase") == "waiting"}

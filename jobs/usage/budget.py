@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from redis import Redis
 
 from jobs import keys
-from jobs.config import get
+from jobs.config import budgets, model_calls
 from jobs.core import lua
 from jobs.core.text import decoded
 from jobs.errors import InvalidJob, PermanentError, RetryLater
@@ -94,7 +94,8 @@ def parse(value, where: str = "'budget'") -> Budget | None:
 
 def owner_daily_limits() -> tuple[int, int]:
     """(tokens, nano-USD) an owner may use per UTC day; 0 = no limit."""
-    return get("LEASH_OWNER_DAILY_TOKENS"), prices.nano(get("LEASH_OWNER_DAILY_USD"))
+    allowed = budgets()
+    return allowed.owner_daily_tokens, prices.nano(allowed.owner_daily_usd)
 
 
 def seconds_to_next_utc_day(now: float | None = None) -> int:
@@ -193,7 +194,7 @@ def admit(connection: Redis, rate_keys: list[str], ms_per_request: float, ms_per
     now = time.time() if now is None else now
     day = utc_day(now)
     if hold is None:
-        hold = call_hold(get("LEASH_MODEL_TIMEOUT") + 10, attempt)
+        hold = call_hold(model_calls().model_timeout + 10, attempt)
     reservation = reservation or new_reservation(attempt.job_id)
     owner = attempt.owner_name()
     call = call or CallEstimate()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from jobs import keys
-from jobs.config import get
+from jobs.config import answer_cache
 
 if TYPE_CHECKING:
     from jobs.usage.prices import Price
@@ -235,8 +235,9 @@ def cache_args(pending: Pending | None) -> tuple[list[str], list]:
     index = [keys.CACHE_INDEX, keys.CACHE_SIZES, keys.CACHE_BYTES]
     if pending is None or not (pending.cache or pending.touched):
         return index, ["", 0, 0]
-    ttl = max(1, round(get("LEASH_CACHE_DAYS") * 86400))
-    cap = int(get("LEASH_CACHE_MAX_MB") * 1024 * 1024)
+    cached = answer_cache()
+    ttl = max(1, round(cached.cache_days * 86400))
+    cap = int(cached.cache_max_mb * 1024 * 1024)
     args: list = [ttl, cap, len(pending.cache)]
     for key, value in pending.cache.items():
         args += [value, cache_entry_size(key, value)]

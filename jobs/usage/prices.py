@@ -95,14 +95,14 @@ def _price_number(value) -> bool:
 
 def price_for(model: str, provider_url: str | None = None) -> Price | None:
     """The price of ``model`` at ``provider_url`` (default: LEASH_MODEL_URL), or None."""
-    overrides = parse_overrides(config.get("LEASH_MODEL_PRICES"))
+    overrides = parse_overrides(config.model_calls().model_prices)
     if model in overrides:
         return overrides[model]
     return _table_price(model, _url(provider_url))
 
 
 def _url(provider_url: str | None) -> str:
-    url = provider_url if provider_url is not None else (config.get("LEASH_MODEL_URL") or "").strip()
+    url = provider_url if provider_url is not None else (config.model_calls().model_url or "").strip()
     return url or OPENAI_API_URL
 
 
@@ -152,8 +152,8 @@ def _table_price(model: str, provider_url: str) -> Price | None:
 def why_no_price(model: str | None = None, provider_url: str | None = None) -> str:
     """Why calls of ``model`` (default: LEASH_MODEL_NAME) have no cost, and what to set; a
     phrase that follows "cost unknown: "."""
-    model = model or (config.get("LEASH_MODEL_NAME") or "").strip() or None
-    text = config.get("LEASH_MODEL_PRICES")
+    model = model or (config.model_calls().model_name or "").strip() or None
+    text = config.model_calls().model_prices
     if model is None:
         return "no price for the model; set LEASH_MODEL_PRICES to name its price"
     example = f'{{"{model}": {{"input": <USD per 1M tokens>, "output": <USD per 1M tokens>}}}}'

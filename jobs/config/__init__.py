@@ -2,16 +2,17 @@
 
 Each variable is declared once below with its type, default, lower bound and meaning (the
 tables of docs/SETTINGS.md list exactly these; tests/test_codebase.py keeps the two in step and
-fails if another module reads ``os.environ``). Values are read each time they are asked for
-(tests and workers can change them per process); a bad value is a ValueError naming the
-variable. Every default suits minutes-long AI jobs."""
+fails if another module reads ``os.environ`` or a variable by name). Code reads them through
+the typed groups at the end (``settings().lease_seconds``; the web app's and the command line's
+in jobs/config/front.py), read afresh each time they are asked for (tests and workers can
+change them per process); a bad value is a ValueError naming the variable. Every default suits
+minutes-long AI jobs. Nothing here imports the rest of leash: every layer may read settings."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,7 @@ class Setting:
     is False for facts of the environment leash reads but does not own (``USER``, ...)."""
 
     name: str
-    type: str  # str | int | float | bool | ints | names (comma-separated) | rate (60/minute) | redis_url
+    type: str  # str | int | float | bool | ints | names (a,b) | rate (60/minute) | redis_url (text here)
     default: Any
     meaning: str
     minimum: float | None = None
@@ -38,7 +39,7 @@ def declare(name: str, type: str, default: Any, meaning: str, minimum: float | N
 def raw(name: str) -> str | None:
     """The variable as set (None when unset or empty). Only declared names may be read."""
     if name not in DECLARED:
-        raise KeyError(f"{name} is not a declared setting (jobs/config.py)")
+        raise KeyError(f"{name} is not a declared setting (jobs/config/__init__.py)")
     value = os.environ.get(name)
     return value if value not in (None, "") else None
 
@@ -51,8 +52,6 @@ def get(name: str) -> Any:
     if text is None:
         return setting.default
     text = text.strip()
-    if setting.type == "redis_url" and (problem := redis_url_problem(text)):
-        raise ValueError(f"{name} {problem}")
     try:
         if setting.type == "int":
             value = int(text)
@@ -83,105 +82,9 @@ def get(name: str) -> Any:
     return value
 
 
-def redis_url_problem(text: str) -> str | None:
-    """Why ``text`` is not a URL redis-py can use (never repeating it: it may carry a
-    password), or None. The CLI says the same with the URL masked (cli/redis_target.py)."""
-    if is_sentinel_url(text):
-        return _sentinel_url_problem(text)
-    example = "redis://localhost:6379/0"
-    try:
-        parts = urlsplit(text)
-        parts.port  # noqa: B018 - parsing the port is what raises for "host:abc"
-    except ValueError as exc:
-        return f"is not a Redis URL ({exc}); write it like {example}"
-    if parts.scheme not in ("redis", "rediss", "unix"):
-        return (f"is not a Redis URL: it must start with redis://, rediss://, unix:// or "
-                f"redis+sentinel://, e.g. {example}")
-    return None
-
-
-# --- Redis behind Sentinel: redis+sentinel://[[user]:password@]host[:26379][,...]/<service>[/db] ---
-# The user and password are the primary's (?sentinel_password= the Sentinels'); rediss+sentinel://
-# speaks TLS to both. Parsed here, once; jobs.core.connection builds the client.
-
-SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
-SENTINEL_PORT = 26379
-SENTINEL_EXAMPLE = "redis+sentinel://sentinel-1:26379,sentinel-2:26379/mymaster/0"
-#: Query options the URL may carry; anything else is a mistake worth naming.
-SENTINEL_OPTIONS = ("sentinel_password", "ssl_cert_reqs", "ssl_ca_certs")
-
-
-@dataclass(frozen=True)
-class SentinelUrl:
-    sentinels: list[tuple[str, int]]
-    service: str
-    db: int = 0
-    username: str | None = None
-    password: str | None = None
-    tls: bool = False
-    options: dict[str, str] = field(default_factory=dict)
-
-
-def is_sentinel_url(url: str) -> bool:
-    return url.partition("://")[0].lower() in SENTINEL_SCHEMES
-
-
-def parse_sentinel_url(url: str) -> SentinelUrl:
-    """The parts of a Sentinel URL; a ValueError saying what is wrong (never repeating the URL,
-    which may carry a password)."""
-    parts = urlsplit(url)
-    if parts.scheme.lower() not in SENTINEL_SCHEMES:
-        raise ValueError(f"must start with {' or '.join(s + '://' for s in SENTINEL_SCHEMES)}")
-    userinfo, _, hosts = parts.netloc.rpartition("@")
-    username, _, password = userinfo.partition(":")
-    sentinels = [_host_port(part) for part in hosts.split(",")]
-    path = [unquote(p) for p in parts.path.split("/") if p]
-    if not path:
-        raise ValueError("names no service: put the name the Sentinels monitor after the hosts")
-    if len(path) > 2:
-        raise ValueError("has too much path: only /<service> and an optional /<db> follow the hosts")
-    db = 0
-    if len(path) == 2:
-        if not (path[1].isascii() and path[1].isdigit()):
-            raise ValueError("has a database that is not a number: /<service>/<db>, e.g. /mymaster/0")
-        db = int(path[1])
-    options = {}
-    for name, values in parse_qs(parts.query, keep_blank_values=True).items():
-        if name not in SENTINEL_OPTIONS:
-            raise ValueError(f"has an option Sentinel URLs do not take ({name}); "
-                             f"they take {', '.join(SENTINEL_OPTIONS)}")
-        options[name] = values[-1]
-    return SentinelUrl(sentinels, path[0], db, unquote(username) or None, unquote(password) or None,
-                       tls=parts.scheme.lower() == "rediss+sentinel", options=options)
-
-
-def _host_port(text: str) -> tuple[str, int]:
-    text = text.strip()
-    if text.startswith("["):  # [::1]:26379
-        host, _, rest = text[1:].partition("]")
-        port = rest.removeprefix(":") or str(SENTINEL_PORT)
-    else:
-        host, colon, port = text.rpartition(":")
-        if not colon:
-            host, port = text, str(SENTINEL_PORT)
-    if not host:
-        raise ValueError("has an empty Sentinel address: list them as host:port,host:port")
-    if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
-        raise ValueError("has a Sentinel port that is not a number from 1 to 65535")
-    return host, int(port)
-
-
-def _sentinel_url_problem(url: str) -> str | None:
-    """Why ``url`` is not a usable Sentinel URL, or None."""
-    try:
-        parse_sentinel_url(url)
-    except ValueError as exc:
-        return f"is not a Sentinel URL: it {exc}; write it like {SENTINEL_EXAMPLE}"
-    return None
-
-
 def check_all() -> None:
-    """Parse every declared setting once: a bad value fails at start, not in the middle of a job."""
+    """Parse every declared setting once: a bad value fails at start, not in the middle of a job
+    (jobs.core.connection.check_settings also checks REDIS_URL's form first)."""
     for name in DECLARED:
         get(name)
 
@@ -358,6 +261,8 @@ class Settings:
     error_max_chars: int
     max_defers: int
     item_concurrency: int
+    usage_hold_seconds: float
+    imports: str
 
     @property
     def queue(self) -> str:
@@ -396,3 +301,99 @@ class Limits:
 
 def limits() -> Limits:
     return _read(Limits)
+
+
+@dataclass(frozen=True)
+class RedisSettings:
+    #: as set: its form is checked where connections are made (jobs.core.connection.configured_url)
+    redis_url: str | None
+    redis_timeout: float
+
+
+def redis_settings() -> RedisSettings:
+    return _read(RedisSettings, {"redis_url": "REDIS_URL"})
+
+
+@dataclass(frozen=True)
+class ModelCalls:
+    """What every model backend is called with (jobs/models/), and the prices of its answers."""
+
+    model_backend: str | None
+    model_url: str | None
+    model_name: str | None
+    model_api_key: str | None
+    model_timeout: float
+    model_rpm: float
+    model_tpm: float
+    model_max_inline_wait: float
+    model_temperature: float | None
+    model_max_tokens: int
+    model_structured_output: str
+    repair_attempts: int
+    model_prices: str | None
+
+
+def model_calls() -> ModelCalls:
+    return _read(ModelCalls)
+
+
+@dataclass(frozen=True)
+class Batches:
+    """How a job sent as a provider batch waits for it."""
+
+    batch_poll_seconds: float
+    batch_poll_max: float
+    batch_max_wait: float
+    batch_cancel_grace: float
+    batch_fallback: str
+
+
+def batches() -> Batches:
+    return _read(Batches)
+
+
+@dataclass(frozen=True)
+class Budgets:
+    owner_daily_tokens: int
+    owner_daily_usd: float
+
+
+def budgets() -> Budgets:
+    return _read(Budgets)
+
+
+@dataclass(frozen=True)
+class AnswerCache:
+    #: as set (`on`/`off`, ...) : jobs.models.cache says what each spelling means
+    cache: str
+    cache_scope: str
+    cache_days: float
+    cache_max_mb: float
+
+
+def answer_cache() -> AnswerCache:
+    return _read(AnswerCache)
+
+
+@dataclass(frozen=True)
+class Logs:
+    log_level: str
+    log_format: str
+    log_http_calls: bool
+    sentry_dsn: str | None
+
+
+def logs() -> Logs:
+    return _read(Logs, {"sentry_dsn": "SENTRY_DSN"})
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What an owner may submit beyond one job's limits (jobs/intake/)."""
+
+    max_queued_per_owner: int
+    submit_rate: str | None
+
+
+def admission() -> Admission:
+    return _read(Admission)
