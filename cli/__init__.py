@@ -1,5 +1,5 @@
 """The ``leash`` command. Options that are settings can also be set by the environment
-variable ``--help`` shows beside them (each declared in jobs/config.py). Redis is
+variable ``--help`` shows beside them (each declared in jobs/config/). Redis is
 ``REDIS_URL``, else the one a running ``leash dev`` recorded, else one line saying there is
 none (see cli/redis_target.py); any Redis error is one line naming the URL tried."""
 
@@ -33,7 +33,7 @@ class LeashGroup(click.Group):
 
 # No click auto_envvar_prefix: it would make every option an undeclared LEASH_<COMMAND>_<OPTION>
 # variable (LEASH_REPLAY_YES=1 skipping a confirmation unseen). Options that are settings name
-# their declared variable (envvar=..., shown in --help); jobs/config.py lists them all.
+# their declared variable (envvar=..., shown in --help); jobs/config/ lists them all.
 @click.group(cls=LeashGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """leash: a queue for long-running AI jobs whose states are never wrong."""

@@ -100,7 +100,7 @@ def test_the_settings_tables_list_exactly_the_declared_settings():
     documented = {name for name, setting in config.DECLARED.items() if setting.documented}
     listed = _settings_table_variables()
     assert sorted(documented - listed) == [], "declared but missing from docs/SETTINGS.md's tables"
-    assert sorted(listed - documented) == [], "in docs/SETTINGS.md's tables but not declared in jobs/config.py"
+    assert sorted(listed - documented) == [], "in docs/SETTINGS.md's tables but not declared in jobs/config/"
 
 
 def test_every_cli_environment_variable_is_a_declared_setting():

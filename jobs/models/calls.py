@@ -95,7 +95,7 @@ class ModelUnavailable(Exception):
 
 @dataclass(frozen=True)
 class ModelSettings:
-    """The LEASH_MODEL_* settings (declared in jobs/config.py), which every backend shares."""
+    """The LEASH_MODEL_* settings (declared in jobs/config/), which every backend shares."""
 
     url: str | None
     name: str
