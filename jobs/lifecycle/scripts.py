@@ -104,4 +104,5 @@ def script(connection: Redis, name: str) -> Script:
 
 def run(connection: Redis, name: str, keys: Mapping[str, Any], args: list[Any], pipeline=None) -> Any:
     """Run ``name`` with ``keys`` by name (see ``ordered_keys``); with ``pipeline``, queued on it."""
-    return script(connection, name)(keys=ordered_keys(name, keys), args=args, client=pipeline)
+    ordered = ordered_keys(name, keys)  # checked before the script is registered or sent
+    return script(connection, name)(keys=ordered, args=args, client=pipeline)
