@@ -33,8 +33,8 @@ from benchlib import Children, OwnRedis, commandstats, wait_until, worker_env
 
 from jobs import keys
 from jobs.core import lease, states
-from jobs.core import lua as lua_scripts
 from jobs.enqueue import enqueue
+from jobs.lifecycle import scripts as lua_scripts
 
 TARGET_CPU = 0.7  # plan for 70 % of Redis' one main thread
 LABELS = ["positive", "negative", "question", "bug"]

@@ -216,14 +216,14 @@ def test_a_reservation_made_by_a_worker_of_the_release_before_is_given_back_once
     """During a deploy a job may hold the earlier release's reservation (one pool in the job
     hash, model_admit_v1): the next attempt's first admission gives it back to its day, and a
     pool the writing attempt holds (a batch parked by the earlier release) goes with its write."""
-    from jobs.core import lua
+    from jobs.lifecycle import scripts
 
     env.setenv("LEASH_OWNER_DAILY_TOKENS", "1000")
     day_key = keys.usage_owner_day("alice", DAY)
     job_id = submit(conn)
     old = lease.claim(conn, job_id, "leash", "w1", now=NOW)
-    lua.run(conn, "model_admit_v1", keys=RATE_KEYS + [keys.job(job_id), day_key],
-            args=["", 0, 0, 0, old.token, 700, "", DAY, 1000, 0, 3600])
+    scripts.script(conn, "model_admit_v1")(keys=RATE_KEYS + [keys.job(job_id), day_key],
+                                           args=["", 0, 0, 0, old.token, 700, "", DAY, 1000, 0, 3600])
     assert conn.hget(day_key, "reserved_tokens") == b"700"
     assert lease.reclaim(conn, job_id, "leash", "lease expired", now=NOW + 10) == "queued"
     new = lease.claim(conn, job_id, "leash", "w2", now=NOW + 10)
@@ -232,8 +232,8 @@ def test_a_reservation_made_by_a_worker_of_the_release_before_is_given_back_once
 
     parked = submit(conn)
     looking = lease.claim(conn, parked, "leash", "w3", now=NOW)
-    lua.run(conn, "model_admit_v1", keys=RATE_KEYS + [keys.job(parked), day_key],
-            args=["", 0, 0, 0, looking.token, 300, "", DAY, 1000, 0, 3600])
+    scripts.script(conn, "model_admit_v1")(keys=RATE_KEYS + [keys.job(parked), day_key],
+                                           args=["", 0, 0, 0, looking.token, 300, "", DAY, 1000, 0, 3600])
     looking.store_items([(0, '"x"', "1,100,20")], Pending("m", "classify", calls=1, input=100, output=20), now=NOW)
     assert conn.hget(day_key, "reserved_tokens") == b"600" and conn.hget(keys.job(parked), "reserved_by") is None
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jobs.core import lua
+from jobs.lifecycle import scripts
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = [ROOT / "jobs", ROOT / "web", ROOT / "cli"]
@@ -48,8 +48,8 @@ def test_redis_key_names_live_only_in_jobs_keys():
 
 
 def test_every_lua_script_declares_its_keys_and_args_and_builds_no_key_names():
-    for name in lua.names():
-        text = (lua.LUA_DIR / f"{name}.lua").read_text()
+    for name in scripts.names():
+        text = (scripts.LUA_DIR / f"{name}.lua").read_text()
         header = "\n".join(line for line in text.splitlines() if line.startswith("--"))
         assert re.search(r"_v\d+$", name), f"{name}: scripts carry a version suffix"
         assert "KEYS[1]" in header and "ARGV[1]" in header, f"{name}: KEYS/ARGV header missing"

@@ -17,7 +17,7 @@ JOBS = ROOT / "jobs"
 #: The longest chain of imports between jobs/ modules, in modules (a imports b imports c = 3).
 LONGEST_CHAIN = 6
 #: Modules and packages at the top of jobs/.
-TOP_LEVEL = 15
+TOP_LEVEL = 16
 #: What a status read (jobs.core.states) may never pull in: model calls and submission.
 STATUS_MUST_NOT_REACH = ("jobs.models", "jobs.enqueue", "jobs.kinds", "jobs.intake", "jobs.deadletter")
 
@@ -118,11 +118,20 @@ def test_reading_a_status_needs_no_model_code_and_no_submission():
 
 def test_the_lifecycle_core_depends_on_nothing_above_it():
     """jobs/core/ imports only itself and the leaves every layer shares (settings, keys, errors,
-    usage's ledger): never a reader, a submission check, a model backend, the worker or the kinds."""
-    allowed = ("jobs.core", "jobs.config", "jobs.keys", "jobs.errors", "jobs.usage")
+    usage's ledger, the transitions): never a reader, a submission check, a model backend, the
+    worker or the kinds."""
+    allowed = ("jobs.core", "jobs.config", "jobs.keys", "jobs.errors", "jobs.usage", "jobs.lifecycle")
     for name, targets in graph().items():
         if name.startswith("jobs.core"):
             bad = sorted(t for t in targets if not t.startswith(allowed))
+            assert bad == [], f"{name} imports {bad}"
+
+
+def test_the_transitions_sit_below_every_layer_but_the_key_names():
+    """jobs/lifecycle/ (the scripts and the transitions that run them) imports only jobs.keys."""
+    for name, targets in graph().items():
+        if name.startswith("jobs.lifecycle"):
+            bad = sorted(t for t in targets if not t.startswith(("jobs.lifecycle", "jobs.keys")))
             assert bad == [], f"{name} imports {bad}"
 
 

@@ -211,10 +211,10 @@ def test_stale_is_running_with_an_expired_lease():
 def test_a_write_whose_reply_was_lost_in_a_redis_blip_is_not_mistaken_for_a_zombie(conn, monkeypatch):
     import redis
 
-    from jobs.core import lua
+    from jobs.lifecycle import scripts
 
     job_id, attempt = claimed(conn)
-    real_run, calls = lua.run, []
+    real_run, calls = scripts.run, []
 
     def lossy_run(connection, name, keys, args, pipeline=None):
         reply = real_run(connection, name, keys, args, pipeline)
@@ -223,7 +223,7 @@ def test_a_write_whose_reply_was_lost_in_a_redis_blip_is_not_mistaken_for_a_zomb
             raise redis.exceptions.ConnectionError("connection reset after the script ran")
         return reply
 
-    monkeypatch.setattr(lua, "run", lossy_run)
+    monkeypatch.setattr(scripts, "run", lossy_run)
     attempt.finish({"items": 3}, now=1001.0)  # must not raise LeaseLost
     assert calls == ["finish_v3", "finish_v3"]
     assert attempt.outcome == "succeeded"

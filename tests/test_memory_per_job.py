@@ -13,9 +13,10 @@ from rq.results import Result
 from rq.serializers import JSONSerializer
 
 from jobs import keys
-from jobs.core import lua, payload_copy, state_index
+from jobs.core import payload_copy, state_index
 from jobs.core.rq_side import finished_data
 from jobs.enqueue import enqueue
+from jobs.lifecycle import scripts
 from jobs.read.results import item_inputs, submitted_items
 from tests.web_support import basic, finish_job, make_app
 
@@ -85,17 +86,18 @@ def test_rq_keeps_the_payload_of_a_job_that_has_no_other_copy(conn):
     job_id, _ = enqueue(conn, "classify", payload, owner="alice")
     conn.delete(keys.payload(job_id))
     rq_key = keys.rq_job(job_id)
-    assert lua.run(conn, "compact_finished_rq_job_v1", keys=[rq_key, keys.payload(job_id)],
-                   args=[finished_data("classify")]) == 0
+    assert scripts.run(conn, "compact_finished_rq_job_v1", keys={"rq_job": rq_key, "payload": keys.payload(job_id)},
+                       args=[finished_data("classify")]) == 0
     assert Job.fetch(job_id, connection=conn, serializer=JSONSerializer).args == ["classify", payload]
     assert submitted_items(conn, job_id) == ITEMS[:2]
 
     conn.set(keys.payload(job_id), payload_copy.encode(payload))
-    assert lua.run(conn, "compact_finished_rq_job_v1", keys=[rq_key, keys.payload(job_id)],
-                   args=[finished_data("classify")]) == 1
+    assert scripts.run(conn, "compact_finished_rq_job_v1", keys={"rq_job": rq_key, "payload": keys.payload(job_id)},
+                       args=[finished_data("classify")]) == 1
     assert Job.fetch(job_id, connection=conn, serializer=JSONSerializer).args == ["classify", {}]
-    assert lua.run(conn, "compact_finished_rq_job_v1", keys=[keys.rq_job("missing"), keys.payload("missing")],
-                   args=[finished_data("classify")]) == -1 and not conn.exists(keys.rq_job("missing"))
+    assert scripts.run(conn, "compact_finished_rq_job_v1",
+                       keys={"rq_job": keys.rq_job("missing"), "payload": keys.payload("missing")},
+                       args=[finished_data("classify")]) == -1 and not conn.exists(keys.rq_job("missing"))
 
 
 def test_a_job_finished_by_the_previous_release_keeps_its_full_record_and_reads_the_same(conn):

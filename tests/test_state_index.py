@@ -10,10 +10,11 @@ import pytest
 
 from jobs import keys
 from jobs.config import settings
-from jobs.core import consistency, control, lease, lua, state_index
+from jobs.core import consistency, control, lease, state_index
 from jobs.deadletter.replayer import replay, select
 from jobs.deadletter.synthetic import FailedJob, write_failed_jobs
 from jobs.enqueue import enqueue
+from jobs.lifecycle import scripts
 from jobs.read import listing
 
 ITEMS = {"items": ["a", "b"], "labels": ["x", "y"]}
@@ -118,12 +119,12 @@ def _old_release_enqueue(conn, owner: str, now: float) -> str:
 
 def _old_release_claim_and_finish(conn, job_id: str, now: float) -> None:
     """An old worker's claim and finish, through the scripts the previous release calls."""
-    token = lua.run(conn, "claim_v1", keys=[keys.job(job_id), keys.LEASES, keys.history(job_id)],
-                        args=[job_id, now, 60, "old-worker", 3600])[1]
-    ok = lua.run(conn, "finish_v2",
-                     keys=[keys.job(job_id), keys.LEASES, keys.items(job_id), keys.errors(job_id), keys.REJECTED_WRITES]
-                     + keys.outcome_keys("succeeded", "classify", now) + [keys.payload(job_id)],
-                     args=[job_id, token, now + 1, json.dumps({"items": 2}), 3600, "succeeded:classify", 60])
+    token = scripts.script(conn, "claim_v1")(keys=[keys.job(job_id), keys.LEASES, keys.history(job_id)],
+                                             args=[job_id, now, 60, "old-worker", 3600])[1]
+    ok = scripts.script(conn, "finish_v2")(
+        keys=[keys.job(job_id), keys.LEASES, keys.items(job_id), keys.errors(job_id), keys.REJECTED_WRITES]
+        + keys.outcome_keys("succeeded", "classify", now) + [keys.payload(job_id)],
+        args=[job_id, token, now + 1, json.dumps({"items": 2}), 3600, "succeeded:classify", 60])
     assert ok == 1
 
 
@@ -179,4 +180,4 @@ def test_the_previous_release_s_scripts_still_run(conn):
     assert leash_state(conn, job_id) == "succeeded"
     for name in ("claim_v1", "finish_v2", "fail_v1", "reclaim_v1", "release_v1", "replay_v1", "cancel_v1",
                  "end_outside_v1"):
-        assert name in lua.names()
+        assert name in scripts.names()

@@ -10,9 +10,10 @@ import pytest
 import redis
 
 from jobs import keys
-from jobs.core import lease, lua, states
+from jobs.core import lease, states
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob
+from jobs.lifecycle import scripts
 from jobs.usage import budget as budgets
 from jobs.usage.meter import Meter, Pending, flush, utc_day
 from jobs.usage.prices import Price, parse_overrides, price_for
@@ -73,7 +74,7 @@ def test_a_refused_write_stores_no_item_but_still_counts_the_calls_that_were_pai
 def _lose_first_reply(monkeypatch, script: str) -> list[str]:
     """The first run of ``script`` lands in Redis, then its reply is lost (the connection
     drops, as in a failover): the attempt sends the same write again. Returns the runs made."""
-    real, runs = lua.run, []
+    real, runs = scripts.run, []
 
     def run(connection, name, *args, **kwargs):
         reply = real(connection, name, *args, **kwargs)
@@ -83,7 +84,7 @@ def _lose_first_reply(monkeypatch, script: str) -> list[str]:
                 raise redis.exceptions.ConnectionError("Connection closed by server.")
         return reply
 
-    monkeypatch.setattr(lua, "run", run)
+    monkeypatch.setattr(scripts, "run", run)
     return runs
 
 
@@ -289,7 +290,7 @@ def test_prices_come_from_the_operator_then_the_maintained_table_and_never_from_
 
 
 def test_the_new_scripts_keep_the_old_ones_for_workers_of_the_previous_release():
-    names = lua.names()
+    names = scripts.names()
     assert {"heartbeat_v1", "heartbeat_v2", "heartbeat_v3", "usage_record_v1", "usage_record_v2", "model_admit_v1",
             "model_admit_v2", "model_rate_v1"} <= set(names)
 

@@ -9,11 +9,12 @@ import pytest
 import redis
 
 from jobs import keys
-from jobs.core import control, lease, lua
+from jobs.core import control, lease
 from jobs.core.context import JobContext
 from jobs.deadletter.replayer import Candidate, replay
 from jobs.enqueue import enqueue
 from jobs.errors import Canceled
+from jobs.lifecycle import scripts
 from jobs.models import concurrency, rate
 from jobs.models.openai_backend import OpenAIBackend
 from jobs.usage.budget import Budget
@@ -68,7 +69,7 @@ def test_a_call_answered_while_its_keepalive_learned_of_a_cancel_is_counted(conn
 def test_an_item_whose_write_gave_up_has_its_calls_counted_once_by_the_closing_flush(conn, env, monkeypatch):
     job_id = submit(conn)
     ctx = JobContext(lease.claim(conn, job_id, "leash", "w1"), {"items": ["a"]})
-    real, state = lua.run, {"away": True, "landed_first": False}
+    real, state = scripts.run, {"away": True, "landed_first": False}
 
     def run(connection, name, *args, **kwargs):
         if name == "heartbeat_v4" and state["away"]:
@@ -77,7 +78,7 @@ def test_an_item_whose_write_gave_up_has_its_calls_counted_once_by_the_closing_f
             raise redis.exceptions.ConnectionError("Connection refused")
         return real(connection, name, *args, **kwargs)
 
-    monkeypatch.setattr(lua, "run", run)
+    monkeypatch.setattr(scripts, "run", run)
     monkeypatch.setattr(ctx.attempt, "lease_seconds", 0.3)  # how long a write rides out a blip
     ctx.meter.record("m", 100, 10)  # the item's model call answered
     with pytest.raises(redis.exceptions.ConnectionError):

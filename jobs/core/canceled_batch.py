@@ -39,8 +39,9 @@ from rq.serializers import JSONSerializer
 
 from jobs import keys
 from jobs.config import batches, settings
-from jobs.core import clock, lua, rq_side
+from jobs.core import clock, rq_side
 from jobs.core.batch_looks import LOOK_AGAIN
+from jobs.lifecycle import transitions
 from jobs.usage.meter import DAY_TTL, Meter, utc_day
 
 log = logging.getLogger("leash.batch")
@@ -138,9 +139,9 @@ def _count(connection: Redis, backend: Any, job_id: str, batch_id: str) -> int:
         return 0
     pending.write_id = WRITE_ID
     day = utc_day(clock.wall())
-    lua.run(connection, "usage_record_v2",
-            keys=[keys.job(job_id), keys.usage(job_id), keys.usage_owner_day(owner, day), keys.usage_model(model)],
-            args=[batch_id, pending.encode(), day, attempts or 0, settings().result_ttl + 24 * 3600, DAY_TTL])
+    transitions.batch_usage_record(
+        connection, job_id, owner, day, model,
+        [batch_id, pending.encode(), day, attempts or 0, settings().result_ttl + 24 * 3600, DAY_TTL])
     return pending.calls
 
 

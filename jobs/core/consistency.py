@@ -33,10 +33,11 @@ from rq.serializers import JSONSerializer
 
 from jobs import keys
 from jobs.config import settings
-from jobs.core import clock, lost_looks, lua, retention, rq_changes, state_index
+from jobs.core import clock, lost_looks, retention, rq_changes, state_index
 from jobs.core.lease import error_entry, truncate
 from jobs.core.rq_side import ENDED_BY_RQ, PLAIN_WORKER, REMOVED, requeued_by_rq  # noqa: F401 (PLAIN_WORKER: read as consistency.PLAIN_WORKER)
 from jobs.core.text import decoded, summary_of_ids
+from jobs.lifecycle import transitions
 
 log = logging.getLogger("leash.consistency")
 
@@ -51,13 +52,10 @@ def end_outside(connection: Redis, job_id: str, message: str, now: float | None 
     kind = kind or ""
     # RQ's own cancel is a cancel: counted apart from failures, like leash's.
     outcome = "canceled" if message == ENDED_BY_RQ["canceled"] else "failed"
-    ended = lua.run(
-        connection, "end_outside_v2",
-        keys=[keys.job(job_id), keys.errors(job_id), keys.items(job_id), keys.payload(job_id),
-              keys.FAILED_INDEX, keys.ACTIVE] + keys.outcome_keys(outcome, kind, now)
-        + keys.owner_state_indexes(owner or ""),
-        args=[job_id, now, message, error_entry(int(attempts or 0), message, now), settings().result_ttl,
-              f"{outcome}:{kind}", keys.STATS_MINUTE_TTL],
+    ended = transitions.end_outside(
+        connection, job_id, owner or "", outcome, kind, now,
+        [job_id, now, message, error_entry(int(attempts or 0), message, now), settings().result_ttl,
+         f"{outcome}:{kind}", keys.STATS_MINUTE_TTL],
     )
     if int(ended):
         retention.retain(connection, job_id)  # RQ's canceled or failed record goes with it

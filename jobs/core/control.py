@@ -9,9 +9,10 @@ from rq.serializers import JSONSerializer
 
 from jobs import keys
 from jobs.config import settings
-from jobs.core import clock, lua, retention, state_index
+from jobs.core import clock, retention, state_index
 from jobs.core.lease import error_entry
 from jobs.errors import CANCELED, NoSuchJob
+from jobs.lifecycle import transitions
 from jobs.usage.budget import batch_reservation
 from jobs.usage.meter import utc_day
 
@@ -36,16 +37,11 @@ def cancel(connection: Redis, job_id: str, now: float | None = None) -> str:
         # in RQ and still queued in leash, which the consistency sweep records as canceled; the
         # other order would leave a job failed in leash but queued in RQ, which reads as a requeue.
         _cancel_in_rq(connection, job_id)
-    state = lua.run(
-        connection, "cancel_v3",
-        keys=[keys.job(job_id), keys.CANCELS, keys.items(job_id), keys.errors(job_id)]
-        + keys.outcome_keys("canceled", kind, now) + [keys.FAILED_INDEX, keys.payload(job_id)]
-        + keys.owner_state_indexes((owner or b"").decode())
-        + [keys.LEASES, keys.usage_owner_day((owner or b"").decode(), (reserved_day or b"").decode() or utc_day(now)),
-           keys.owner_reservations((owner or b"").decode()), keys.owner_reservation_records((owner or b"").decode())],
-        args=[job_id, now, now + s.cancel_grace, s.result_ttl,
-              error_entry(int(attempts or 0), CANCELED, now), f"canceled:{kind}", keys.STATS_MINUTE_TTL,
-              *_batch_reservations(connection, job_id)],
+    state = transitions.cancel(
+        connection, job_id, (owner or b"").decode(), (reserved_day or b"").decode() or utc_day(now), kind, now,
+        [job_id, now, now + s.cancel_grace, s.result_ttl,
+         error_entry(int(attempts or 0), CANCELED, now), f"canceled:{kind}", keys.STATS_MINUTE_TTL,
+         *_batch_reservations(connection, job_id)],
     )
     state = state.decode() if isinstance(state, bytes) else state
     if state == "missing":

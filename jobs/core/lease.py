@@ -16,10 +16,11 @@ import secrets
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
+from typing import Any
 
 import redis
 from redis import Redis
@@ -28,10 +29,11 @@ from rq.utils import utcformat
 
 from jobs import keys
 from jobs.config import batches, settings
-from jobs.core import clock, lua
+from jobs.core import clock
 from jobs.core.connection import is_out_of_memory
 from jobs.core.memory_wait import MemoryWait
 from jobs.errors import CANCELED, LeaseLost
+from jobs.lifecycle import transitions
 from jobs.usage.meter import Pending, cache_args, write_args
 
 _memory_wait = MemoryWait(logging.getLogger("leash.worker"), "the running job")
@@ -125,22 +127,10 @@ class Attempt:
         """Record how this attempt ended (the one place it is set)."""
         self.outcome = outcome
 
-    def _indexes(self) -> list[str]:
-        """The owner's state indexes, which the attempt's ending moves the job between."""
-        return keys.owner_state_indexes(self.owner_name())
-
-    def _common_keys(self) -> list[str]:
-        return [keys.job(self.job_id), keys.LEASES]
-
     @cached_property
-    def _heartbeat_keys(self) -> list[str]:
-        """The heartbeat's KEYS, built once per attempt: the heartbeat is the hot path."""
-        return self._common_keys() + [
-            keys.items(self.job_id),
-            keys.rq_job(self.job_id),
-            keys.rq_started(self.queue, self.connection),
-            keys.REJECTED_WRITES,
-        ]
+    def _item_keys(self) -> dict[str, str]:
+        """The heartbeat's keys, built once per attempt: the heartbeat is the hot path."""
+        return transitions.item_keys(self.connection, self.job_id, self.queue)
 
     @cached_property
     def usage_ttl(self) -> int:
@@ -153,12 +143,13 @@ class Attempt:
             self.owner = (self.connection.hget(keys.job(self.job_id), "owner") or b"").decode()
         return self.owner
 
-    def run_lua(self, name: str, keys_: list[str], args: list, patience: float | None = None) -> tuple[object, bool]:
-        """Run a fenced script, riding out a Redis blip (failover, restart) for as long as the
-        lease lasts — after that the lease is gone anyway — and a full Redis (refused writes)
-        until memory is freed or the job's timeout stops the work-horse: the write lands then,
-        or is refused if the job was reclaimed meanwhile. Returns (reply, retried): a retried
-        call may have landed the first time with its reply lost, which callers resolve.
+    def write(self, transition: Callable[..., Any], *call: Any, patience: float | None = None) -> tuple[Any, bool]:
+        """Run a fenced transition (``transition(connection, *call)``), riding out a Redis blip
+        (failover, restart) for as long as the lease lasts — after that the lease is gone
+        anyway — and a full Redis (refused writes) until memory is freed or the job's timeout
+        stops the work-horse: the write lands then, or is refused if the job was reclaimed
+        meanwhile. Returns (reply, retried): a retried call may have landed the first time with
+        its reply lost, which callers resolve.
         ``patience``: how long to ride out a blip instead (an unfenced write of paid usage
         outlives the lease), asking again at least once a second."""
         deadline = clock.monotonic() + (self.lease_seconds if patience is None else patience)
@@ -166,7 +157,7 @@ class Attempt:
         longest = 2.0 if patience is None else 1.0
         while True:
             try:
-                reply = lua.run(self.connection, name, keys=keys_, args=args), retried
+                reply = transition(self.connection, *call), retried
                 _memory_wait.accepted()
                 return reply
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
@@ -199,17 +190,17 @@ class Attempt:
         Returns whether a cancel was requested. Raises LeaseLost for a superseded attempt.
         """
         now = clock.wall() if now is None else now
-        reply, _ = self.run_lua("heartbeat_v4", *self._heartbeat_call(done, total, item, now, usage))
+        reply, _ = self.write(transitions.heartbeat, *self._heartbeat_call(done, total, item, now, usage))
         if int(reply[0]) != 1:
             self.settle(Outcome.SUPERSEDED)
             raise LeaseLost()
         self.done = int(reply[2])
         return reply[1] in (b"1", "1")
 
-    def _heartbeat_call(self, done, total, item, now, usage) -> tuple[list, list]:
+    def _heartbeat_call(self, done, total, item, now, usage) -> tuple:
         usage_keys, usage_args = write_args(self, usage, now)
         cache_keys, cache_argv = cache_args(usage)
-        return self._heartbeat_keys + usage_keys + cache_keys, [
+        return self._item_keys, usage_keys, cache_keys, [
             self.job_id, self.token, now, self.lease_seconds,
             "" if done is None else int(done),
             "" if total is None else int(total),
@@ -228,8 +219,8 @@ class Attempt:
         usage_keys, usage_args = write_args(self, usage, now)
         items = [value for entry in entries for value in entry]
         cache_keys, cache_argv = cache_args(usage)
-        reply, _ = self.run_lua(
-            "store_items_v2", self._heartbeat_keys + usage_keys + cache_keys,
+        reply, _ = self.write(
+            transitions.store_items, self._item_keys, usage_keys, cache_keys,
             [self.job_id, self.token, now, self.lease_seconds, self.rq_started_member,
              "0" if self.orphaned() else "1", *usage_args, len(entries), *items, *cache_argv])
         if usage is not None:
@@ -242,6 +233,10 @@ class Attempt:
         self.done = int(reply[2])
         return reply[1] in (b"1", "1")
 
+    def record_usage(self, usage_keys: dict[str, str], args: list, patience: float | None = None) -> None:
+        """Usage with no item to ride on (``jobs.usage.meter.flush``), riding out a blip."""
+        self.write(transitions.usage_record, self.job_id, usage_keys, args, patience=patience)
+
     def orphaned(self) -> bool:
         """True in a work-horse whose worker process died (it was re-parented). Such a
         horse may finish its current item, but no longer renews the lease: its worker is not
@@ -250,10 +245,8 @@ class Attempt:
 
     def finish(self, result: dict, now: float | None = None) -> None:
         now = clock.wall() if now is None else now
-        ok, retried = self.run_lua(
-            "finish_v3",
-            self._common_keys() + [keys.items(self.job_id), keys.errors(self.job_id), keys.REJECTED_WRITES]
-            + keys.outcome_keys("succeeded", self.kind, now) + [keys.payload(self.job_id)] + self._indexes(),
+        ok, retried = self.write(
+            transitions.finish, self.job_id, self.owner_name(), self.kind, now,
             [self.job_id, self.token, now, json.dumps(result, separators=(",", ":")), settings().result_ttl,
              f"succeeded:{self.kind}", keys.STATS_MINUTE_TTL],
         )
@@ -267,11 +260,8 @@ class Attempt:
         now = clock.wall() if now is None else now
         # A cancel ends in failed too, but is counted apart: alerts are about failures.
         outcome = "canceled" if message == CANCELED else "failed"
-        reply, retried = self.run_lua(
-            "fail_v2",
-            self._common_keys() + [keys.items(self.job_id), keys.errors(self.job_id), keys.REJECTED_WRITES]
-            + keys.outcome_keys(outcome, self.kind, now) + [keys.FAILED_INDEX, keys.payload(self.job_id)]
-            + self._indexes(),
+        reply, retried = self.write(
+            transitions.fail, self.job_id, self.owner_name(), outcome, self.kind, now,
             [self.job_id, self.token, now, message, 1 if permanent else 0,
              settings().result_ttl, error_entry(self.number, message, now),
              f"{outcome}:{self.kind}", keys.STATS_MINUTE_TTL],
@@ -293,16 +283,8 @@ class Attempt:
         (deploy hand-off), or, with ``requeue=False``, for RQ's scheduler to bring back
         later (deferral). Returns 0 if superseded, else 1 / the job's deferral count."""
         now = clock.wall() if now is None else now
-        ok, retried = self.run_lua(
-            "release_v3",
-            self._common_keys() + [
-                keys.rq_job(self.job_id),
-                keys.rq_queue(self.queue),
-                keys.rq_started(self.queue, self.connection),
-                keys.rq_executions(self.job_id, self.connection),
-                keys.REJECTED_WRITES,
-                keys.history(self.job_id),
-            ] + self._indexes(),
+        ok, retried = self.write(
+            transitions.release, self.job_id, self.owner_name(), self.queue,
             [self.job_id, self.token, now, utcformat(rq_now()), "1" if requeue else "0", look_grace()],
         )
         if int(ok) == 0 and retried and self.landed("queued"):
@@ -322,8 +304,8 @@ class Attempt:
         the looks in a row the provider did not answer. Returns 1 parked, 2 a cancel was asked
         for, 0 superseded."""
         now = clock.wall() if now is None else now
-        reply, retried = self.run_lua(
-            "park_v1", [keys.job(self.job_id), keys.LEASES, keys.REJECTED_WRITES, keys.BATCH_LOOKS],
+        reply, retried = self.write(
+            transitions.park, self.job_id,
             [self.job_id, self.token, now, look_at, look_grace(), *progress, stage, failed_looks])
         if int(reply) == 0 and retried:
             phase = self.connection.hget(keys.job(self.job_id), "phase")
@@ -350,14 +332,13 @@ def claim(connection: Redis, job_id: str, queue: str, worker: str,
     now = clock.wall() if now is None else now
     lease_seconds = settings().lease_seconds
     owner = owner_of(connection, job_id)  # never changes: safe to read before the claim
-    reply = lua.run(
-        connection, "claim_v4",
-        keys=[keys.job(job_id), keys.LEASES, keys.history(job_id)] + keys.owner_state_indexes(owner),
+    reply = transitions.claim(
+        connection, job_id, owner,
         # The history outlives the job's record by a margin: the record's TTL starts when the
         # job ends, which is after its last claim. The last two make the token unique even
         # when a failover loses this claim (see claim_v4.lua).
-        args=[job_id, now, lease_seconds, worker, 2 * settings().result_ttl,
-              int(now * 1_000_000), secrets.randbelow(1 << 20)],
+        [job_id, now, lease_seconds, worker, 2 * settings().result_ttl,
+         int(now * 1_000_000), secrets.randbelow(1 << 20)],
     )
     if int(reply[0]) != 1:
         return None
@@ -380,19 +361,11 @@ def reclaim(connection: Redis, job_id: str, queue: str, message: str,
     now = clock.wall() if now is None else now
     number, kind, owner = connection.hmget(keys.job(job_id), "attempts", "kind", "owner")
     kind = (kind or b"").decode()
-    reply = lua.run(
-        connection,
-        "reclaim_v2",
-        keys=[
-            keys.job(job_id), keys.LEASES, keys.errors(job_id), keys.rq_job(job_id),
-            keys.rq_queue(queue), keys.rq_started(queue, connection),
-            keys.rq_executions(job_id, connection), keys.rq_failed(queue, connection),
-            keys.RECLAIMS, keys.items(job_id),
-        ] + keys.outcome_keys("failed", kind, now) + [keys.FAILED_INDEX, keys.payload(job_id)]
-        + keys.owner_state_indexes((owner or b"").decode()),
-        args=[job_id, now, message, error_entry(int(number or 0), message, now),
-              settings().result_ttl, utcformat(rq_now()), token or "",
-              f"failed:{kind}", keys.STATS_MINUTE_TTL],
+    reply = transitions.reclaim(
+        connection, job_id, (owner or b"").decode(), queue, kind, now,
+        [job_id, now, message, error_entry(int(number or 0), message, now),
+         settings().result_ttl, utcformat(rq_now()), token or "",
+         f"failed:{kind}", keys.STATS_MINUTE_TTL],
     )
     if int(reply[0]) != 1:
         return None

@@ -35,10 +35,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from jobs import keys
 from jobs.config import batches, settings
-from jobs.core import batch_cache, batch_looks, batch_room, canceled_batch, clock, lua
+from jobs.core import batch_cache, batch_looks, batch_room, canceled_batch, clock
 from jobs.core.batch_parts import Part, as_ranges, custom_id, from_ranges, index_of
 from jobs.core.lease import Outcome
 from jobs.errors import Canceled, ItemError, LeaseLost, NeedsDirect, Parked, PermanentError
+from jobs.lifecycle import transitions
 from jobs.usage import budget
 from jobs.usage.meter import Pending, flush
 
@@ -74,9 +75,8 @@ class Record:
         """Fenced: written only while this attempt holds the lease (batch_note_v1)."""
         ttl = "" if job_hash else 2 * settings().result_ttl
         target = keys.job(self.ctx.job_id) if job_hash else self.key
-        written = lua.run(self.ctx.connection, "batch_note_v1",
-                          keys=[keys.job(self.ctx.job_id), target, keys.REJECTED_WRITES],
-                          args=[self.ctx.attempt.token, ttl, *pairs])
+        written = transitions.batch_note(self.ctx.connection, self.ctx.job_id, target,
+                                         [self.ctx.attempt.token, ttl, *pairs])
         if int(written) != 1:
             self.ctx.attempt.settle(Outcome.SUPERSEDED)
             raise LeaseLost()

@@ -21,8 +21,9 @@ from rq.job import Job
 from rq.rate_limit import RateLimitRegistry
 
 from jobs import keys
-from jobs.core import clock, consistency, lease, lua, state_index
+from jobs.core import clock, consistency, lease, state_index
 from jobs.core.text import summary_of_ids
+from jobs.lifecycle import transitions
 
 log = logging.getLogger("leash.reaper")
 
@@ -153,8 +154,7 @@ class Reaper:
                              why: str = "taken off by a worker that died before claiming it") -> int:
         """Put a still-unclaimed job from the intermediate list back on its queue (1 if done)."""
         intermediate = IntermediateQueue(keys.rq_queue(queue_name), self.connection)
-        if not lua.run(self.connection, "requeue_swallowed_v1",
-                           keys=[keys.job(job_id), intermediate.key, keys.rq_queue(queue_name)], args=[job_id]):
+        if not transitions.requeue_swallowed(self.connection, job_id, queue_name, [job_id]):
             return 0
         self.connection.delete(intermediate.get_first_seen_key(job_id))
         log.warning("job %s was %s; back on %s", job_id, why, queue_name)

@@ -21,14 +21,13 @@ from redis import Redis
 
 from jobs import keys
 from jobs.config import settings
-from jobs.core import lua
+from jobs.lifecycle import transitions
 
 
 def retain(connection: Redis, job_id: str, pipeline=None) -> int | None:
     """Give every key of an ended job at most its record's remaining time. Returns how many
     keys changed (None when queued on ``pipeline``); nothing changes before the job ended."""
-    return lua.run(connection, "retain_v1", keys=[keys.job(job_id), *keys.retained_with_job(job_id, connection)],
-                   args=[settings().result_ttl], pipeline=pipeline)
+    return transitions.retain(connection, job_id, [settings().result_ttl], pipeline=pipeline)
 
 
 def retain_many(connection: Redis, job_ids: list[str]) -> int:

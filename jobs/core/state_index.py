@@ -25,8 +25,9 @@ from redis import Redis
 
 from jobs import keys
 from jobs.config import settings
-from jobs.core import clock, lua
+from jobs.core import clock
 from jobs.core.text import decoded
+from jobs.lifecycle import transitions
 
 #: Jobs indexed per backfill step (a reaper tick or a listing that finds the marker missing).
 BACKFILL_STEP = 5000
@@ -52,13 +53,12 @@ def trim_expired(connection: Redis, owner: str, now: float | None = None, pipeli
     no entry outlives its job by more than that owner's next ended job, and no index key
     outlives the owner's last job. With ``pipeline``, one batch is queued on it instead."""
     now = clock.wall() if now is None else now
-    script_keys = [keys.owner_jobs(owner), *keys.owner_state_indexes(owner), keys.STATE_INDEX_READY]
     if pipeline is not None:
-        lua.run(connection, "owner_index_expiry_v1", keys=script_keys, args=[now, _TRIM_BATCH], pipeline=pipeline)
+        transitions.owner_index_expiry(connection, owner, [now, _TRIM_BATCH], pipeline=pipeline)
         return 0
     trimmed = 0
     for _ in range(10_000):  # bounded: 10 million due entries, far past any owner's
-        dropped, more = lua.run(connection, "owner_index_expiry_v1", keys=script_keys, args=[now, _TRIM_BATCH])
+        dropped, more = transitions.owner_index_expiry(connection, owner, [now, _TRIM_BATCH])
         trimmed += int(dropped)
         if not int(more):
             break
@@ -73,8 +73,7 @@ def repair(connection: Redis, job_ids: list[str], owners: list[str | None], now:
     ttl = settings().result_ttl
     with connection.pipeline(transaction=False) as pipe:
         for job_id, owner in zip(job_ids, owners, strict=True):
-            lua.run(connection, "index_job_v1", keys=[keys.job(job_id), *keys.owner_state_indexes(owner or "")],
-                        args=[job_id, now, ttl], pipeline=pipe)
+            transitions.index_job(connection, job_id, owner or "", [job_id, now, ttl], pipeline=pipe)
         for owner in sorted({owner for owner in owners if owner}):
             trim_expired(connection, owner, now, pipeline=pipe)
         pipe.execute()

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from redis import Redis
 
 from jobs import keys
-from jobs.core import clock, lua
+from jobs.core import clock
 from jobs.core.details import is_canceled
+from jobs.lifecycle import scripts
 
 GROUP_CHARS = 80
 #: Characters of the first line read before normalising (placeholders are shorter than what
@@ -171,7 +172,8 @@ def _fetch_heads(connection: Redis, job_ids: list[str], limit: int) -> list:
     with connection.pipeline(transaction=False) as pipe:
         for start in range(0, len(job_ids), BATCH):
             chunk = job_ids[start:start + BATCH]
-            lua.run(connection, "failure_heads_v1", keys=[keys.FAILED_INDEX] + [keys.job(i) for i in chunk],
+            scripts.run(connection, "failure_heads_v1",
+                        keys={"failed_index": keys.FAILED_INDEX, "jobs": [keys.job(i) for i in chunk]},
                         args=[limit, _JOB_KEY_PREFIX_LEN], pipeline=pipe)
         return pipe.execute()
 

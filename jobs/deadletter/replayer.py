@@ -25,12 +25,13 @@ from rq.utils import utcformat
 from jobs import keys
 from jobs.config import settings
 from jobs.config.front import command_line
-from jobs.core import clock, lua, state_index
+from jobs.core import clock, state_index
 from jobs.core.rq_side import rq_jobs_from_copy
 from jobs.core.text import decoded, summary_of_ids
 from jobs.deadletter.failures import failed_ids, heads
 from jobs.errors import NoSuchJob
 from jobs.intake import door
+from jobs.lifecycle import transitions
 from jobs.usage.budget import Budget
 
 log = logging.getLogger("leash.replay")
@@ -190,7 +191,7 @@ def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: i
     deleted = [job_id for n, job_id in enumerate(job_ids) if rows[2 * n][0] is None]
     if deleted and rebuild_rq_jobs(connection, deleted):
         rows = _read_rq_sides(connection, job_ids)
-    script_keys = [keys.FAILED_INDEX, keys.ACTIVE]
+    per_job: list[str] = []
     # The budget is written by the script onto the jobs it replays, in the same step: so no
     # worker starts one under the old budget, and a job it skips keeps its own.
     args: list = [now, utcformat(rq_now()), position,
@@ -203,19 +204,19 @@ def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: i
         queue, owner = (decoded(v) for v in rows[2 * n + 1])
         origin = origin or queue or "leash"
         origins.add(origin)
-        script_keys += [keys.job(job_id), keys.items(job_id), keys.errors(job_id), keys.payload(job_id),
+        per_job += [keys.job(job_id), keys.items(job_id), keys.errors(job_id), keys.payload(job_id),
                         keys.rq_job(job_id), _failed_registry(connection, origin)]
         if limit_key and concurrency:
             registry = keys.rq_rate_limit(limit_key, connection)
-            script_keys += [registry.rate_limited_key, *keys.owner_state_indexes(owner or ""),
+            per_job += [registry.rate_limited_key, *keys.owner_state_indexes(owner or ""),
                             keys.owner_door_holds(owner or ""), registry.allowed_key]
             args += [job_id, "limited"]
             limits[limit_key] = int(concurrency)
         else:
-            script_keys += [keys.rq_queue(origin), *keys.owner_state_indexes(owner or ""),
+            per_job += [keys.rq_queue(origin), *keys.owner_state_indexes(owner or ""),
                             keys.owner_door_holds(owner or "")]
             args += [job_id, "list"]
-    results = [decoded(r) for r in lua.run(connection, "replay_v4", keys=script_keys, args=args)]
+    results = [decoded(r) for r in transitions.replay(connection, per_job, args)]
     # What RQ's enqueue does for a rate-limited job after saving it as waiting: register the
     # limit, then fill free slots (oldest waiting first) onto the queue.
     with connection.pipeline(transaction=False) as pipe:

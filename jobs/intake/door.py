@@ -17,8 +17,9 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from jobs import config, keys
-from jobs.core import clock, lua
+from jobs.core import clock
 from jobs.errors import QueueFull
+from jobs.lifecycle import scripts
 
 #: Seconds a submission's place is held until its job is written: the write is one round trip
 #: after the take; this only bounds what a submitter that died in between keeps.
@@ -52,9 +53,10 @@ def count(connection: Redis, owner: str, now: float | None = None) -> int:
 def take(connection: Redis, owner: str, job_id: str) -> None:
     """Hold a place of the owner's cap for ``job_id``, or raise QueueFull naming the cap."""
     limit = cap()
-    taken, places = lua.run(connection, "door_take_v1",
-                            keys=[keys.owner_state(owner, "queued"), keys.owner_door_holds(owner)],
-                            args=[job_id, HOLD_SECONDS, limit])
+    taken, places = scripts.run(connection, "door_take_v1",
+                                keys={"queued": keys.owner_state(owner, "queued"),
+                                      "door_holds": keys.owner_door_holds(owner)},
+                                args=[job_id, HOLD_SECONDS, limit])
     if not int(taken):
         raise QueueFull(too_many_queued(owner, int(places), limit), retry_after=QUEUED_RETRY_AFTER)
 

@@ -1,3 +1,4 @@
+-- KEYS: job record rejected_writes
 -- batch_note_v1: a fenced write to a batch job's record of its provider batches (jobs/core/
 -- provider_batch.py): what the attempt is about to create (before the create call), the batch
 -- id the provider gave (after), a part read to its end. Only the attempt holding the lease

@@ -1,3 +1,4 @@
+-- KEYS: job cancels items errors kind_minute all_minute totals failed_index payload
 -- cancel_v1: ask a job to stop. A queued job fails at once with "canceled"; a running job
 -- gets a flag its next heartbeat sees (cooperative), and a hard-stop deadline for the reaper.
 -- KEYS[1] job hash  KEYS[2] cancels zset  KEYS[3] items hash  KEYS[4] errors list

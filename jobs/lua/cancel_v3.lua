@@ -1,3 +1,4 @@
+-- KEYS: job cancels items errors kind_minute all_minute totals failed_index payload queued running succeeded failed expiries leases owner_day reservations reservation_records
 -- cancel_v3: cancel_v2 (ask a job to stop: a queued job fails at once with "canceled"; a
 -- running job gets a flag its next heartbeat sees, and a hard-stop deadline for the reaper),
 -- plus a batch job waiting at its provider (park_v1): no worker holds it, so it fails at once

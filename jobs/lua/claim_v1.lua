@@ -1,3 +1,4 @@
+-- KEYS: job leases history
 -- claim_v1: start a new attempt on a queued job; hands out the attempt's fencing token.
 -- KEYS[1] job hash   KEYS[2] leases zset   KEYS[3] attempt history list
 -- ARGV[1] job_id  ARGV[2] now  ARGV[3] lease_seconds  ARGV[4] worker name

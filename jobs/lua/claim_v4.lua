@@ -1,3 +1,4 @@
+-- KEYS: job leases history queued running succeeded failed expiries
 -- claim_v4: claim_v3 (a fencing token that no failover can hand out twice, below), plus the turn
 -- of a batch job waiting at its provider (park_v1): a look at the provider's batch. That look is
 -- not a new attempt: the attempt count and the attempt history stay as they are (the attempt

@@ -1,3 +1,4 @@
+-- KEYS: rq_job payload
 -- compact_finished_rq_job_v1: RQ's record of a succeeded leash job, rewritten small. Run in
 -- the same transaction as RQ's success bookkeeping (jobs/worker/rq_job.py), after RQ saved it.
 -- While a job waits or runs, RQ's `data` holds the payload RQ hands the function; once it has

@@ -1,3 +1,4 @@
+-- KEYS: queued door_holds
 -- door_take_v1: check an owner's queued cap and take a place in it, in one step, for a job about
 -- to be written (jobs/intake/door.py). The job's write removes the hold in the same transaction
 -- that adds it to the queued index, so the count never drops in between; a writer that died

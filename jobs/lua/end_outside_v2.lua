@@ -1,3 +1,4 @@
+-- KEYS: job errors items payload failed_index active kind_minute all_minute totals queued running succeeded failed expiries
 -- end_outside_v2: a queued job that RQ's own tools ended behind leash's back (deleted, emptied,
 -- failed or canceled in RQ, or run by a plain RQ worker) becomes failed with a stored error, so
 -- it is listed by `leash failures` and replayable. Nothing happens unless it is still queued.

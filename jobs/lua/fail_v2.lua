@@ -1,3 +1,4 @@
+-- KEYS: job leases items errors rejected_writes kind_minute all_minute totals failed_index payload queued running succeeded failed expiries
 -- fail_v2: the attempt holding the token ended in an error. It goes back to queued while
 -- attempts remain (the caller then lets RQ's Retry schedule it), else to failed. The error
 -- text is always stored: failed is never reached without it.

@@ -1,3 +1,4 @@
+-- KEYS: failed_index jobs...
 -- failure_heads_v1: for a batch of ids from the failed index, when each failed, its kind and
 -- the first line of its stored error (cut to ARGV[1] characters), as one string per job.
 -- Only the head crosses the network: the error field holds up to several KB of traceback,

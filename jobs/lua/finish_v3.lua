@@ -1,3 +1,4 @@
+-- KEYS: job leases items errors rejected_writes kind_minute all_minute totals payload queued running succeeded failed expiries
 -- finish_v3: the attempt holding the token succeeded; record the small result summary. An
 -- earlier attempt's error goes (its history stays in the errors list): a status answer shows
 -- no error once succeeded, and the hash must hold the summary or an error, never both.

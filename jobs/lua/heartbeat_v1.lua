@@ -1,3 +1,4 @@
+-- KEYS: job leases items rq_job rq_started rejected_writes
 -- heartbeat_v1: renew the lease, record progress (and optionally one item's result) and
 -- mirror progress into RQ's job.meta, in one atomic step, for the attempt holding the token.
 -- KEYS[1] job hash  KEYS[2] leases zset  KEYS[3] items hash  KEYS[4] rq job hash

@@ -1,3 +1,4 @@
+-- KEYS: job leases items rq_job rq_started rejected_writes usage owner_day model_usage reservations reservation_records
 -- heartbeat_v3: heartbeat_v2 (renew the lease, record progress and optionally one item's
 -- result with the usage of the model calls behind it, mirror progress into RQ's job.meta)
 -- counting the usage once even when the write is sent twice: a worker that lost the reply

@@ -1,3 +1,4 @@
+-- KEYS: job leases items rq_job rq_started rejected_writes usage owner_day model_usage reservations reservation_records cache_index cache_sizes cache_bytes cache_entries...
 -- heartbeat_v4: heartbeat_v3, and the request cache written with the item (cache_write in
 -- _lib.lua): the answers of the item's calls stored, the entries its cache hits used refreshed,
 -- old and over-the-cap entries dropped -- no round trip of its own. The per-item usage gains

@@ -1,3 +1,4 @@
+-- KEYS: job queued running succeeded failed expiries
 -- index_job_v1: put one job in the right state index of its owner, whatever the indexes said
 -- before: for jobs written before the indexes existed (the one-time indexing), and for jobs
 -- moved by an older release's scripts while old and new workers overlap (the consistency

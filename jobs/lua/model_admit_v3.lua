@@ -1,3 +1,4 @@
+-- KEYS: requests tokens paused job owner_day reservations reservation_records model_usage reservation_owners
 -- model_admit_v3: may this job send its next model call (or provider batch)? One round trip that
 -- checks that the attempt still holds its lease (a zombie spends nothing), reserves the call's
 -- worst case (its input bound + max_tokens) against the job's budget and the owner's daily

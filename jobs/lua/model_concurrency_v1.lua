@@ -1,3 +1,4 @@
+-- KEYS: model_limit models
 -- model_concurrency_v1: the adaptive (AIMD) concurrency limit shared by every job calling one
 -- model. Each job runs at most `limit` calls to the model at once; an overload (429, timeout)
 -- halves the limit for every job at once, and a window of clean answers raises it by one.

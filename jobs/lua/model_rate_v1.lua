@@ -1,3 +1,4 @@
+-- KEYS: requests tokens paused
 -- model_rate_v1: one request and token budget shared by every worker calling one model.
 -- Each bucket holds the next time (ms) it is free (GCRA: a token bucket without a burst), so
 -- requests are spread evenly instead of bunching at the start of each minute.

@@ -1,3 +1,4 @@
+-- KEYS: owner_jobs queued running succeeded failed expiries state_index_ready
 -- owner_index_expiry_v1: an owner's indexes leave with the jobs they list. Drops the entries
 -- of ended jobs whose records have expired (due in the owner's expiries) from every index of
 -- the owner, then gives the owner's job index (keys.owner_jobs, which has no TTL of its own)

@@ -1,3 +1,4 @@
+-- KEYS: job leases rejected_writes batch_looks
 -- park_v1: a batch job gives its worker back while the provider works. The job stays
 -- `running` (its attempt goes on at the provider) in the phase `waiting`: it leaves the
 -- leases (no worker renews it, the reaper leaves it alone), its `lease_expires_at` becomes

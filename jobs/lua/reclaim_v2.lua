@@ -1,3 +1,4 @@
+-- KEYS: job leases errors rq_job rq_queue rq_started rq_executions rq_failed reclaims items kind_minute all_minute totals failed_index payload queued running succeeded failed expiries
 -- reclaim_v2: a running job whose lease has expired (worker died, hung or was stopped) is
 -- taken back. The lost attempt counts: back to the front of its RQ queue while attempts
 -- remain, else failed with the "lease expired" error. Any later write from the old attempt

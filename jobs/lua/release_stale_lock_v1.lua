@@ -1,3 +1,4 @@
+-- KEYS: lock
 -- release_stale_lock_v1: delete a lock only if the holder we judged dead still holds it
 -- (compare-and-delete: a lock that changed hands meanwhile is left alone).
 -- KEYS[1] lock key

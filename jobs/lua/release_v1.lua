@@ -1,3 +1,4 @@
+-- KEYS: job leases rq_job rq_queue rq_started rq_executions rejected_writes history
 -- release_v1: give the job back without counting the attempt. Deploy hand-off (requeue=1):
 -- to the FRONT of its RQ queue at once. Deferral (requeue=0, e.g. the model said 429 with
 -- Retry-After): leash marks it queued and the caller lets RQ's scheduler bring it back later.

@@ -1,3 +1,4 @@
+-- KEYS: job leases rq_job rq_queue rq_started rq_executions rejected_writes history queued running succeeded failed expiries
 -- release_v3: release_v2 (give the job back without counting the attempt), plus a look at a
 -- waiting batch (claim_v4) given back: it was never an attempt, so nothing is uncounted and
 -- no history entry is written; the job is parked again, due at once, and goes to the FRONT

@@ -1,3 +1,4 @@
+-- KEYS: failed_index active per_job...
 -- replay_v1: put a batch of failed jobs back to queued, attempts 0, in one atomic step per
 -- job. Checkpoints (items) and the error history stay; the TTLs set when the job failed are
 -- removed. RQ's side is made consistent: out of its failed registry, retries restored, and

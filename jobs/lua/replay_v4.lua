@@ -1,3 +1,4 @@
+-- KEYS: failed_index active per_job...
 -- replay_v4: replay_v3 (kept for processes of the release before) counting against the owner's
 -- queued cap (LEASH_MAX_QUEUED_PER_OWNER) in the same step as each job's flip: a job whose owner
 -- has as many jobs queued (and places held by submissions being written, door_take_v1) as the

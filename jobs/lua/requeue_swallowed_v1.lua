@@ -1,3 +1,4 @@
+-- KEYS: job rq_intermediate rq_queue
 -- requeue_swallowed_v1: a worker took a job off the queue (RQ's BLMOVE into the intermediate
 -- list) and died before claiming it. Put it back at the front of the queue: it never started,
 -- so no attempt is counted. A job that was claimed meanwhile (state running) is left alone.

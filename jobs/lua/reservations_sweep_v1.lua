@@ -1,3 +1,4 @@
+-- KEYS: reservation_owners reservations reservation_records
 -- reservations_sweep_v1: the reaper's turn at an owner's reservations whose deadlines passed,
 -- for an owner who makes no more calls (model_admit_v3 does the same at each admission): each
 -- is a call that can no longer be paid for; a direct call's is counted as an estimated call

@@ -1,3 +1,4 @@
+-- KEYS: job retained...
 -- retain_v1: the one retention rule. Once a job has ended its record (the job hash) carries
 -- its expiry; every other key of the job, leash's and RQ's (RQ's record holds the submitted
 -- items), expires no later than the record: a key without an expiry, or with a longer one

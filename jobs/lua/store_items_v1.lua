@@ -1,3 +1,4 @@
+-- KEYS: job leases items rq_job rq_started rejected_writes usage owner_day model_usage reservations reservation_records
 -- store_items_v1: many items' results in one fenced write, for a batch job storing the answers
 -- of its provider batch (jobs/core/provider_batch.py). What heartbeat_v2 does for one item, done
 -- for each (the item's result, its calls and tokens), then once for all: the usage of their calls

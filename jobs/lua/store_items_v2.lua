@@ -1,3 +1,4 @@
+-- KEYS: job leases items rq_job rq_started rejected_writes usage owner_day model_usage reservations reservation_records cache_index cache_sizes cache_bytes cache_entries...
 -- store_items_v2: store_items_v1, and the request cache written in the same write (cache_write
 -- in _lib.lua): the answers of the batch's requests stored, and the entries of the items
 -- answered from the cache refreshed. store_items_v1 is kept for workers of the release before.

@@ -1,3 +1,4 @@
+-- KEYS: job usage owner_day model_usage reservations reservation_records
 -- usage_record_v2: count the usage of model calls that came with no item write (an item
 -- that failed, a call outside ``for_each``, an attempt that is ending). Not fenced: a call a
 -- superseded attempt made was paid for all the same. Unlike usage_record_v1 (kept for workers

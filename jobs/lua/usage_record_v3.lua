@@ -1,3 +1,4 @@
+-- KEYS: job usage owner_day model_usage reservations reservation_records received_answers
 -- usage_record_v3: count the usage of model calls that came with no item write (an item
 -- that failed, a call outside ``for_each``, an attempt that is ending), and keep the answers
 -- of calls whose item write never landed (refused, or Redis was away), so the next attempt

@@ -21,8 +21,8 @@ import redis
 from redis import Redis
 
 from jobs import keys
-from jobs.core import lua
 from jobs.core.batch import NotStarted
+from jobs.lifecycle import scripts
 
 log = logging.getLogger("leash.items")
 
@@ -49,10 +49,10 @@ class SharedLimit:
         self.connection = connection
         self.model = model
         self.ceiling = ceiling
-        self.keys = [keys.model_concurrency(model), keys.MODELS]
+        self.keys = {"model_limit": keys.model_concurrency(model), "models": keys.MODELS}
 
     def _run(self, op: str, epoch: int = 0, reason: str = "") -> Reading:
-        limit, epoch, version = lua.run(
+        limit, epoch, version = scripts.run(
             self.connection, "model_concurrency_v1", keys=self.keys,
             args=[op, self.ceiling, self.model, epoch, reason, PROBE_ROUNDS, KEEP_SECONDS])
         return Reading(int(limit), int(epoch), int(version))

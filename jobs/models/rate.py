@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from redis import Redis
 
 from jobs import keys
-from jobs.core import lua
+from jobs.lifecycle import scripts
 
 ACQUIRED, TOKENS_SPENT, PAUSED = 0, 1, 2
 
@@ -29,17 +29,20 @@ class Turn:
     wait_seconds: float
 
 
+#: The limiter's keys, by their names in model_rate_v1's KEYS line.
+BUCKETS = ("requests", "tokens", "paused")
+
+
 class ModelRateLimit:
     def __init__(self, connection: Redis, scope: str, rpm: float = 0, tpm: float = 0):
         self.connection = connection
-        self.keys = [keys.model_rate(scope, "requests"), keys.model_rate(scope, "tokens"),
-                     keys.model_rate(scope, "paused")]
+        self.keys = [keys.model_rate(scope, bucket) for bucket in BUCKETS]  # model_admit takes them too
         self.ms_per_request = 60_000 / rpm if rpm else 0
         self.ms_per_token = 60_000 / tpm if tpm else 0
 
     def _run(self, op: str, amount: float = 0, max_wait: float = 0, now_ms: int | None = None) -> Turn:
-        code, wait_ms = lua.run(
-            self.connection, "model_rate_v1", keys=self.keys,
+        code, wait_ms = scripts.run(
+            self.connection, "model_rate_v1", keys=dict(zip(BUCKETS, self.keys, strict=True)),
             args=[op, "" if now_ms is None else now_ms, self.ms_per_request, self.ms_per_token,
                   amount, int(max_wait * 1000)],
         )

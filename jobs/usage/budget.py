@@ -32,9 +32,9 @@ from redis import Redis
 
 from jobs import keys
 from jobs.config import budgets, model_calls
-from jobs.core import lua
 from jobs.core.text import decoded
 from jobs.errors import InvalidJob, PermanentError, RetryLater
+from jobs.lifecycle import scripts
 from jobs.usage import prices
 from jobs.usage.meter import DAY_TTL, utc_day
 
@@ -176,6 +176,10 @@ def call_hold(call_seconds: float, attempt) -> float:
     return call_seconds + attempt.lease_seconds + RESERVATION_SLACK
 
 
+#: The names of ``admit``'s ``rate_keys`` (the model's rate limit: jobs.models.rate) in model_admit_v3.
+RATE_KEY_NAMES = ("requests", "tokens", "paused")
+
+
 def admit(connection: Redis, rate_keys: list[str], ms_per_request: float, ms_per_token: float,
           max_pause: float, attempt, worst_tokens: int, worst_nusd: int | None,
           now: float | None = None, now_ms: int | None = None,
@@ -198,11 +202,12 @@ def admit(connection: Redis, rate_keys: list[str], ms_per_request: float, ms_per
     reservation = reservation or new_reservation(attempt.job_id)
     owner = attempt.owner_name()
     call = call or CallEstimate()
-    reply = lua.run(
+    reply = scripts.run(
         connection, "model_admit_v3",
-        keys=rate_keys + [keys.job(attempt.job_id), keys.usage_owner_day(owner, day), keys.owner_reservations(owner),
-                          keys.owner_reservation_records(owner), keys.usage_model(call.model or "-"),
-                          keys.reservation_owners()],
+        keys={**dict(zip(RATE_KEY_NAMES, rate_keys, strict=True)), "job": keys.job(attempt.job_id),
+              "owner_day": keys.usage_owner_day(owner, day), "reservations": keys.owner_reservations(owner),
+              "reservation_records": keys.owner_reservation_records(owner),
+              "model_usage": keys.usage_model(call.model or "-"), "reservation_owners": keys.reservation_owners()},
         args=["" if now_ms is None else now_ms, ms_per_request, ms_per_token, int(max_pause * 1000), attempt.token,
               int(worst_tokens), "" if worst_nusd is None else int(worst_nusd), day, limit_tokens, limit_nusd, DAY_TTL,
               now, reservation, now + hold, PRUNED_PER_ADMISSION, call.input_tokens, call.input_nusd,
@@ -241,10 +246,11 @@ def sweep_reservations(connection: Redis, now: float | None = None) -> int:
     handled = 0
     for raw in connection.zrangebyscore(keys.reservation_owners(), "-inf", now, start=0, num=OWNERS_SWEPT_PER_ROUND):
         owner = str(decoded(raw))
-        handled += int(lua.run(connection, "reservations_sweep_v1",
-                               keys=[keys.reservation_owners(), keys.owner_reservations(owner),
-                                     keys.owner_reservation_records(owner)],
-                               args=[now, owner, PRUNED_PER_ADMISSION * 5]))
+        handled += int(scripts.run(connection, "reservations_sweep_v1",
+                                   keys={"reservation_owners": keys.reservation_owners(),
+                                         "reservations": keys.owner_reservations(owner),
+                                         "reservation_records": keys.owner_reservation_records(owner)},
+                                   args=[now, owner, PRUNED_PER_ADMISSION * 5]))
     return handled
 
 

@@ -178,17 +178,22 @@ class Meter:
         return pending
 
 
-def write_args(attempt, pending: Pending | None, now: float) -> tuple[list[str], list]:
-    """KEYS and ARGV that add ``pending`` to the job, its attempt, the owner's day and the
+#: The names of a usage write's keys in the scripts' KEYS lines (write_args builds them).
+USAGE_KEY_NAMES = ("usage", "owner_day", "model_usage", "reservations", "reservation_records")
+
+
+def write_args(attempt, pending: Pending | None, now: float) -> tuple[dict[str, str], list]:
+    """Keys (by name) and ARGV that add ``pending`` to the job, its attempt, the owner's day and the
     model, and settle its reservations (heartbeat_v3's KEYS[7..11] and ARGV[11..15];
     usage_record_v2's), on the day its calls were admitted."""
     if pending is None:
         # Nothing to count: the keys are passed but not touched.
-        return [keys.usage(attempt.job_id)] * 5, ["", "", attempt.number, 0, 0]
+        return dict.fromkeys(USAGE_KEY_NAMES, keys.usage(attempt.job_id)), ["", "", attempt.number, 0, 0]
     day = pending.day or utc_day(now)
     owner = attempt.owner_name()
-    usage_keys = [keys.usage(attempt.job_id), keys.usage_owner_day(owner, day), keys.usage_model(pending.model),
-                  keys.owner_reservations(owner), keys.owner_reservation_records(owner)]
+    usage_keys = {"usage": keys.usage(attempt.job_id), "owner_day": keys.usage_owner_day(owner, day),
+                  "model_usage": keys.usage_model(pending.model), "reservations": keys.owner_reservations(owner),
+                  "reservation_records": keys.owner_reservation_records(owner)}
     if not pending.write_id:
         pending.write_id = attempt.next_write_id()
     return (usage_keys, [pending.encode(), day, attempt.number, attempt.usage_ttl, DAY_TTL])
@@ -207,10 +212,8 @@ def flush(attempt, pending: list[Pending], now: float | None = None, patience: f
             continue
         usage_keys, args = write_args(attempt, entry, now)
         try:
-            attempt.run_lua("usage_record_v3", [keys.job(attempt.job_id)] + usage_keys
-                            + [keys.received_answers(attempt.job_id)],
-                            [attempt.token] + args + [json.dumps(answers) if answers else ""],
-                            patience=patience if entry.calls or answers else None)
+            attempt.record_usage(usage_keys, [attempt.token] + args + [json.dumps(answers) if answers else ""],
+                                 patience=patience if entry.calls or answers else None)
         except Exception as exc:
             log.error("job %s: could not record the usage of %d call(s) it was answered (%s): Redis did not take "
                       "it", attempt.job_id, entry.calls, exc)
@@ -228,17 +231,17 @@ def cache_entry_size(key: str, value: str) -> int:
     return len(value.encode()) + 3 * len(key.encode()) + CACHE_ENTRY_OVERHEAD
 
 
-def cache_args(pending: Pending | None) -> tuple[list[str], list]:
-    """KEYS and ARGV that write ``pending``'s cache entries and refresh its hits' (cache_write
+def cache_args(pending: Pending | None) -> tuple[dict, list]:
+    """Keys (by name) and ARGV that write ``pending``'s cache entries and refresh its hits' (cache_write
     in jobs/lua/_lib.lua): the cache's index, sizes and total, then the entries written and
     touched; the ttl, the cap, the count written and each entry's value and size."""
-    index = [keys.CACHE_INDEX, keys.CACHE_SIZES, keys.CACHE_BYTES]
+    index = {"cache_index": keys.CACHE_INDEX, "cache_sizes": keys.CACHE_SIZES, "cache_bytes": keys.CACHE_BYTES}
     if pending is None or not (pending.cache or pending.touched):
-        return index, ["", 0, 0]
+        return {**index, "cache_entries": []}, ["", 0, 0]
     cached = answer_cache()
     ttl = max(1, round(cached.cache_days * 86400))
     cap = int(cached.cache_max_mb * 1024 * 1024)
     args: list = [ttl, cap, len(pending.cache)]
     for key, value in pending.cache.items():
         args += [value, cache_entry_size(key, value)]
-    return index + list(pending.cache) + list(pending.touched), args
+    return {**index, "cache_entries": list(pending.cache) + list(pending.touched)}, args

@@ -21,8 +21,8 @@ from __future__ import annotations
 from rq.job import Job, JobStatus
 
 from jobs import keys
-from jobs.core import lua
 from jobs.core.rq_side import EXECUTE, finished_data
+from jobs.lifecycle import scripts
 
 
 class NoResultStreamJob(Job):
@@ -35,8 +35,9 @@ class NoResultStreamJob(Job):
         self.set_status(JobStatus.FINISHED, pipeline=pipeline)
         self.save(pipeline=pipeline, include_meta=False, include_result=False)
         kind = self.args[0] if self.args else ""
-        lua.run(self.connection, "compact_finished_rq_job_v1", keys=[self.key, keys.payload(self.id)],
-                args=[finished_data(str(kind))], pipeline=pipeline)
+        scripts.run(self.connection, "compact_finished_rq_job_v1",
+                    keys={"rq_job": self.key, "payload": keys.payload(self.id)},
+                    args=[finished_data(str(kind))], pipeline=pipeline)
         if result_ttl != 0:
             self.finished_job_registry.add(self, result_ttl, pipeline)
         return None

@@ -15,7 +15,7 @@ from __future__ import annotations
 from redis import Redis
 
 from jobs import keys
-from jobs.core import lua
+from jobs.lifecycle import scripts
 
 STALE_AFTER = 10
 
@@ -32,6 +32,6 @@ def release_if_holder_dead(connection: Redis, queue_names: list[str], full_ttl: 
             holder, ttl = pipe.execute()
         if holder is None or ttl < 0 or full_ttl - ttl < STALE_AFTER:
             continue
-        if lua.run(connection, "release_stale_lock_v1", keys=[lock], args=[holder]):
+        if scripts.run(connection, "release_stale_lock_v1", keys={"lock": lock}, args=[holder]):
             released.append(queue_name)
     return released
