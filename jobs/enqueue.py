@@ -250,7 +250,7 @@ def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str
         "kind": kind, "owner": owner, "queue": q.name, "state": "queued",
         "max_attempts": max_attempts, "total": total, "created_at": now, "updated_at": now,
         "params": submitted_params(payload, tuple(f.name for f in kinds.get(kind).fields)),
-        # What the job may spend (model_admit_v1 reads it; a replay may raise it).
+        # What the job may spend (model_admit_v3 reads it; a replay may raise it).
         **(budget.parse(payload.get(budget.BUDGET_FIELD)) or budget.Budget()).hash_fields(),
     } | ({"name": name} if name else {}) | ({"mode": "batch"} if modes.mode_of(payload) == "batch" else {}))
     if price:  # apart from the job hash, which every status poll reads

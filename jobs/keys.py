@@ -336,7 +336,7 @@ def usage_owner_day(owner: str, day: str) -> str:
 def owner_reservations(owner: str) -> str:
     """Sorted set of an owner's budget reservations (model calls and provider batches that may
     still be paid for), each by the time after which it can no longer be (its deadline):
-    admission gives back the ones past it (model_admit_v2)."""
+    admission gives back the ones past it (model_admit_v3)."""
     return f"{PREFIX}reservations:{len(owner)}:{owner}"
 
 

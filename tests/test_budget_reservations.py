@@ -147,7 +147,7 @@ def test_a_batch_reserved_before_utc_midnight_is_held_against_the_day_its_result
     assert batch.code == budgets.ADMITTED
     direct = lease.claim(conn, submit(conn), "leash", "w2", now=AFTER_MIDNIGHT)
     direct_call = admit(conn, direct, 900, now=AFTER_MIDNIGHT)
-    # The provider ends the batch after midnight: its results are stored (store_items_v1).
+    # The provider ends the batch after midnight: its results are stored (store_items_v2).
     batch_attempt.store_items([(0, '"x"', "1,800,100")], settling(batch, input=800, output=100), now=AFTER_MIDNIGHT)
     if direct_call.code == budgets.ADMITTED:
         direct.heartbeat(item=(0, '"y"'), now=AFTER_MIDNIGHT, usage=settling(direct_call, input=800, output=100))
@@ -212,18 +212,26 @@ def test_a_settle_sent_again_gives_nothing_back_twice_and_expired_reservations_a
     assert 0 < conn.ttl(keys.owner_reservations("alice")) and 0 < conn.ttl(keys.owner_reservation_records("alice"))
 
 
+def _reserve_as_the_release_before(conn, job_id: str, token: str, tokens: int, day_key: str) -> None:
+    """An admitted call's reservation as the release before wrote it: one pool in the job hash,
+    owned by the attempt's token, on its UTC day, and added to the owner's day (no price known)."""
+    pipe = conn.pipeline(transaction=True)
+    pipe.hset(keys.job(job_id), mapping={"reserved_tokens": tokens, "reserved_nusd": 0, "reserved_by": token,
+                                         "reserved_day": DAY})
+    pipe.hincrby(day_key, "reserved_tokens", tokens)
+    pipe.expire(day_key, 3600)
+    pipe.execute()
+
+
 def test_a_reservation_made_by_a_worker_of_the_release_before_is_given_back_once_as_then(conn, env):
     """During a deploy a job may hold the earlier release's reservation (one pool in the job
-    hash, model_admit_v1): the next attempt's first admission gives it back to its day, and a
+    hash, as model_admit_v1 wrote it): the next attempt's first admission gives it back to its day, and a
     pool the writing attempt holds (a batch parked by the earlier release) goes with its write."""
-    from jobs.lifecycle import scripts
-
     env.setenv("LEASH_OWNER_DAILY_TOKENS", "1000")
     day_key = keys.usage_owner_day("alice", DAY)
     job_id = submit(conn)
     old = lease.claim(conn, job_id, "leash", "w1", now=NOW)
-    scripts.script(conn, "model_admit_v1")(keys=RATE_KEYS + [keys.job(job_id), day_key],
-                                           args=["", 0, 0, 0, old.token, 700, "", DAY, 1000, 0, 3600])
+    _reserve_as_the_release_before(conn, job_id, old.token, 700, day_key)
     assert conn.hget(day_key, "reserved_tokens") == b"700"
     assert lease.reclaim(conn, job_id, "leash", "lease expired", now=NOW + 10) == "queued"
     new = lease.claim(conn, job_id, "leash", "w2", now=NOW + 10)
@@ -232,8 +240,7 @@ def test_a_reservation_made_by_a_worker_of_the_release_before_is_given_back_once
 
     parked = submit(conn)
     looking = lease.claim(conn, parked, "leash", "w3", now=NOW)
-    scripts.script(conn, "model_admit_v1")(keys=RATE_KEYS + [keys.job(parked), day_key],
-                                           args=["", 0, 0, 0, looking.token, 300, "", DAY, 1000, 0, 3600])
+    _reserve_as_the_release_before(conn, parked, looking.token, 300, day_key)
     looking.store_items([(0, '"x"', "1,100,20")], Pending("m", "classify", calls=1, input=100, output=20), now=NOW)
     assert conn.hget(day_key, "reserved_tokens") == b"600" and conn.hget(keys.job(parked), "reserved_by") is None
 

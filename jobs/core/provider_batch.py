@@ -223,7 +223,7 @@ class BatchRun:
     # --- look -----------------------------------------------------------------------------
 
     def _read(self, part: Part, done: dict) -> None:
-        """Store every answer of an ended part, STORE_CHUNK items a fenced write (store_items_v1)
+        """Store every answer of an ended part, STORE_CHUNK items a fenced write (store_items_v2)
         with the usage of their calls. What it did not answer (failed, expired or unusable) is
         left unstored, for the end to ask directly."""
         answered: set[int] = set()

@@ -1,5 +1,6 @@
--- Shared helpers, prepended to every script by jobs/scripts.py (Redis scripts cannot import).
--- They take key names as arguments: no key name is ever built in Lua.
+-- Shared helpers, prepended to every script by jobs/core/lua.py (Redis scripts cannot import).
+-- They take key names and values as arguments, never reading their caller's KEYS or ARGV, and
+-- build no key name.
 
 -- True when the job is running under this attempt's token; otherwise counts a refused write.
 local function holds_lease(job_key, token, rejected_key)
@@ -23,7 +24,7 @@ local function count_outcome(kind_minute_key, all_minute_key, totals_key, field,
   redis.call('HINCRBY', totals_key, field, 1)
 end
 
--- Budget reservations (model_admit_v2): one per admitted model call or provider batch, in the
+-- Budget reservations (model_admit_v3): one per admitted model call or provider batch, in the
 -- owner's sorted set by deadline (res_key) with its record in the owner's hash (records_key):
 -- {job = job hash, day_key = owner's day hash, day = UTC day, t = tokens, n = nano-USD}. The job
 -- hash's in_flight_tokens / in_flight_nusd and the day hash's reserved_tokens / reserved_nusd are
@@ -48,9 +49,9 @@ local function release_reservation(res_key, records_key, id)
   return r
 end
 
--- A reservation of the release before (one pool per job in the job hash, owned by the attempt
--- token reserved_by, on the UTC day reserved_day) is given back whole: to day_key when that is
--- its day. Called by the first admission or write of this release that meets it.
+-- A reservation made the way older releases reserved (one pool per job in the job hash, owned
+-- by the attempt token reserved_by, on the UTC day reserved_day) is given back whole: to
+-- day_key when that is its day. Called by the first admission or write that meets it.
 local function drop_job_pool(job_key, day_key, day)
   local pool = redis.call('HMGET', job_key, 'reserved_by', 'reserved_day', 'reserved_tokens', 'reserved_nusd')
   if not pool[1] then return end
@@ -120,10 +121,10 @@ end
 -- even when the write it came with is refused: it was paid for.
 -- job_key: the job hash (totals); usage_key: per-attempt and per-item usage; day_key: the owner's
 -- day the calls were admitted on (their reservations were held there); model_key: the model's
--- all-time totals; res_key, records_key: the owner's reservations (nil: a script of the release
--- before, whose usage settles its job's pool as it did then).
--- "hits" (requests answered from the request cache, at no cost) is sent by this release's
--- workers only: a usage JSON of the release before has none, and is counted as it was.
+-- all-time totals; res_key, records_key: the owner's reservations (nil when the caller passes
+-- none: the usage then settles only a pool in the job hash that this token holds, the way
+-- older releases reserved). "hits" (requests answered from the request cache, at no cost) is
+-- missing from an older worker's usage JSON, which is counted all the same.
 local USAGE_FIELDS = {{'calls', 'calls'}, {'input', 'input_tokens'}, {'output', 'output_tokens'},
   {'cached', 'cached_input_tokens'}, {'nusd', 'cost_nusd'}, {'unpriced', 'unpriced_calls'},
   {'estimated', 'estimated_calls'}, {'hits', 'cache_hits'}}
@@ -154,12 +155,12 @@ local function add_usage(job_key, usage_key, day_key, model_key, u, token, day, 
         if not release_reservation(res_key, records_key, id) then undo_estimate(res_key, records_key, id) end
       end
     end
-    -- A pool the release before left to this attempt (a batch it parked): given back.
+    -- A pool an older release's worker left to this attempt (a batch it parked): given back.
     if job_exists and redis.call('HGET', job_key, 'reserved_by') == token then drop_job_pool(job_key, day_key, day) end
     return
   end
-  -- The release before: the reservation this attempt made for these calls goes; a reservation
-  -- left by a dead attempt is not ours.
+  -- No reservations given: the pool this attempt holds in the job hash gives back what these
+  -- calls reserved; a pool left by a dead attempt is not ours.
   if job_exists and redis.call('HGET', job_key, 'reserved_by') == token then
     for _, f in ipairs({{'res_tokens', 'reserved_tokens'}, {'res_nusd', 'reserved_nusd'}}) do
       local n = tonumber(u[f[1]]) or 0
@@ -232,32 +233,39 @@ local function rate_acquire(requests_key, tokens_key, paused_key, now, per_reque
 end
 
 -- Keep an owner's state indexes exact: the job is in the index of `state` and in no other.
--- `first` is where the owner's KEYS block starts (jobs.keys.owner_state_indexes: queued,
--- running, succeeded, failed, expiries). An ended job's entry leaves with its records: it is
--- due in the expiries when they expire (`ttl` seconds from `now`), and an index holding ended
--- jobs lives at least that long, so no key or entry outlives the jobs it lists.
+-- `indexes` is the owner's five index keys in the order of jobs.keys.owner_state_indexes:
+-- queued, running, succeeded, failed, expiries. An ended job's entry leaves with its records:
+-- it is due in the expiries when they expire (`ttl` seconds from `now`), and an index holding
+-- ended jobs lives at least that long, so no key or entry outlives the jobs it lists.
 local INDEXED_STATES = {'queued', 'running', 'succeeded', 'failed'}
-local function index_state(first, job_key, job_id, state, now, ttl)
+local function index_state(indexes, job_key, job_id, state, now, ttl)
   local created = tonumber(redis.call('HGET', job_key, 'created_at') or '') or tonumber(now)
-  local expiries = KEYS[first + 4]
+  local expiries = indexes[5]
   for i, name in ipairs(INDEXED_STATES) do
     if name == state then
-      redis.call('ZADD', KEYS[first + i - 1], created, job_id)
+      redis.call('ZADD', indexes[i], created, job_id)
     else
-      redis.call('ZREM', KEYS[first + i - 1], job_id)
+      redis.call('ZREM', indexes[i], job_id)
     end
   end
   if state == 'succeeded' or state == 'failed' then
     ttl = tonumber(ttl)
     redis.call('ZADD', expiries, tonumber(now) + ttl, job_id)
-    local index = KEYS[first + 2]
-    if state == 'failed' then index = KEYS[first + 3] end
+    local index = indexes[3]
+    if state == 'failed' then index = indexes[4] end
     for _, key in ipairs({index, expiries}) do
       if redis.call('TTL', key) < ttl then redis.call('EXPIRE', key, ttl) end
     end
   else
     redis.call('ZREM', expiries, job_id)
   end
+end
+
+-- The elements of `list` from position `first` to its end, as a list of their own.
+local function tail(list, first)
+  local out = {}
+  for i = first, #list do out[#out + 1] = list[i] end
+  return out
 end
 
 -- What a heartbeat records beyond the job hash: the reaper's index (leases), RQ's own liveness
@@ -294,19 +302,6 @@ local function to_queue_front(started_key, executions_key, rq_job_key, queue_key
   redis.call('LPUSH', queue_key, job_id)
 end
 
--- A job no worker holds ends canceled at once: cancel_v2 and cancel_v3, whose KEYS[1..14] and
--- ARGV[1..7] are the same (job hash, cancels, items, errors, the outcome counters, the failed
--- index, the payload copy, the owner's state indexes; job id, now, ..., ttl, error entry, ...).
-local function cancel_now()
-  redis.call('HSET', KEYS[1], 'state', 'failed', 'error', 'canceled', 'updated_at', ARGV[2],
-    'ended_at', ARGV[2], 'cancel_requested', '1')
-  redis.call('RPUSH', KEYS[4], ARGV[5])
-  keep_for(ARGV[4], KEYS[1], KEYS[3], KEYS[4], KEYS[9])
-  count_outcome(KEYS[5], KEYS[6], KEYS[7], ARGV[6], ARGV[7])
-  redis.call('ZADD', KEYS[8], tonumber(ARGV[2]), ARGV[1])
-  index_state(10, KEYS[1], ARGV[1], 'failed', ARGV[2], ARGV[4])
-end
-
 -- The queued cap (LEASH_MAX_QUEUED_PER_OWNER, door_take_v1, replay_v4): how many places of an
 -- owner's cap are taken now: its queued jobs plus the holds of submissions still being written
 -- (holds_key: job id -> when the hold lapses, Redis time). Lapsed holds are dropped first.
@@ -323,9 +318,9 @@ end
 -- item stores its calls' answers here and refreshes the entries its hits used; it then drops
 -- entries unused for longer than ttl and, while the sum is over the cap, the least recently
 -- used: the cap is leash's own, never a Redis eviction policy.
--- KEYS[first .. first+2]: index, sizes, total; KEYS[first+3 ..]: the n entries written, then
--- the entries touched (to the end of KEYS). ARGV[at]: ttl seconds ('' = no cache write);
--- ARGV[at+1]: cap in bytes; ARGV[at+2]: n; ARGV[at+3 ..]: each entry's value and size.
+-- cache_keys: index, sizes, total, then the n entries written, then the entries touched (to
+-- its end). cache_args: ttl seconds (nil or '' = no cache write), cap in bytes, n, then each
+-- written entry's value and size.
 local CACHE_DROPS_PER_WRITE = 1000
 
 local function cache_drop(index_key, sizes_key, total_key, names)
@@ -339,13 +334,13 @@ local function cache_drop(index_key, sizes_key, total_key, names)
   return #names
 end
 
-local function cache_write(first, at, now)
-  if ARGV[at] == nil or ARGV[at] == '' then return end
-  local index_key, sizes_key, total_key = KEYS[first], KEYS[first + 1], KEYS[first + 2]
-  local ttl, cap, n = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+local function cache_write(cache_keys, cache_args, now)
+  if cache_args[1] == nil or cache_args[1] == '' then return end
+  local index_key, sizes_key, total_key = cache_keys[1], cache_keys[2], cache_keys[3]
+  local ttl, cap, n = tonumber(cache_args[1]), tonumber(cache_args[2]), tonumber(cache_args[3])
   now = tonumber(now)
   for i = 1, n do
-    local name, value, size = KEYS[first + 2 + i], ARGV[at + 1 + 2 * i], tonumber(ARGV[at + 2 + 2 * i])
+    local name, value, size = cache_keys[3 + i], cache_args[2 + 2 * i], tonumber(cache_args[3 + 2 * i])
     if size <= cap then
       local old = tonumber(redis.call('HGET', sizes_key, name) or '0') or 0
       redis.call('SET', name, value, 'EX', math.ceil(ttl))
@@ -354,8 +349,10 @@ local function cache_write(first, at, now)
       redis.call('INCRBY', total_key, size - old)
     end
   end
-  for i = first + 3 + n, #KEYS do
-    if redis.call('EXPIRE', KEYS[i], math.ceil(ttl)) == 1 then redis.call('ZADD', index_key, 'XX', now, KEYS[i]) end
+  for i = 4 + n, #cache_keys do
+    if redis.call('EXPIRE', cache_keys[i], math.ceil(ttl)) == 1 then
+      redis.call('ZADD', index_key, 'XX', now, cache_keys[i])
+    end
   end
   local dropped = cache_drop(index_key, sizes_key, total_key,
     redis.call('ZRANGEBYSCORE', index_key, '-inf', now - ttl, 'LIMIT', 0, 100))

@@ -2,11 +2,11 @@
 -- cancel_v1: ask a job to stop. A queued job fails at once with "canceled"; a running job
 -- gets a flag its next heartbeat sees (cooperative), and a hard-stop deadline for the reaper.
 -- KEYS[1] job hash  KEYS[2] cancels zset  KEYS[3] items hash  KEYS[4] errors list
--- ARGV[1] job_id  ARGV[2] now  ARGV[3] hard-stop deadline  ARGV[4] ttl seconds
--- ARGV[5] error-history entry JSON
 -- KEYS[5] failed-this-minute counter for the kind  KEYS[6] same for all kinds
 -- KEYS[7] all-time totals hash  KEYS[8] failed index zset  KEYS[9] payload copy
--- ARGV[6] totals field ("failed:<kind>")  ARGV[7] per-minute counter ttl
+-- ARGV[1] job_id  ARGV[2] now  ARGV[3] hard-stop deadline  ARGV[4] ttl seconds
+-- ARGV[5] error-history entry JSON  ARGV[6] totals field ("failed:<kind>")
+-- ARGV[7] per-minute counter ttl
 -- Returns the state the job was in ('missing' when unknown).
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return 'missing' end

@@ -1,27 +1,26 @@
 -- KEYS: job leases history queued running succeeded failed expiries
--- claim_v4: claim_v3 (a fencing token that no failover can hand out twice, below), plus the turn
--- of a batch job waiting at its provider (park_v1): a look at the provider's batch. That look is
--- not a new attempt: the attempt count and the attempt history stay as they are (the attempt
--- that created the batch is still the job's current one), only a fresh token (made the same way)
--- and a lease are handed out, and the job's budget reservation moves to the new token so the
--- items this look stores settle it.
--- claim_v3's token:
--- claim_v2's token counted 1, 2, 3...: a Redis failover that loses the last writes (async
--- replication) rolled the count back with the claim, and the next claim got the very token
--- the lost claim's worker still held, so both passed the fence. Here the token is
--- max(last token, ARGV[6]) + 1 + ARGV[7]: ARGV[6] the worker's clock in microseconds,
--- ARGV[7] a random number below 2^20 it drew; a lost claim and the one that replaces it
--- match only if they drew the same number. Tokens stay integers below 2^53 (exact in Lua,
--- and claim_v2's HINCRBY, run by an older worker during a deploy, still works on them).
+-- claim_v4: start a new attempt on a queued job, or a look at a batch job waiting at its
+-- provider (park_v1): the attempt's fencing token and lease. A look is not a new attempt: the
+-- attempt count and the attempt history stay as they are (the attempt that created the batch
+-- is still the job's current one), only a fresh token (made the same way) and a lease are
+-- handed out, and the job's budget reservation moves to the new token so the items this look
+-- stores settle it.
+-- The token is max(last token, ARGV[6]) + 1 + ARGV[7]: ARGV[6] the worker's clock in
+-- microseconds, ARGV[7] a random number below 2^20 it drew. A count (1, 2, 3...) would not
+-- fence: a Redis failover that loses the last writes (async replication) rolls the count back
+-- with the claim, and the next claim would get the very token the lost claim's worker still
+-- holds. A lost claim and the one that replaces it match only if they drew the same number.
+-- Tokens stay integers below 2^53: exact in Lua, and HINCRBY on the token (park_v1, and the
+-- previous release's claim_v1 during a deploy) still works on them.
 -- KEYS[1] job hash   KEYS[2] leases zset   KEYS[3] attempt history list
+-- KEYS[4..8] the owner's state indexes: queued, running, succeeded, failed zsets and
+-- the expiries zset (jobs.keys.owner_state_indexes); the job moves between them here
 -- ARGV[1] job_id  ARGV[2] now  ARGV[3] lease_seconds  ARGV[4] worker name
 -- ARGV[5] seconds the history is kept (longer than the job's record: see jobs/lease.py)
 -- ARGV[6] now in microseconds  ARGV[7] a random integer in [0, 2^20)
 -- Returns {1, token, attempts, kind, look} (look: '1' for a look at a waiting batch, else '0')
 -- or {0, current_state} when the job is not claimable (already running under another attempt,
 -- terminal, or unknown).
--- KEYS[4..8] the owner's state indexes: queued, running, succeeded, failed zsets and
--- the expiries zset (jobs.keys.owner_state_indexes); the job moves between them here.
 local fields = redis.call('HMGET', KEYS[1], 'state', 'phase', 'token', 'reserved_by')
 local state = fields[1]
 local now = tonumber(ARGV[2])
@@ -56,5 +55,6 @@ redis.call('HSETNX', KEYS[1], 'first_started_at', ARGV[2])
 redis.call('RPUSH', KEYS[3], cjson.encode({attempt = attempts, at = ARGV[2], worker = ARGV[4]}))
 redis.call('EXPIRE', KEYS[3], tonumber(ARGV[5]))
 redis.call('ZADD', KEYS[2], expires, ARGV[1])
-index_state(4, KEYS[1], ARGV[1], 'running', ARGV[2], 0)
+local owner_indexes = {KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]}
+index_state(owner_indexes, KEYS[1], ARGV[1], 'running', ARGV[2], 0)
 return {1, token, attempts, redis.call('HGET', KEYS[1], 'kind') or '', '0'}

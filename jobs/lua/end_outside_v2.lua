@@ -6,11 +6,11 @@
 -- KEYS[5] failed index zset  KEYS[6] active index zset
 -- KEYS[7] failed-this-minute counter for the kind  KEYS[8] same for all kinds
 -- KEYS[9] all-time totals hash
+-- KEYS[10..14] the owner's state indexes: queued, running, succeeded, failed zsets and
+-- the expiries zset (jobs.keys.owner_state_indexes); the job moves between them here
 -- ARGV[1] job_id  ARGV[2] now  ARGV[3] error text  ARGV[4] error-history entry JSON
 -- ARGV[5] ttl seconds  ARGV[6] totals field ("failed:<kind>")  ARGV[7] per-minute counter ttl
 -- Returns 1 when the job was failed, else 0.
--- KEYS[10..14] the owner's state indexes: queued, running, succeeded, failed zsets and
--- the expiries zset (jobs.keys.owner_state_indexes); the job moves between them here.
 if redis.call('HGET', KEYS[1], 'state') ~= 'queued' then return 0 end
 redis.call('HSET', KEYS[1], 'state', 'failed', 'error', ARGV[3], 'updated_at', ARGV[2],
   'ended_at', ARGV[2], 'lease_expires_at', '')
@@ -19,5 +19,6 @@ redis.call('ZADD', KEYS[5], tonumber(ARGV[2]), ARGV[1])
 redis.call('ZREM', KEYS[6], ARGV[1])
 keep_for(ARGV[5], KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 count_outcome(KEYS[7], KEYS[8], KEYS[9], ARGV[6], ARGV[7])
-index_state(10, KEYS[1], ARGV[1], 'failed', ARGV[2], ARGV[5])
+local owner_indexes = {KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14]}
+index_state(owner_indexes, KEYS[1], ARGV[1], 'failed', ARGV[2], ARGV[5])
 return 1

@@ -1,9 +1,13 @@
 -- KEYS: job leases items rq_job rq_started rejected_writes usage owner_day model_usage reservations reservation_records cache_index cache_sizes cache_bytes cache_entries...
--- heartbeat_v4: heartbeat_v3, and the request cache written with the item (cache_write in
--- _lib.lua): the answers of the item's calls stored, the entries its cache hits used refreshed,
--- old and over-the-cap entries dropped -- no round trip of its own. The per-item usage gains
--- its cache hits ("calls,input,output,hits"). heartbeat_v3 is kept for workers of the release
--- before.
+-- heartbeat_v4: renew the lease, record progress (and optionally one item's result, with the
+-- usage of the model calls behind it) and mirror progress into RQ's job.meta, in one atomic
+-- step, for the attempt holding the token; and write the request cache with the item
+-- (cache_write in _lib.lua): the answers of the item's calls stored, the entries its cache
+-- hits used refreshed, old and over-the-cap entries dropped -- no round trip of its own.
+-- Usage and answers are kept even when the write is refused (the calls were paid for), and
+-- usage is counted once even when the write is sent twice: a worker that lost the reply to
+-- its first try (a Redis blip, a failover) sends the same write again, and the usage JSON's
+-- "w" names it (add_usage_once). An item's usage is stored as "calls,input,output,hits".
 -- KEYS[1] job hash  KEYS[2] leases zset  KEYS[3] items hash  KEYS[4] rq job hash
 -- KEYS[5] rq started registry  KEYS[6] rejected-writes counter
 -- KEYS[7] job usage hash (per attempt, per item)  KEYS[8] owner's usage for the UTC day
@@ -27,7 +31,7 @@ if ARGV[11] ~= '' then
     KEYS[10], KEYS[11])
 end
 -- Answers were paid for whoever stores the item: they are cached even when the write is refused.
-cache_write(12, 16, ARGV[3])
+cache_write(tail(KEYS, 12), tail(ARGV, 16), ARGV[3])
 if not holds_lease(KEYS[1], ARGV[2], KEYS[6]) then return {0} end
 local now = tonumber(ARGV[3])
 local expires = now + tonumber(ARGV[4])

@@ -14,5 +14,6 @@ if not state then
 end
 local ttl = redis.call('TTL', KEYS[1])
 if ttl < 0 then ttl = tonumber(ARGV[3]) end
-index_state(2, KEYS[1], ARGV[1], state, ARGV[2], ttl)
+local owner_indexes = {KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}
+index_state(owner_indexes, KEYS[1], ARGV[1], state, ARGV[2], ttl)
 return state

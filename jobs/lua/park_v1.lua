@@ -17,7 +17,7 @@
 -- Returns 1 parked, 2 a cancel was asked for (nothing changed), 0 superseded.
 if not holds_lease(KEYS[1], ARGV[2], KEYS[3]) then return 0 end
 if redis.call('HGET', KEYS[1], 'cancel_requested') == '1' then return 2 end
--- Tokens are integers near 2^51 (claim_v3): written with '%d', as tostring would round them.
+-- Tokens are integers near 2^51 (claim_v4): written with '%d', as tostring would round them.
 local token = string.format('%d', redis.call('HINCRBY', KEYS[1], 'token', 1))
 if redis.call('HGET', KEYS[1], 'reserved_by') == ARGV[2] then
   redis.call('HSET', KEYS[1], 'reserved_by', token)

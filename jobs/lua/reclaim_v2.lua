@@ -8,13 +8,13 @@
 -- KEYS[8] rq failed registry  KEYS[9] reclaims counter  KEYS[10] items hash
 -- KEYS[11] failed-this-minute counter for the kind  KEYS[12] same for all kinds
 -- KEYS[13] all-time totals hash  KEYS[14] failed index zset  KEYS[15] payload copy
+-- KEYS[16..20] the owner's state indexes: queued, running, succeeded, failed zsets and
+-- the expiries zset (jobs.keys.owner_state_indexes); the job moves between them here
 -- ARGV[1] job_id  ARGV[2] now  ARGV[3] error text  ARGV[4] error-history entry JSON
 -- ARGV[5] ttl seconds  ARGV[6] enqueued_at (RQ's format)
 -- ARGV[7] expected token ('' = any token whose lease has expired)
 -- ARGV[8] totals field ("failed:<kind>")  ARGV[9] per-minute counter ttl
 -- Returns {1, new_state, attempts} or {0, reason}.
--- KEYS[16..20] the owner's state indexes: queued, running, succeeded, failed zsets and
--- the expiries zset (jobs.keys.owner_state_indexes); the job moves between them here.
 local fields = redis.call('HMGET', KEYS[1], 'state', 'lease_expires_at', 'attempts', 'max_attempts', 'token')
 local state, expires = fields[1], tonumber(fields[2] or '')
 if state ~= 'running' then
@@ -38,7 +38,8 @@ redis.call('INCR', KEYS[9])
 for _, execution_id in ipairs(redis.call('ZRANGE', KEYS[7], 0, -1)) do
   redis.call('ZREM', KEYS[6], ARGV[1] .. ':' .. execution_id)
 end
-index_state(16, KEYS[1], ARGV[1], new_state, ARGV[2], ARGV[5])
+local owner_indexes = {KEYS[16], KEYS[17], KEYS[18], KEYS[19], KEYS[20]}
+index_state(owner_indexes, KEYS[1], ARGV[1], new_state, ARGV[2], ARGV[5])
 if new_state == 'queued' then
   redis.call('HSET', KEYS[4], 'status', 'queued', 'enqueued_at', ARGV[6],
     'retries_left', tostring(max_attempts - attempts))

@@ -1,14 +1,14 @@
 -- KEYS: failed_index active per_job...
--- replay_v4: replay_v3 (kept for processes of the release before) counting against the owner's
--- queued cap (LEASH_MAX_QUEUED_PER_OWNER) in the same step as each job's flip: a job whose owner
--- has as many jobs queued (and places held by submissions being written, door_take_v1) as the
--- cap stays failed and is answered 'over-cap:<places taken>'.
--- Put a batch of failed jobs back to queued, attempts 0, in one atomic step per
--- job, with the budget a replay may set written onto the jobs it replays only.
--- Checkpoints (items) and the error history stay; the TTLs set when the job failed are
+-- replay_v4: put a batch of failed jobs back to queued, attempts 0, in one atomic step per
+-- job. Checkpoints (items) and the error history stay; the TTLs set when the job failed are
 -- removed. RQ's side is made consistent: out of its failed registry, retries restored, and
 -- either waiting for a slot of its rate limit (RQ promotes it: the caller then runs RQ's
 -- acquire step for each rate-limit key) or, for a job without a rate limit, on its queue.
+-- The budget a replay may set is written in the same step onto the jobs it replays only: a job
+-- skipped because it is no longer failed (running again, succeeded) keeps the budget it runs
+-- under. Each flip counts against the owner's queued cap (LEASH_MAX_QUEUED_PER_OWNER) in the
+-- same step: a job whose owner has as many jobs queued (and places held by submissions being
+-- written, door_take_v1) as the cap stays failed and is answered 'over-cap:<places taken>'.
 -- KEYS[1] failed index zset
 -- KEYS[2] active index zset
 -- then, per job in ARGV order: job hash, items hash, errors list, payload copy, rq job hash,
@@ -42,7 +42,7 @@ for a = 6, #ARGV, 2 do
   local job, items, errors, payload = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
   local rq_job, rq_failed, dest = KEYS[k + 4], KEYS[k + 5], KEYS[k + 6]
   local allowed = nil
-  local indexes = k + 7
+  local indexes = {KEYS[k + 7], KEYS[k + 8], KEYS[k + 9], KEYS[k + 10], KEYS[k + 11]}
   local holds = KEYS[k + 12]
   k = k + 13
   if mode == 'limited' then
@@ -57,7 +57,7 @@ for a = 6, #ARGV, 2 do
     out[#out + 1] = state
   elseif redis.call('EXISTS', rq_job) == 0 then
     out[#out + 1] = 'rq-missing'
-  elseif cap and full(KEYS[indexes], holds) then
+  elseif cap and full(indexes[1], holds) then
     out[#out + 1] = 'over-cap:' .. taken
   else
     local max_attempts = tonumber(fields[2] or '1')

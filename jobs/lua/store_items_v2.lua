@@ -1,7 +1,12 @@
 -- KEYS: job leases items rq_job rq_started rejected_writes usage owner_day model_usage reservations reservation_records cache_index cache_sizes cache_bytes cache_entries...
--- store_items_v2: store_items_v1, and the request cache written in the same write (cache_write
--- in _lib.lua): the answers of the batch's requests stored, and the entries of the items
--- answered from the cache refreshed. store_items_v1 is kept for workers of the release before.
+-- store_items_v2: many items' results in one fenced write, for a batch job storing the answers
+-- of its provider batch (jobs/core/provider_batch.py): each item's result and its calls and
+-- tokens, then once for all: the usage of their calls added to the job, the attempt, the
+-- owner's day and the model (counted even when the write is refused: the calls were paid for;
+-- once, even when a lost reply made the worker send the write again: see add_usage_once), the
+-- request cache written (cache_write in _lib.lua: the answers of the batch's requests stored,
+-- the entries of the items answered from the cache refreshed), the lease renewed, progress
+-- recorded and mirrored into RQ's job.meta for rq-dashboard.
 -- KEYS[1] job hash  KEYS[2] leases zset  KEYS[3] items hash  KEYS[4] rq job hash
 -- KEYS[5] rq started registry  KEYS[6] rejected-writes counter
 -- KEYS[7] job usage hash (per attempt, per item)  KEYS[8] owner's usage for the UTC day
@@ -22,7 +27,7 @@ if ARGV[7] ~= '' then
     KEYS[10], KEYS[11])
 end
 local items_end = 12 + 3 * tonumber(ARGV[12])
-cache_write(12, items_end + 1, ARGV[3])
+cache_write(tail(KEYS, 12), tail(ARGV, items_end + 1), ARGV[3])
 if not holds_lease(KEYS[1], ARGV[2], KEYS[6]) then return {0} end
 for i = 13, items_end, 3 do
   redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])

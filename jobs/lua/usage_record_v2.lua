@@ -1,9 +1,9 @@
 -- KEYS: job usage owner_day model_usage reservations reservation_records
 -- usage_record_v2: count the usage of model calls that came with no item write (an item
 -- that failed, a call outside ``for_each``, an attempt that is ending). Not fenced: a call a
--- superseded attempt made was paid for all the same. Unlike usage_record_v1 (kept for workers
--- of the release before), a write sent again after its reply was lost counts once: the worker
--- now retries it through a Redis blip, and add_usage_once knows the repeat.
+-- superseded attempt made was paid for all the same. A write sent again after its reply was
+-- lost (the worker retries it through a Redis blip) counts once: add_usage_once knows the
+-- repeat.
 -- KEYS[1] job hash  KEYS[2] job usage hash  KEYS[3] owner's usage for the UTC day
 -- KEYS[4] the model's usage totals  KEYS[5] the owner's reservations (by deadline)
 -- KEYS[6] their records (the usage JSON's "r" names the ones this write settles)

@@ -4,8 +4,7 @@
 -- of calls whose item write never landed (refused, or Redis was away), so the next attempt
 -- uses them instead of paying for them again. Not fenced: a call a superseded attempt made was
 -- paid for all the same. A write sent again after its reply was lost counts once
--- (add_usage_once). Unlike usage_record_v2 (kept for workers of the release before), it keeps
--- answers.
+-- (add_usage_once).
 -- KEYS[1] job hash  KEYS[2] job usage hash  KEYS[3] owner's usage for the UTC day
 -- KEYS[4] the model's usage totals  KEYS[5] the owner's reservations (by deadline)
 -- KEYS[6] their records (the usage JSON's "r" names the ones this write settles)

@@ -1,7 +1,7 @@
 """Money: what every model call used and cost, and the budgets that stop a job or an owner
 before it spends past a line.
 
-    a call is admitted   model_admit_v2: its turn on the model's rate limit, the attempt's
+    a call is admitted   model_admit_v3: its turn on the model's rate limit, the attempt's
                          lease, and its worst case (prompt estimate + max_tokens) reserved
                          against the job's budget and the owner's daily budget -- one
                          reservation per call, with an id, the UTC day it was made on and a
@@ -11,11 +11,11 @@ before it spends past a line.
     the call returns     its usage (the server's figures, or an estimate marked as such) and
                          its cost (jobs.usage.prices) wait on the item's thread (Meter), with
                          the reservation's id, apart per model and per day
-    the item is stored   heartbeat_v3 writes the item, its usage, and adds the usage to the
+    the item is stored   heartbeat_v4 writes the item, its usage, and adds the usage to the
                          job, the attempt, the owner's day of the admission and the model,
                          settling the reservations it names (once: a repeat finds them gone)
                          -- one script, one round trip, as before
-    no item to store     usage_record_v2 counts it all the same (paid is paid)
+    no item to store     usage_record_v3 counts it all the same (paid is paid)
     a provider batch     one reservation per part (budget.batch_reservation), kept by later
                          attempts, settled by the part's last write, its answers counted on
                          its day; given back when the job stops or the batch is left unread

@@ -2,7 +2,7 @@
 (``LEASH_OWNER_DAILY_TOKENS``, ``LEASH_OWNER_DAILY_USD``).
 
 A budget is checked before a call is sent, never after: ``admit`` reserves the call's worst
-case in Redis (model_admit_v2), shared by every worker, and the item write settles it with
+case in Redis (model_admit_v3), shared by every worker, and the item write settles it with
 the real usage. Each call's reservation stands alone, on the owner's UTC day it was made, with
 a deadline after which the call can no longer be paid for (``hold``): the item write settles
 it, or the owner's next admission after the deadline gives it back -- whichever attempt of
@@ -67,7 +67,7 @@ class Budget:
         return {k: v for k, v in (("tokens", self.tokens), ("usd", self.usd)) if v is not None}
 
     def hash_fields(self) -> dict:
-        """The job hash's fields (model_admit_v2 reads them; a replay can raise them)."""
+        """The job hash's fields (model_admit_v3 reads them; a replay can raise them)."""
         fields: dict = {}
         if self.tokens is not None:
             fields["budget_tokens"] = self.tokens
@@ -122,7 +122,7 @@ def owner_over_daily(connection: Redis, owner: str, now: float | None = None) ->
     return None
 
 
-# model_admit_v2's answers.
+# model_admit_v3's answers.
 ADMITTED, TOKENS_SPENT, PAUSED, LEASE_LOST, OVER_BUDGET = 0, 1, 2, 3, 4
 #: Past a call's longest wait for its answer and its attempt's lease, the time its usage may
 #: still take to be written (the item's write, or the attempt's last one).

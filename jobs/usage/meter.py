@@ -1,6 +1,6 @@
 """Usage on its way to Redis: each item's calls wait here, on the item's thread, until the
-write that stores the item carries them (heartbeat_v3) -- so accounting costs no extra round
-trip. Calls with no item to ride on are written by ``flush`` (usage_record_v2). A call is
+write that stores the item carries them (heartbeat_v4) -- so accounting costs no extra round
+trip. Calls with no item to ride on are written by ``flush`` (usage_record_v3). A call is
 counted on the owner's UTC day it was admitted on, where its reservation was held, so the
 write that settles the reservation lands in the same day: calls of different days wait apart.
 """
@@ -184,8 +184,8 @@ USAGE_KEY_NAMES = ("usage", "owner_day", "model_usage", "reservations", "reserva
 
 def write_args(attempt, pending: Pending | None, now: float) -> tuple[dict[str, str], list]:
     """Keys (by name) and ARGV that add ``pending`` to the job, its attempt, the owner's day and the
-    model, and settle its reservations (heartbeat_v3's KEYS[7..11] and ARGV[11..15];
-    usage_record_v2's), on the day its calls were admitted."""
+    model, and settle its reservations (heartbeat_v4's KEYS[7..11] and ARGV[11..15];
+    usage_record_v3's), on the day its calls were admitted."""
     if pending is None:
         # Nothing to count: the keys are passed but not touched.
         return dict.fromkeys(USAGE_KEY_NAMES, keys.usage(attempt.job_id)), ["", "", attempt.number, 0, 0]
