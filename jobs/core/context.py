@@ -4,7 +4,7 @@ Every call here is a heartbeat: it renews the lease and records progress in one 
 write. It is also where an attempt learns it must stop — a cancel (``Canceled``), a deploy
 (``HandOff``, after the checkpoint is safe) or a lost lease (``LeaseLost``).
 
-``for_each`` runs items several at once (``LEASH_ITEM_CONCURRENCY``; jobs.core.batch explains what
+``for_each`` runs items several at once (``LEASH_ITEM_CONCURRENCY``; jobs.core.items explains what
 stays true when they finish out of order).
 
 Waiting is not dying: ``sleep`` (a rate limit, a Retry-After) renews the lease as it waits,
@@ -24,7 +24,7 @@ from typing import Any
 from jobs import keys
 from jobs.config import get, settings
 from jobs.core import clock, effects
-from jobs.core.batch import CONCURRENCY_FIELD, Batch, NotStarted, Renewer, StopSignal
+from jobs.core.items import CONCURRENCY_FIELD, Batch, NotStarted, Renewer, StopSignal
 from jobs.core.lease import Attempt
 from jobs.errors import Canceled, HandOff
 from jobs.usage.meter import Meter
@@ -40,7 +40,7 @@ class JobContext:
                  batch_runner: Callable[..., list] | None = None):
         self.attempt = attempt
         self._model_factory = model_factory  # the runner's: the configured backend (jobs.models)
-        self._batch_runner = batch_runner  # the runner's: jobs.core.provider_batch.run
+        self._batch_runner = batch_runner  # the runner's: jobs.batch.run.run
         self._model = None
         self.payload = payload
         self.connection = attempt.connection
@@ -158,7 +158,7 @@ class JobContext:
                 width = min(width, wish)
         return width
 
-    # --- for jobs.core.batch: which heartbeat counts, and when to stop --------------------------
+    # --- for jobs.core.items: which heartbeat counts, and when to stop --------------------------
 
     def enter_batch(self, stop: StopSignal, renewer: Renewer) -> None:
         self._stop, self._renewer = stop, renewer

@@ -1,5 +1,5 @@
 -- store_items_v1: many items' results in one fenced write, for a batch job storing the answers
--- of its provider batch (jobs/core/provider_batch.py). What heartbeat_v2 does for one item, done
+-- of its provider batch (jobs/batch/run.py). What heartbeat_v2 does for one item, done
 -- for each (the item's result, its calls and tokens), then once for all: the usage of their calls
 -- added to the job, the attempt, the owner's day and the model (counted even when the write is
 -- refused: the calls were paid for; once, even when a lost reply made the worker send the

@@ -22,7 +22,7 @@ from redis import Redis
 
 from jobs import keys
 from jobs.core import lua
-from jobs.core.batch import NotStarted
+from jobs.core.items import NotStarted
 
 log = logging.getLogger("leash.items")
 
