@@ -26,7 +26,7 @@ from itertools import count
 from typing import TYPE_CHECKING, Any, Protocol
 
 from jobs.core import clock
-from jobs.errors import Canceled, HandOff, LeaseLost
+from jobs.errors import Canceled, HandOff, LeaseLost, Signal
 
 if TYPE_CHECKING:
     from jobs.core.lease import Attempt
@@ -37,7 +37,7 @@ log = logging.getLogger("leash.items")
 CONCURRENCY_FIELD = "item_concurrency"
 
 
-class NotStarted(Exception):
+class NotStarted(Signal):
     """An item gave up before its call started because the run is stopping."""
 
 
