@@ -19,9 +19,10 @@ from pathlib import Path
 import click
 
 from jobs import kinds
+from jobs.batch.run import cancel_at_provider
 from jobs.config.front import web_app
-from jobs.core import control, provider_batch, states
-from jobs.core.batch import CONCURRENCY_FIELD
+from jobs.core import control, states
+from jobs.core.items import CONCURRENCY_FIELD
 from jobs.core.text import printable
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob, NoSuchJob, QueueFull
@@ -283,7 +284,7 @@ def cancel_command(job_id):
         click.echo(f"the job has already {previous}; only queued or running jobs can be canceled", err=True)
         sys.exit(1)
     if previous == control.WAITING:
-        provider_batch.cancel_at_provider(conn, job_id, get_backend())
+        cancel_at_provider(conn, job_id, get_backend())
         click.echo("canceled, and its batch at the provider too")
         return
     click.echo("canceled" if previous == states.State.QUEUED

@@ -28,8 +28,10 @@ import redis
 from rq import Retry, get_current_job
 
 from jobs import keys, kinds
+from jobs.batch import canceled
+from jobs.batch import run as batch_run
 from jobs.config import settings
-from jobs.core import canceled_batch, clock, consistency, provider_batch
+from jobs.core import clock, consistency
 from jobs.core.context import JobContext
 from jobs.core.lease import Attempt, Outcome, describe
 from jobs.errors import Canceled, HandOff, InvalidJob, LeaseLost, Parked, PermanentError, PlainWorker, RetryLater
@@ -47,7 +49,7 @@ def execute(kind_name: str, payload: dict, attempt: Attempt | None = None) -> di
     if attempt is None:
         _refuse_plain_worker()
     kind = kinds.get(kind_name)
-    ctx = JobContext(attempt, payload, model_factory=backends.get_backend, batch_runner=provider_batch.run)
+    ctx = JobContext(attempt, payload, model_factory=backends.get_backend, batch_runner=batch_run.run)
     try:
         try:
             summary = kind.func(ctx, payload) or {}
@@ -86,9 +88,9 @@ def execute(kind_name: str, payload: dict, attempt: Attempt | None = None) -> di
 
 def count_canceled_batch(job_id: str, batch_ids: list[str], canceled_at: float) -> None:
     """RQ's entry point for a look at a canceled job's provider batches
-    (``canceled_batch.LOOK``: its dotted path is stored in each scheduled look, so it never
+    (``jobs.batch.canceled.LOOK``: its dotted path is stored in each scheduled look, so it never
     moves). Not a leash job: no attempt, no lease; any worker of the queue runs it."""
-    canceled_batch.look(get_current_job().connection, backends.get_backend(), job_id, batch_ids, canceled_at)
+    canceled.look(get_current_job().connection, backends.get_backend(), job_id, batch_ids, canceled_at)
 
 
 def _refuse_plain_worker() -> None:

@@ -17,7 +17,8 @@ from click.testing import CliRunner
 
 from cli import main
 from jobs import keys
-from jobs.core import canceled_batch, clock, states
+from jobs.batch import canceled as canceled_batch
+from jobs.core import clock, states
 from jobs.usage.meter import utc_day
 from tests.conftest import batch_settings, wait_for
 from tests.test_batch_jobs import FOLLOW, only_batch, submit_batch, waiting

@@ -15,7 +15,8 @@ from click.testing import CliRunner
 
 from cli import main
 from jobs import keys
-from jobs.core import batch_looks, clock, states
+from jobs.batch import looks as batch_looks
+from jobs.core import clock, states
 from tests.conftest import wait_for
 from tests.test_batch_jobs import FOLLOW, only_batch, submit_batch, waiting
 from tests.test_items_workers import ended, stored

@@ -139,3 +139,24 @@ def test_a_bad_setting_is_one_line_naming_it():
         mp.setenv("LEASH_LEASE_SECONDS", "0.1")
         with pytest.raises(ValueError, match=r"^LEASH_LEASE_SECONDS must be at least 0.5, got 0.1$"):
             config.settings()
+
+
+def test_every_exception_leash_defines_is_an_error_or_a_signal_never_both():
+    """An ``except LeashError`` catches every failure leash raises and never a signal: the
+    control flow that is no failure (jobs.errors' docstring says which and why)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    from jobs.errors import LeashError, Signal
+
+    defined = {}
+    for info in pkgutil.walk_packages([str(ROOT / "jobs")], "jobs."):
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if inspect.isclass(value) and issubclass(value, BaseException) and value.__module__ == info.name:
+                defined[f"{info.name}.{name}"] = value
+    assert "jobs.models.calls.ModelUnavailable" in defined and "jobs.errors.HandOff" in defined
+    neither = sorted(n for n, c in defined.items() if not issubclass(c, LeashError | Signal))
+    both = sorted(n for n, c in defined.items() if issubclass(c, LeashError) and issubclass(c, Signal))
+    assert (neither, both) == ([], [])

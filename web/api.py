@@ -26,7 +26,8 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify, redirect, request, stream_with_context, url_for
 
 from jobs import kinds
-from jobs.core import control, provider_batch, states
+from jobs.batch.run import cancel_at_provider
+from jobs.core import control, states
 from jobs.enqueue import check_name, enqueue
 from jobs.errors import InvalidJob, NoSuchJob, QueueFull
 from jobs.intake import admission
@@ -192,7 +193,7 @@ def cancel(job_id: str):
         return confirm_page("cancel", fields, "api.cancel")
     previous = control.cancel(connection, job_id)
     if previous == control.WAITING:  # a batch job waiting at its provider: its batch is canceled too
-        provider_batch.cancel_at_provider(connection, job_id, get_backend())
+        cancel_at_provider(connection, job_id, get_backend())
     if wants_html():
         # A running job stops at its next heartbeat: until then its page says the cancel is on its way.
         asked = {"cancel": "requested"} if previous == states.State.RUNNING else {}

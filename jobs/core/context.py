@@ -4,7 +4,7 @@ Every call here is a heartbeat: it renews the lease and records progress in one 
 write. It is also where an attempt learns it must stop — a cancel (``Canceled``), a deploy
 (``HandOff``, after the checkpoint is safe) or a lost lease (``LeaseLost``).
 
-``for_each`` runs items several at once (``LEASH_ITEM_CONCURRENCY``; jobs.core.batch explains what
+``for_each`` runs items several at once (``LEASH_ITEM_CONCURRENCY``; jobs.core.items explains what
 stays true when they finish out of order).
 
 Waiting is not dying: ``sleep`` (a rate limit, a Retry-After) renews the lease as it waits,
@@ -24,7 +24,7 @@ from typing import Any
 from jobs import keys
 from jobs.config import settings
 from jobs.core import clock, effects
-from jobs.core.batch import CONCURRENCY_FIELD, Batch, NotStarted, Renewer, StopSignal
+from jobs.core.items import CONCURRENCY_FIELD, ItemRun, NotStarted, Renewer, StopReason
 from jobs.core.lease import Attempt
 from jobs.errors import Canceled, HandOff
 from jobs.usage.meter import Meter
@@ -40,13 +40,13 @@ class JobContext:
                  batch_runner: Callable[..., list] | None = None):
         self.attempt = attempt
         self._model_factory = model_factory  # the runner's: the configured backend (jobs.models)
-        self._batch_runner = batch_runner  # the runner's: jobs.core.provider_batch.run
+        self._batch_runner = batch_runner  # the runner's: jobs.batch.run.run
         self._model = None
         self.payload = payload
         self.connection = attempt.connection
         self.job_id = attempt.job_id
         self.meter = Meter(attempt.kind)  # model calls' usage, until the item write carries it
-        self._stop: StopSignal | None = None  # set while a for_each batch runs
+        self._stop: StopReason | None = None  # set while a for_each run is on
         self._renewer: Renewer | None = None
         # Every result this attempt stored (index -> JSON), to put back what Redis lost before
         # the job ends: see restore_lost_items.
@@ -148,7 +148,7 @@ class JobContext:
         items = list(items)
         done = self.items_done()
         self.progress(len(done), total=len(items))
-        return Batch(self, items, fn, self.item_concurrency(concurrency)).run(done)
+        return ItemRun(self, items, fn, self.item_concurrency(concurrency)).run(done)
 
     def item_concurrency(self, asked: int | None = None) -> int:
         """Items at once: the worker's limit, or less if the kind or the job asks for less."""
@@ -158,21 +158,21 @@ class JobContext:
                 width = min(width, wish)
         return width
 
-    # --- for jobs.core.batch: which heartbeat counts, and when to stop --------------------------
+    # --- for jobs.core.items: which heartbeat counts, and when to stop --------------------------
 
-    def enter_batch(self, stop: StopSignal, renewer: Renewer) -> None:
+    def enter_items(self, stop: StopReason, renewer: Renewer) -> None:
         self._stop, self._renewer = stop, renewer
 
-    def leave_batch(self) -> None:
+    def leave_items(self) -> None:
         self._stop, self._renewer = None, None
 
     def heartbeat_done(self) -> int | None:
-        """What a renewal records as ``done``: inside a batch, None (the script counts the
+        """What a renewal records as ``done``: inside an item run, None (the script counts the
         stored items: another thread may have stored one a moment ago); else the last progress."""
         return None if self._stop is not None else self.attempt.done
 
     def stopping(self) -> threading.Event | None:
-        """Set once the running batch launches nothing new (None outside a batch)."""
+        """Set once the item run launches nothing new (None outside one)."""
         return self._stop.event if self._stop is not None else None
 
     def once(self, name: str, effect: Callable[[], Any]) -> bool:
@@ -187,7 +187,7 @@ class JobContext:
 
     def sleep(self, seconds: float) -> None:
         """Wait ``seconds`` and stay alive: the lease is renewed every third of its length,
-        so a job waiting for a rate limit is never mistaken for a dead one. Inside a batch that
+        so a job waiting for a rate limit is never mistaken for a dead one. Inside an item run that
         is stopping, raises NotStarted at once: the item waiting here never starts."""
         deadline = clock.monotonic() + seconds
         step = self.attempt.lease_seconds / 3
@@ -203,8 +203,8 @@ class JobContext:
         lease) runs, for at most ``timeout`` seconds.
 
         After ``timeout`` the call no longer keeps the job alive: a call hung past its own
-        timeout then lets the lease expire, and the reaper takes the job back. Inside a batch
-        the batch's one renewing thread serves every call and what it learns stops the batch;
+        timeout then lets the lease expire, and the reaper takes the job back. Inside an item run
+        its one renewing thread serves every call and what it learns stops the run;
         outside one, a thread serves this call and what it learned (lease lost, cancel
         requested) is raised here when the block ends.
         """

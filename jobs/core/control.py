@@ -24,7 +24,7 @@ def cancel(connection: Redis, job_id: str, now: float | None = None) -> str:
     """Cancel a job. Queued: failed at once with "canceled". Running: the next heartbeat
     stops it (failed, "canceled"); if it does not heartbeat within ``LEASH_CANCEL_GRACE``
     seconds the reaper sends RQ's stop command. A batch job waiting at its provider: failed at
-    once (the caller then cancels its provider batch: ``provider_batch.cancel_at_provider``).
+    once (the caller then cancels its provider batch: ``jobs.batch.run.cancel_at_provider``).
     Terminal: nothing changes.
     Returns the state the job was in, or ``WAITING`` for a batch job that was waiting."""
     now = clock.wall() if now is None else now
@@ -50,7 +50,7 @@ def cancel(connection: Redis, job_id: str, now: float | None = None) -> str:
         if phase != b"waiting":
             _cancel_in_rq(connection, job_id)  # parked since we looked: RQ has it scheduled
         retention.retain(connection, job_id)  # ended: RQ's record too expires with it
-        return WAITING  # the caller cancels its provider batch (provider_batch.cancel_at_provider)
+        return WAITING  # the caller cancels its provider batch (jobs.batch.run.cancel_at_provider)
     if state == "queued" and before != b"queued":
         _cancel_in_rq(connection, job_id)  # it went back to the queue since we looked
     if state == "queued":

@@ -163,7 +163,7 @@ def at_provider(h: dict, rq_status: str | None, now: float, workers_alive: bool 
                 f"done, {int(h.get('batch_failed') or 0)} failed"
                 + (f"; the last {failed_looks} look(s) failed at the provider" if failed_looks else ""))
     held_back = int(h.get("total") or 0) - int(h.get("batch_total") or 0)
-    if held_back > 0 and h.get("batch_stage") != "canceling":  # a budget's room takes them later (batch_room)
+    if held_back > 0 and h.get("batch_stage") != "canceling":  # a budget's room takes them later (jobs.batch.room)
         progress += f"; {held_back} more item(s) go as answers free room in a budget"
     if rq_status == "rate_limited":
         limit = settings().owner_concurrency

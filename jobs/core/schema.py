@@ -39,6 +39,7 @@ from rq.serializers import JSONSerializer
 from jobs import keys
 from jobs.config import settings
 from jobs.core import clock, payload_copy
+from jobs.errors import LeashError
 
 #: The layout this code writes.
 VERSION = 2
@@ -53,7 +54,7 @@ _SCAN_COUNT = 1000
 LOCK_SECONDS = 60
 
 
-class SchemaTooNew(RuntimeError):
+class SchemaTooNew(LeashError, RuntimeError):
     """Redis holds a layout this code cannot run against."""
 
 

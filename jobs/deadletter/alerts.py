@@ -18,6 +18,7 @@ from jobs import keys
 from jobs.core import clock
 from jobs.deadletter.durations import render
 from jobs.deadletter.stats import window_counts
+from jobs.errors import LeashError
 
 #: The counters live this long, so no window can be longer.
 MAX_WINDOW = keys.STATS_MINUTE_TTL
@@ -107,5 +108,5 @@ def post_webhook(url: str, payload: dict, timeout: float = WEBHOOK_TIMEOUT, retr
     raise WebhookFailed(f"webhook {url} failed: {last}")
 
 
-class WebhookFailed(Exception):
-    pass
+class WebhookFailed(LeashError):
+    """The alert webhook did not take the alert."""

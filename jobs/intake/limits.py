@@ -18,7 +18,7 @@ from typing import Any
 
 from jobs.config import limits
 from jobs.core import text
-from jobs.core.batch import CONCURRENCY_FIELD
+from jobs.core.items import CONCURRENCY_FIELD
 from jobs.errors import InvalidJob
 from jobs.models import structured
 
@@ -67,9 +67,9 @@ def check_payload(payload: Any) -> None:
                          "LEASH_MAX_PAYLOAD_BYTES): send fewer or shorter items, or split the batch")
 
 
-#: Payload fields every kind with items accepts: how many items may run at once (jobs/core/batch.py),
+#: Payload fields every kind with items accepts: how many items may run at once (jobs/core/items.py),
 #: what the job may spend (jobs/usage/budget.py), whether its items go through the provider's
-#: batch API (jobs/core/provider_batch.py) and whether it uses the request cache
+#: batch API (jobs/batch/run.py) and whether it uses the request cache
 #: (jobs/models/cache.py).
 ITEM_OPTIONS = ("item_concurrency", "budget", "mode", "cache")
 

@@ -1,5 +1,5 @@
 """Which way a job's items reach the model: ``mode`` ``"direct"`` (each item one call, now;
-the default) or ``"batch"`` (the provider's batch API: jobs/core/provider_batch.py). Checked at the
+the default) or ``"batch"`` (the provider's batch API: jobs/batch/run.py). Checked at the
 doors, before anything is written: a kind that makes no one call per item, or a backend with no
 batch API, is refused with a message naming the field."""
 

@@ -1,6 +1,6 @@
 -- KEYS: job record rejected_writes
--- batch_note_v1: a fenced write to a batch job's record of its provider batches (jobs/core/
--- provider_batch.py): what the attempt is about to create (before the create call), the batch
+-- batch_note_v1: a fenced write to a batch job's record of its provider batches (jobs/batch/
+-- run.py): what the attempt is about to create (before the create call), the batch
 -- id the provider gave (after), a part read to its end. Only the attempt holding the lease
 -- writes, so a zombie can neither record a batch nor hide one.
 -- KEYS[1] job hash  KEYS[2] the job's batch record (hash)  KEYS[3] rejected-writes counter

@@ -56,7 +56,7 @@ import redis
 
 from jobs.config import model_calls, settings
 from jobs.core.connection import connect
-from jobs.errors import ItemError, LeaseLost, PermanentError, RetryLater
+from jobs.errors import ItemError, LeaseLost, LeashError, PermanentError, RetryLater
 from jobs.models import spending
 from jobs.models.concurrency import OK, ConcurrencyGate, SharedLimit
 from jobs.models.concurrency import RATE_LIMITED as GATE_RATE_LIMITED
@@ -89,7 +89,7 @@ log = logging.getLogger("leash.models")
 MAX_INLINE_429 = 5
 #: Wait after a 429 that names no delay.
 DEFAULT_RETRY_AFTER = 5.0
-class ModelUnavailable(Exception):
+class ModelUnavailable(LeashError):
     """The model server failed or could not be reached; the attempt is retried."""
 
 

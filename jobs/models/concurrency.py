@@ -21,7 +21,7 @@ import redis
 from redis import Redis
 
 from jobs import keys
-from jobs.core.batch import NotStarted
+from jobs.core.items import NotStarted
 from jobs.lifecycle import scripts
 
 log = logging.getLogger("leash.items")
@@ -30,7 +30,7 @@ log = logging.getLogger("leash.items")
 PROBE_ROUNDS = 40
 #: A model's limit is forgotten a day after its last call.
 KEEP_SECONDS = 24 * 3600
-#: How often a waiting call looks again for a slot or a stopping batch (seconds).
+#: How often a waiting call looks again for a slot or a stopping item run (seconds).
 POLL_SECONDS = 0.1
 
 OK, RATE_LIMITED, TIMED_OUT = "ok", "429", "timeout"
@@ -82,7 +82,7 @@ class ConcurrencyGate:
 
     def acquire(self, stopping: threading.Event | None = None) -> int:
         """Wait for a slot; returns the epoch to report the outcome with. Raises NotStarted
-        if the batch stops while this call waits."""
+        if the item run stops while this call waits."""
         with self._changed:
             while self.in_flight >= self.width():
                 if stopping is not None and stopping.is_set():

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from jobs import keys
 from jobs.core.text import decoded
-from jobs.errors import PermanentError
+from jobs.errors import PermanentError, Signal
 from jobs.models import cache
 from jobs.models.cache import request_digest
 from jobs.models.provider import Answer, CallRequest, Usage, estimate_text_tokens, prompt_bytes
@@ -48,7 +48,7 @@ TIGHTEN_MARGIN = 1.5
 NO_USAGE = Usage(0, 0)
 
 
-class WaitForRoom(Exception):
+class WaitForRoom(Signal):
     """The call does not fit a budget now, but calls in flight hold room they may free."""
 
     def __init__(self, refusal: str = ""):
@@ -56,7 +56,7 @@ class WaitForRoom(Exception):
         self.refusal = refusal
 
 
-class AskForLess(Exception):
+class AskForLess(Signal):
     """Nothing in flight can free room: the call may still ask for ``max_tokens`` output tokens."""
 
     def __init__(self, max_tokens: int):

@@ -1,4 +1,4 @@
-"""One look at a batch job's provider batches (the ``look`` step of jobs/core/provider_batch.py):
+"""One look at a batch job's provider batches (the ``look`` step of jobs/batch/run.py):
 read each part the provider has ended, then end the job, or park it until the next look.
 
 Two things a look does not give up on lightly, because each costs money or fails work:
@@ -26,12 +26,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from jobs.batch import room
 from jobs.config import batches
-from jobs.core import batch_room, clock
+from jobs.core import clock
 from jobs.errors import PermanentError
 
 if TYPE_CHECKING:
-    from jobs.core.provider_batch import BatchRun, Part
+    from jobs.batch.parts import Part
+    from jobs.batch.run import BatchRun
 
 log = logging.getLogger("leash.batch")
 
@@ -74,11 +76,11 @@ def look(run: BatchRun, done: dict) -> list[Any]:
                   counts[2] + int(progress.total or len(part.indexes))]
     _count_failed_look(run, failed)
     if failed is None and record.canceled_at is None:
-        sent = batch_room.send_more(run, done)  # items a budget held back, in the room freed
+        sent = room.send_more(run, done)  # items a budget held back, in the room freed
         if counts is not None:
             counts[2] += sent
     ended = all(p.ended for p in record.parts.values())
-    if ended and (record.canceled_at is not None or not batch_room.unsent(run, done)):
+    if ended and (record.canceled_at is not None or not room.unsent(run, done)):
         return run._finish()
     now = clock.wall()
     grace = batches().batch_cancel_grace

@@ -9,7 +9,7 @@ the measurement against asyncio). What stays true with items in flight together:
   a write from a superseded attempt is refused whichever thread sends it;
 - ``done`` is the number of stored items (the Lua script counts them), never items launched;
 - a cancel, a hand-off (SIGTERM) or a lost lease stops launching at once; calls in flight
-  finish and are stored if the lease still holds, else refused; then the batch raises it;
+  finish and are stored if the lease still holds, else refused; then the run raises it;
 - one ``Renewer`` thread keeps the lease alive for every call in flight, each for at most its
   own timeout, so a call hung past its timeout stops keeping the job alive.
 """
@@ -23,13 +23,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from itertools import count
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jobs.core import clock
-from jobs.errors import Canceled, HandOff, LeaseLost
+from jobs.errors import Canceled, HandOff, LeaseLost, Signal
 
 if TYPE_CHECKING:
-    from jobs.core.context import JobContext
+    from jobs.core.lease import Attempt
 
 log = logging.getLogger("leash.items")
 
@@ -37,17 +37,17 @@ log = logging.getLogger("leash.items")
 CONCURRENCY_FIELD = "item_concurrency"
 
 
-class NotStarted(Exception):
-    """An item gave up before its call started because the batch is stopping."""
+class NotStarted(Signal):
+    """An item gave up before its call started because the run is stopping."""
 
 
-# When several things stop a batch at once, the one raised decides the attempt's fate: a lost
+# When several things stop a run at once, the one raised decides the attempt's fate: a lost
 # lease means nothing may be written; a cancel is the user's word; a hand-off costs no attempt.
 _PRECEDENCE = (LeaseLost, Canceled, HandOff)
 
 
-class StopSignal:
-    """Why the batch stops launching items (the first reason that matters most)."""
+class StopReason:
+    """Why the run stops launching items (the first reason that matters most)."""
 
     def __init__(self):
         self.event = threading.Event()
@@ -81,7 +81,7 @@ class Renewer:
     renewal learns — a cancel, a lost lease — goes to ``on_signal``.
     """
 
-    def __init__(self, ctx: JobContext, on_signal: Callable[[BaseException], None]):
+    def __init__(self, ctx: ItemContext, on_signal: Callable[[BaseException], None]):
         self.ctx = ctx
         self.on_signal = on_signal
         self.interval = ctx.attempt.lease_seconds / 3
@@ -135,15 +135,28 @@ class Renewer:
                 log.warning("job %s: keepalive heartbeat failed: %s", self.ctx.job_id, exc)
 
 
-class Batch:
+class ItemContext(Protocol):
+    """What the engine uses of the job's context (``jobs.core.context.JobContext``, which runs it)."""
+
+    attempt: Attempt
+    job_id: str
+
+    def heartbeat_done(self) -> int | None: ...
+    def enter_items(self, stop: StopReason, renewer: Renewer) -> None: ...
+    def leave_items(self) -> None: ...
+    def checkpoint_encoded(self, index: int, encoded: str) -> None: ...
+    def flush_usage(self, all_threads: bool = False) -> None: ...
+
+
+class ItemRun:
     """One ``for_each`` call: the items left to do, run ``concurrency`` at a time."""
 
-    def __init__(self, ctx: JobContext, items: Sequence[Any], fn: Callable[[Any], Any], concurrency: int):
+    def __init__(self, ctx: ItemContext, items: Sequence[Any], fn: Callable[[Any], Any], concurrency: int):
         self.ctx = ctx
         self.items = items
         self.fn = fn
         self.concurrency = max(1, concurrency)
-        self.stop = StopSignal()
+        self.stop = StopReason()
         self.results: dict[int, Any] = {}
 
     def run(self, done: dict[int, Any]) -> list[Any]:
@@ -154,7 +167,7 @@ class Batch:
             log.info("job %s: %d of %d items to do, up to %d at once", self.ctx.job_id, len(todo),
                      len(self.items), width)
             with Renewer(self.ctx, self.stop.record) as renewer:
-                self.ctx.enter_batch(self.stop, renewer)
+                self.ctx.enter_items(self.stop, renewer)
                 try:
                     with ThreadPoolExecutor(width, thread_name_prefix=f"leash-item-{self.ctx.job_id}") as pool:
                         try:
@@ -163,7 +176,7 @@ class Batch:
                             self.stop.record(exc)
                             raise
                 finally:
-                    self.ctx.leave_batch()
+                    self.ctx.leave_items()
         if self.stop.reason is not None:
             raise self.stop.reason
         return [self.results[i] for i in range(len(self.items))]

@@ -1,5 +1,5 @@
 """A batch job's parts: which items each provider batch holds (as ranges, in the job's batch
-record) and the custom ids that tie an answer to its item (jobs/core/provider_batch.py)."""
+record) and the custom ids that tie an answer to its item (jobs/batch/run.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Batch mode under a budget: which of a batch job's items go to the provider next
-(jobs/core/provider_batch.py sends them).
+(jobs/batch/run.py sends them).
 
 A provider batch (a part of the job) reserves the worst case of every request in it until its
 answers are read, and a request's worst case (its input bound plus max_tokens) is often many
@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from jobs.core.provider_batch import BatchRun
+    from jobs.batch.run import BatchRun
 
 #: Refusals one turn takes to learn the room left (four budgets, and calls racing for room).
 MAX_REFUSALS = 6

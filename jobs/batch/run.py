@@ -8,11 +8,11 @@ One batch job's life, each step a short turn on a worker under a lease:
              budgets (one reservation per part, its results counted on the day it was made),
              records its intent (attempt, part, time, items) in the job's batch record,
              then asks the provider for the batch and records its id -- as many parts as the
-             room left takes (jobs/core/batch_room.py); the job is parked
+             room left takes (jobs/batch/room.py); the job is parked
              (``Attempt.park``: running, phase ``waiting``, no lease, no worker)
     look     RQ's scheduler brings the job back for a look (not an attempt: claim_v4), every
              LEASH_BATCH_POLL_SECONDS at first, less often as the wait grows (up to
-             LEASH_BATCH_POLL_MAX: batch_looks.next_look_in); a part the provider has ended is
+             LEASH_BATCH_POLL_MAX: looks.next_look_in); a part the provider has ended is
              read, each answer stored with the same fenced item write as a direct call's, its
              usage at the batch price; items a budget held back go as new parts in the room
              that frees; a look the provider failed to answer is looked at again
@@ -34,9 +34,10 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from jobs import keys
+from jobs.batch import cached, canceled, looks, room
+from jobs.batch.parts import Part, as_ranges, custom_id, from_ranges, index_of
 from jobs.config import batches, settings
-from jobs.core import batch_cache, batch_looks, batch_room, canceled_batch, clock
-from jobs.core.batch_parts import Part, as_ranges, custom_id, from_ranges, index_of
+from jobs.core import clock
 from jobs.core.lease import Outcome
 from jobs.errors import Canceled, ItemError, LeaseLost, NeedsDirect, Parked, PermanentError
 from jobs.lifecycle import transitions
@@ -111,12 +112,12 @@ class BatchRun:
         self.ctx.progress(len(done), total=len(self.items))
         try:
             if not self.record.parts:  # what the request cache answers is not sent
-                batch_cache.answer_from_cache(self, done, _AGAIN, STORE_CHUNK)
+                cached.answer_from_cache(self, done, _AGAIN, STORE_CHUNK)
                 if len(done) == len(self.items):
                     return [done[i] for i in range(len(self.items))]
             if not self.record.parts or any(p.batch_id is None for p in self.record.parts.values()):
                 self._create(done)
-                if self.record.parts or batch_room.unsent(self, done):  # sent, or waiting for room in a budget
+                if self.record.parts or room.unsent(self, done):  # sent, or waiting for room in a budget
                     self._park([0, 0, sum(len(p.indexes) for p in self.record.parts.values())])
             if not self.ctx.attempt.look:
                 # A new attempt (the last one failed or its worker died): a part still at the
@@ -124,7 +125,7 @@ class BatchRun:
                 for p in self.record.parts.values():
                     if not p.ended and any(i not in done for i in p.indexes):
                         self._reserve([i for i in p.indexes if i not in done], p.number)
-            return batch_looks.look(self, done)
+            return looks.look(self, done)
         except Canceled:
             self._stop_open()
             raise
@@ -140,7 +141,7 @@ class BatchRun:
             self._reserve(part.indexes, part.number)  # the intent's items, whichever attempt recorded it
             if not self._find(part):
                 self.send(part.number, part.indexes)
-        batch_room.send_more(self, done)
+        room.send_more(self, done)
 
     def send(self, number: int, indexes: list[int]) -> Part:
         """Part ``number`` (reserved already): its intent recorded, its batch created, its id recorded."""
@@ -243,7 +244,7 @@ class BatchRun:
                 if index in done:
                     continue  # stored by an earlier look that was cut short
                 request = requests[name]
-                batch_cache.keep_answer(self, usage, request, outcome)
+                cached.keep_answer(self, usage, request, outcome)
                 value = self._value(index, request, outcome)
                 self._count(request, used)
                 if value is _AGAIN:
@@ -328,10 +329,10 @@ class BatchRun:
         return self.ctx.for_each(list(range(len(self.items))), lambda i: repair(
             self.backend, self.payload, self.items[i], again[i]) if i in again else self.direct(self.items[i]))
 
-    def _park(self, counts: list[int] | None, stage: str = batch_looks.WAITING) -> None:
+    def _park(self, counts: list[int] | None, stage: str = looks.WAITING) -> None:
         """``counts`` the provider's (done, failed, total); None keeps those of the last look."""
         now = clock.wall()
-        look_at = now + batch_looks.next_look_in(now - (self.record.first_at or now), stage)
+        look_at = now + looks.next_look_in(now - (self.record.first_at or now), stage)
         parked = self.ctx.attempt.park(look_at, (*(counts or ("", "", "")), len(self.record.parts)),
                                        stage=stage, failed_looks=self.record.failed_looks)
         if parked == 0:
@@ -384,7 +385,7 @@ def cancel_at_provider(connection, job_id: str, backend) -> None:
     ids = open_batch_ids(connection, job_id)
     if ids:
         cancel_parts(backend, ids, job_id)
-        canceled_batch.schedule(connection, job_id, ids, clock.wall())
+        canceled.schedule(connection, job_id, ids, clock.wall())
 
 
 def run(ctx: JobContext, backend, spec: BatchSpec, payload: dict, direct: Callable[[Any], Any]) -> list[Any]:

@@ -2,7 +2,7 @@
 
 A person cancels a batch job waiting at its provider (``leash cancel``, the API, the job page):
 the job ends canceled at once and its provider batches are canceled
-(``provider_batch.cancel_at_provider``). The provider still bills the requests it completed
+(``jobs.batch.run.cancel_at_provider``). The provider still bills the requests it completed
 before the cancel, and returns them once the canceled batch has ended (OpenAI: ``cancelling``
 -> ``cancelled`` with an output file; Anthropic: ``canceling`` -> ``ended``, those requests
 ``succeeded``). So the cancel schedules a look (a plain RQ job: RQ's scheduler runs in every
@@ -38,9 +38,9 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from jobs import keys
+from jobs.batch.looks import LOOK_AGAIN
 from jobs.config import batches, settings
 from jobs.core import clock, rq_side
-from jobs.core.batch_looks import LOOK_AGAIN
 from jobs.lifecycle import transitions
 from jobs.usage.meter import DAY_TTL, Meter, utc_day
 

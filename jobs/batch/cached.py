@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from jobs.usage.meter import Pending
 
 if TYPE_CHECKING:
-    from jobs.core.provider_batch import BatchRun
+    from jobs.batch.run import BatchRun
     from jobs.models.provider import CallRequest
 
 
