@@ -227,8 +227,11 @@ class _Said(logging.Handler):
 
 
 @pytest.fixture
-def burst(conn):
-    """``burst()`` works the queues in this process until they are empty (see ``run_burst``)."""
+def burst(conn, env):
+    """``burst()`` works the queues in this process until they are empty (see ``run_burst``).
+    No job dies here, so nothing waits for a lease to run out: a 10-s lease keeps a busy machine
+    (the suite's xdist workers on two cores) from taking a live work-horse's job back."""
+    env.setenv("LEASH_LEASE_SECONDS", "10")
     return run_burst
 
 
