@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST_DB = int(os.environ.get("LEASH_TEST_DB", "15"))
 
 #: Modules whose tests run one after another on one pytest-xdist worker (`-n 4 --dist loadgroup`,
-#: the README's command): the browser tests share that worker's one Chromium. Every xdist worker
+#: docs/TESTING.md): the browser tests share that worker's one Chromium. Every xdist worker
 #: is a process of its own with its own Redis (below), so nothing else needs keeping apart.
 XDIST_GROUPS = {
     "test_web_browser": "browser",
