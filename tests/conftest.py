@@ -24,6 +24,24 @@ pytest_plugins = ["tests.web_support", "tests.fake_openai", "tests.fake_anthropi
 ROOT = Path(__file__).resolve().parent.parent
 TEST_DB = int(os.environ.get("LEASH_TEST_DB", "15"))
 
+#: Modules whose tests run one after another on one pytest-xdist worker (`-n 4 --dist loadgroup`,
+#: docs/TESTING.md): the browser tests share that worker's one Chromium. Every xdist worker
+#: is a process of its own with its own Redis (below), so nothing else needs keeping apart.
+XDIST_GROUPS = {
+    "test_web_browser": "browser",
+    "test_web_browser_lists": "browser",
+    "test_web_browser_states": "browser",
+    "test_web_browser_views": "browser",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the test ids
+def pytest_collection_modifyitems(items):
+    for item in items:
+        group = XDIST_GROUPS.get(item.module.__name__.rsplit(".", 1)[-1]) if item.module else None
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
 
 def _use_valkey_if_asked() -> None:
     """LEASH_TEST_REDIS_SERVER=valkey: every server the tests start (this run's own, and the
@@ -60,8 +78,23 @@ def _redis_base_url() -> str:
 
     workdir = Path(tempfile.mkdtemp(prefix="leash-test-redis-"))
     proc, url = start_redis(workdir)
-    atexit.register(lambda: (stop([proc], grace=5), shutil.rmtree(workdir, ignore_errors=True)))
+
+    def stop_redis() -> None:
+        stop([proc], grace=5)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    # An xdist worker process ends without running atexit's functions: pytest_unconfigure stops it there.
+    _stop_at_the_end.append(stop_redis)
+    atexit.register(stop_redis)
     return url.rsplit("/", 1)[0]
+
+
+_stop_at_the_end: list[Callable[[], None]] = []
+
+
+def pytest_unconfigure(config):
+    while _stop_at_the_end:
+        _stop_at_the_end.pop()()
 
 
 _use_valkey_if_asked()
@@ -194,8 +227,11 @@ class _Said(logging.Handler):
 
 
 @pytest.fixture
-def burst(conn):
-    """``burst()`` works the queues in this process until they are empty (see ``run_burst``)."""
+def burst(conn, env):
+    """``burst()`` works the queues in this process until they are empty (see ``run_burst``).
+    No job dies here, so nothing waits for a lease to run out: a 10-s lease keeps a busy machine
+    (the suite's xdist workers on two cores) from taking a live work-horse's job back."""
+    env.setenv("LEASH_LEASE_SECONDS", "10")
     return run_burst
 
 

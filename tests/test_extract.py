@@ -1,4 +1,4 @@
-"""The ``extract`` kind on real ``leash worker`` processes against the loopback providers, through
+"""The ``extract`` kind on a leash worker in the test's process against the loopback providers, through
 the official SDKs: each answer follows a JSON Schema the provider is given natively (OpenAI's
 strict ``json_schema``, Anthropic's forced tool); an answer that breaks it is asked again with the
 validation error, the repair counted like any call, directly and after a provider batch; an item
@@ -20,7 +20,7 @@ from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob
 from jobs.models.structured import DEFAULT_TEMPLATE
 from tests.fake_schema import schema_value
-from tests.test_batch_jobs import only_batch, waiting
+from tests.test_batch_jobs import FOLLOW, only_batch, waiting
 from tests.test_items_workers import ended, stored
 
 pytestmark = pytest.mark.slow
@@ -47,11 +47,11 @@ def sent_schema(server, seen) -> dict | None:
     return server.structured_schema(seen.body)
 
 
-def test_twenty_items_each_repaired_once_succeed_with_forty_calls_counted(conn, workers, provider_server):
+def test_twenty_items_each_repaired_once_succeed_with_forty_calls_counted(conn, burst, provider_server):
     server = provider_server
     server.schema_answers = "break_first"
     job_id = submit(conn)
-    workers.start()
+    burst()
     final = ended(conn, job_id)
 
     assert final["state"] == "succeeded", final["error"]
@@ -70,10 +70,10 @@ def test_twenty_items_each_repaired_once_succeed_with_forty_calls_counted(conn, 
         assert "'product' is a required property" in seen.last
 
 
-def test_the_csv_download_has_a_column_per_property_and_jsonl_holds_objects(conn, workers, model_server):
+def test_the_csv_download_has_a_column_per_property_and_jsonl_holds_objects(conn, burst, model_server):
     model_server.schema_answers = "break_first"
     job_id = submit(conn, ITEMS[:3])
-    workers.start()
+    burst()
     assert ended(conn, job_id)["state"] == "succeeded"
 
     out = CliRunner().invoke(main, ["results", job_id, "--format", "csv"])
@@ -88,13 +88,14 @@ def test_the_csv_download_has_a_column_per_property_and_jsonl_holds_objects(conn
     assert [json.loads(line)["result"] for line in lines] == [expected(item) for item in ITEMS[:3]]
 
 
-def test_in_batch_mode_first_answers_come_from_the_batch_and_repairs_go_direct(conn, workers, any_provider):
+def test_in_batch_mode_first_answers_come_from_the_batch_and_repairs_go_direct(conn, burst, any_provider):
     server = any_provider
     server.schema_answers = "break_first"
     job_id = submit(conn, mode="batch")
-    workers.start()
+    burst()
     waiting(conn, job_id)
     server.batches.complete(only_batch(server))
+    burst(follow=FOLLOW)
     final = ended(conn, job_id)
 
     assert final["state"] == "succeeded", final["error"]
@@ -107,10 +108,10 @@ def test_in_batch_mode_first_answers_come_from_the_batch_and_repairs_go_direct(c
         assert seen.body["messages"][-2]["role"] == "assistant" and "'product' is a required property" in seen.last
 
 
-def test_a_provider_that_never_follows_the_schema_fails_the_job_grouped_by_leash_failures(conn, workers, model_server):
+def test_a_provider_that_never_follows_the_schema_fails_the_job_grouped_by_leash_failures(conn, burst, model_server):
     model_server.schema_answers = "never"
     first, second = submit(conn, ITEMS[:4]), submit(conn, ITEMS[4:6])
-    workers.start()
+    burst()
     failed = [ended(conn, job_id) for job_id in (first, second)]
 
     for status, count in zip(failed, (4, 2), strict=True):
@@ -128,11 +129,11 @@ def test_a_provider_that_never_follows_the_schema_fails_the_job_grouped_by_leash
     assert "answers that do not follow the schema" in out.output and "extract" in out.output
 
 
-def test_max_invalid_lets_a_job_succeed_with_those_items_keeping_their_error(conn, workers, model_server, env):
+def test_max_invalid_lets_a_job_succeed_with_those_items_keeping_their_error(conn, burst, model_server, env):
     env.setenv("LEASH_REPAIR_ATTEMPTS", "1")
     model_server.schema_answers = "never"
     job_id = submit(conn, ITEMS[:3], max_invalid=3)
-    workers.start()
+    burst()
     final = ended(conn, job_id)
     assert final["state"] == "succeeded", final["error"]
     assert final["result"]["summary"] == {"items": 3, "valid": 0, "invalid": 3}

@@ -1,4 +1,4 @@
-"""The request cache and the price before the run, on a real ``leash worker`` against the stand-in
+"""The request cache and the price before the run, on a leash worker in the test's process against the stand-in
 provider that bills every answer: a request already paid for is not paid for again (whichever
 job, mode or re-submission sends it), within its owner's scope; ``cache: false`` asks again; a
 batch job whose requests are all cached creates no provider batch; the dry run writes nothing
@@ -16,7 +16,8 @@ from jobs import keys
 from jobs.enqueue import enqueue
 from jobs.intake.estimate import dry_run, price_or_none
 from jobs.usage.report import owner_usage
-from tests.conftest import wait_for
+from tests.conftest import run_burst, wait_for
+from tests.test_batch_jobs import FOLLOW
 from tests.test_items_workers import ended, stored
 from tests.test_usage_workers import billed
 
@@ -33,14 +34,14 @@ def items(start: int, count: int) -> list[str]:
 def run(conn, job_items, owner="dana", **payload) -> dict:
     payload = {"items": job_items, "template": TEMPLATE, **payload}
     job_id, _ = enqueue(conn, "prompt", payload, owner=owner, price=price_or_none(conn, "prompt", payload, owner))
+    run_burst()
     return ended(conn, job_id) | {"job_id": job_id}
 
 
 @pytest.fixture
-def worker(conn, workers, model_server, env):
+def worker(conn, model_server, env):
     env.setenv("LEASH_MODEL_PRICES", PRICES)
     env.setenv("LEASH_MODEL_MAX_TOKENS", "64")
-    workers.start("--no-scheduler")
     return model_server
 
 
@@ -80,18 +81,16 @@ def test_no_cache_and_another_owner_ask_the_provider_again(conn, worker):
     assert billed(worker)[0] == 60 and other["usage"]["calls"] == 20
 
 
-def test_a_shared_scope_answers_another_owner_from_the_cache(conn, workers, model_server, env):
+def test_a_shared_scope_answers_another_owner_from_the_cache(conn, model_server, env):
     env.setenv("LEASH_CACHE_SCOPE", "shared")
     env.setenv("LEASH_MODEL_PRICES", PRICES)
-    workers.start("--no-scheduler")
     run(conn, items(0, 10), owner="dana")
     other = run(conn, items(0, 10), owner="erin")
     assert billed(model_server)[0] == 10 and other["usage"]["cache_hits"] == 10
 
 
-def test_cache_off_for_all_asks_again(conn, workers, model_server, env):
+def test_cache_off_for_all_asks_again(conn, model_server, env):
     env.setenv("LEASH_CACHE", "off")
-    workers.start("--no-scheduler")
     run(conn, items(0, 10))
     run(conn, items(0, 10))
     assert billed(model_server)[0] == 20
@@ -118,9 +117,8 @@ def test_the_dry_run_writes_nothing_and_its_worst_case_covers_the_run(conn, work
     assert json.loads(conn.get(keys.estimate(done["job_id"])))["calls"] == 30
 
 
-def test_the_cache_keeps_under_its_cap_evicting_the_least_recently_used(conn, workers, model_server, env):
+def test_the_cache_keeps_under_its_cap_evicting_the_least_recently_used(conn, model_server, env):
     env.setenv("LEASH_CACHE_MAX_MB", str(4000 / 1024 / 1024))  # room for about ten entries
-    workers.start("--no-scheduler")
     run(conn, items(0, 40))
     total = int(conn.get(keys.CACHE_BYTES))
     sizes = sum(int(v) for v in conn.hvals(keys.CACHE_SIZES))
@@ -149,21 +147,24 @@ def test_the_cli_dry_run_prints_an_estimate_and_submits_nothing(conn, worker, tm
 
 
 def test_batch_and_direct_share_the_cache_and_an_all_cached_batch_job_creates_no_batch(
-        conn, workers, batch_env):
+        conn, burst, batch_env):
     server = batch_env
     job_items = [f"b{i}" for i in range(12)]
     payload = {"items": job_items[:8], "template": "Say {item}", "mode": "batch"}
     first, _ = enqueue(conn, "prompt", payload)
-    workers.start()
+    burst()
     wait_for(lambda: server.batches.created == 1, 30, message="the first job's batch")
     server.batches.complete(next(iter(server.batches.batches)))
+    burst(follow=FOLLOW)
     assert ended(conn, first)["state"] == "succeeded"
     # A direct job of the same requests (4 new): the batch's answers serve the first 8.
     direct_id, _ = enqueue(conn, "prompt", {"items": job_items, "template": "Say {item}"})
+    burst()
     done = ended(conn, direct_id)
     assert done["usage"]["cache_hits"] == 8 and done["usage"]["calls"] == 4 and len(server.requests) == 4
     # A batch job whose every request is cached: no provider batch, no call.
     again, _ = enqueue(conn, "prompt", {"items": job_items, "template": "Say {item}", "mode": "batch"})
+    burst(follow=FOLLOW)
     final = ended(conn, again)
     assert final["state"] == "succeeded" and final["done"] == 12
     assert server.batches.created == 1 and len(server.requests) == 4
