@@ -153,7 +153,9 @@ def test_upgrade_in_place_with_work_in_flight(previous_bin, conn, workers, model
     env.setenv("LEASH_LEASE_SECONDS", "15")
     env.setenv("LEASH_RETRY_BACKOFF", "6")
     env.setenv("LEASH_OWNER_CONCURRENCY", "1")  # a second job of an owner waits: queued at the upgrade
-    model_server.latency = 0.1
+    # The long jobs must still be running when the later jobs are checked queued: 120 items at
+    # 8 at once take 6 s at 0.4 s a call (1.5 s at 0.1 s, which a loaded machine's polling missed).
+    model_server.latency = 0.4
     old = Previous(previous_bin, tmp_path)
     items = {name: [f"{name}-{i}" for i in range(n)] for name, n in
              (("failing", 3), ("retrying", 5), ("long-a", 120), ("long-b", 120), ("long-c", 120),
