@@ -79,7 +79,7 @@ def _nothing_stuck(client) -> bool:
             and StartedJobRegistry("leash", connection=client).count == 0)
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_the_primary_killed_mid_flight_with_writes_lost_every_job_still_succeeds(env, workers, sentinels, slow_model,
                                                                                  tmp_path):
     env.setenv("REDIS_URL", sentinels.url())
@@ -108,7 +108,9 @@ def test_the_primary_killed_mid_flight_with_writes_lost_every_job_still_succeeds
     wait_for(lambda: (states(client, job_ids) or {}).get("succeeded", 0) == JOBS, 150, interval=0.2,
              message="every job succeeded after the failover")
     drained_after = time.monotonic() - killed
-    wait_for(lambda: _quiet(_nothing_stuck)(client), 30, message="no lease, queue entry or started entry left")
+    # A write the failover lost can leave a duplicate queue entry or a started entry that only a
+    # worker's next pass or its consistency sweep clears: up to a minute on a busy machine.
+    wait_for(lambda: _quiet(_nothing_stuck)(client), 60, message="no lease, queue entry or started entry left")
 
     for job_id in job_ids:
         job = {k.decode(): v.decode() for k, v in client.hgetall(keys.job(job_id)).items()}
