@@ -25,9 +25,11 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST_DB = int(os.environ.get("LEASH_TEST_DB", "15"))
 
 #: Modules whose tests run one after another on one pytest-xdist worker (`-n 4 --dist loadgroup`,
-#: docs/TESTING.md): the browser tests share that worker's one Chromium. Every xdist worker
-#: is a process of its own with its own Redis (below), so nothing else needs keeping apart.
+#: docs/TESTING.md): the browser tests share that worker's one Chromium, and the upgrade tests
+#: the previous release's virtual environment (a minute to build). Every xdist worker is a
+#: process of its own with its own Redis (below), so nothing else needs keeping apart.
 XDIST_GROUPS = {
+    "test_upgrade": "upgrade",
     "test_web_browser": "browser",
     "test_web_browser_lists": "browser",
     "test_web_browser_states": "browser",
@@ -41,6 +43,16 @@ def pytest_collection_modifyitems(items):
         group = XDIST_GROUPS.get(item.module.__name__.rsplit(".", 1)[-1]) if item.module else None
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+    # Longest first: xdist hands tests out in this order as workers free up, so a minutes-long test
+    # started last would run alone at the end (the README's quick start takes ~3 minutes). A
+    # stable sort keeps each module's tests together, so a module's fixtures are set up once.
+    items.sort(key=_run_order)
+
+
+def _run_order(item) -> int:
+    if item.get_closest_marker("readme") or item.module.__name__.endswith("test_upgrade"):
+        return 0
+    return 1 if item.get_closest_marker("slow") else 2
 
 
 def _use_valkey_if_asked() -> None:
