@@ -129,9 +129,13 @@ def test_writes_of_different_threads_or_attempts_are_never_taken_for_a_repeat(co
     attempt = lease.claim(conn, job_id, "leash", "w", now=NOW)
     attempt.heartbeat(item=(40, '"r"'), now=NOW, usage=Pending("m", "classify", calls=1, input=3))
 
+    # All four are alive until all have written: a finished thread's id can be given to the next.
+    all_written = threading.Barrier(4)
+
     def write(start: int) -> None:
         for index in range(start, 40, 4):
             attempt.heartbeat(item=(index, '"r"'), now=NOW, usage=Pending("m", "classify", calls=1, input=3))
+        all_written.wait(timeout=30)
 
     threads = [threading.Thread(target=write, args=(start,)) for start in range(4)]
     for thread in threads:
