@@ -186,6 +186,7 @@ def run_burst(*queues: str, name: str | None = None, follow: float = 0, rounds: 
     from jobs.core import schema
     from jobs.core.connection import connect
     from jobs.kinds import import_kinds
+    from jobs.lifecycle import transitions
     from jobs.observability import logs
     from jobs.worker.leash_worker import LeashWorker
 
@@ -206,17 +207,25 @@ def run_burst(*queues: str, name: str | None = None, follow: float = 0, rounds: 
                 worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
             finally:
                 logs._providers.remove(worker._log_context)
-            # A queued job left between its queue and its claim means the worker's loop broke
-            # off. An entry whose job is no longer queued (a waiting batch job's second look
-            # entry, already claimed through the first) is stale: a real worker's RQ cleanup drops
-            # it after a minute and leash's requeue of it finds nothing to do; drop it here.
+            # RQ's intermediate list holds what a dequeue took and no claim has removed yet. An
+            # entry for a queued job means the worker's loop broke off, or that a dequeue other
+            # than this worker's took it: a `leash worker` killed while blocked in its BLMOVE,
+            # whose socket a child (its retry scheduler) still held, so Redis handed the next job
+            # to the dead connection (seen at the start of a test after one with real workers:
+            # the `workers` fixture now waits until Redis has let go of such dequeues). Any
+            # other entry is a waiting batch job's look: swallowed the same way (RQ still has it
+            # queued), it goes back to the queue; left by a look RQ has scheduled again, it is
+            # dropped. The reaper does both after SWALLOWED_AFTER (requeue_swallowed_v2); this
+            # worker is gone, so nothing can be about to claim it, and it is done at once.
             for queue in names:
                 intermediate = keys.rq_intermediate(queue, connection)
                 for job in connection.lrange(intermediate, 0, -1):
-                    state = connection.hget(keys.job(job.decode()), "state")
+                    job_id = job.decode()
+                    state = connection.hget(keys.job(job_id), "state")
                     assert state != b"queued", \
-                        f"the in-process worker left queued job {job} unclaimed; it logged: {said.lines}"
-                    connection.lrem(intermediate, 1, job)
+                        f"the in-process worker left queued job {job_id} unclaimed; it logged: {said.lines}"
+                    if not transitions.requeue_swallowed(connection, job_id, queue, [job_id]):
+                        connection.lrem(intermediate, 1, job)  # a running attempt's or an ended job's
             if is_suspended(connection):
                 return  # `rq suspend`: a burst worker takes nothing
             if any(connection.llen(keys.rq_queue(queue)) for queue in names):
@@ -315,3 +324,9 @@ def workers(conn):
     pool = Workers()
     yield pool
     pool.cleanup()
+    # A worker killed while blocked in its dequeue (BLMOVE) stays blocked at Redis until its
+    # connection closes, and its retry scheduler, forked with that socket, can outlive it by a
+    # moment: a job the next test queued meanwhile would go to the dead worker. Redis lets go
+    # of the dequeue when the socket closes or the BLMOVE times out (a few seconds at most).
+    wait_for(lambda: not any("b" in client.get("flags", "") for client in conn.client_list()), 15,
+             message="Redis to let go of the killed workers' blocked dequeues")

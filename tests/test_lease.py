@@ -245,6 +245,34 @@ def test_a_job_swallowed_by_a_dead_workers_dequeue_goes_back_to_the_queue(conn):
     assert states.status(conn, swallowed)["attempts"] == 0
 
 
+def test_a_waiting_batch_jobs_look_swallowed_by_a_dead_workers_dequeue_goes_back_to_the_queue(conn):
+    from rq.scheduler import RQScheduler
+    from rq.serializers import JSONSerializer
+
+    from tests.test_lost_looks import parked
+
+    swallowed, claimed = parked(conn, owner="o1"), parked(conn, owner="o2")
+    scheduler = RQScheduler(["leash"], connection=conn, serializer=JSONSerializer)
+    scheduler.prepare_registries(["leash"])
+    scheduler.enqueue_scheduled_jobs()  # both looks are due: RQ's scheduler queues them
+    intermediate = keys.rq_intermediate("leash", conn)
+    for _ in range(2):  # as RQ's BLMOVE does, for a worker that then died / one that claims
+        conn.lmove(keys.rq_queue("leash"), intermediate, "LEFT", "RIGHT")
+    assert lease.claim(conn, claimed, "leash", "w-alive") is not None  # a look, handed out
+    # An entry left by a look RQ holds again (its job was looked at through another entry).
+    stale = parked(conn, owner="o3")
+    conn.rpush(intermediate, stale)
+    reaper = Reaper(conn, "test-reaper", interval=1, queue_names=("leash",))
+    assert reaper.requeue_swallowed(now=time.time()) == 0, "first seen now: a live worker may be about to claim it"
+    assert reaper.requeue_swallowed(now=time.time() + 6) == 1
+    assert conn.lrange(keys.rq_queue("leash"), 0, -1) == [swallowed.encode()]
+    assert conn.lrange(intermediate, 0, -1) == [claimed.encode()], "a claimed look is its worker's business"
+    assert conn.zscore(keys.rq_scheduled("leash", conn), stale) is not None, "its look still comes through RQ"
+    look = lease.claim(conn, swallowed, "leash", "w")
+    assert look is not None and conn.hget(keys.job(swallowed), "phase") == b"looking"
+    assert states.status(conn, swallowed)["attempts"] == 1, "a look is not an attempt"
+
+
 def test_rqs_stuck_job_cleanup_requeues_a_leash_job_instead_of_failing_it(conn):
     from rq.job import Job
 

@@ -133,15 +133,18 @@ class Reaper:
 
     def requeue_swallowed(self, now: float | None = None) -> int:
         """A worker killed while blocked in its dequeue can still receive a job (Redis hands
-        it to the dead connection's BLMOVE): the job sits in RQ's intermediate list, never
-        claimed. Put such jobs back on their queue without counting an attempt."""
+        it to the dead connection's BLMOVE while a child of the worker, its retry scheduler,
+        keeps the socket open): the job sits in RQ's intermediate list, never claimed. Put such
+        jobs back on their queue without counting an attempt; a waiting batch job's look too,
+        which would otherwise wait for RQ's cleanup and then the lost-look sweep."""
         now = clock.wall() if now is None else now
         requeued = 0
         for queue_name in self.queue_names:
             intermediate = IntermediateQueue(keys.rq_queue(queue_name), self.connection)
             for raw in self.connection.lrange(intermediate.key, 0, BATCH - 1):
                 job_id = raw.decode()
-                if self.connection.hget(keys.job(job_id), "state") != b"queued":
+                state, phase = self.connection.hmget(keys.job(job_id), "state", "phase")
+                if state != b"queued" and (state, phase) != (b"running", b"waiting"):
                     continue  # claimed (its horse removes it) or not a leash job: RQ's concern
                 intermediate.set_first_seen(job_id)
                 first_seen = intermediate.get_first_seen(job_id)
@@ -154,9 +157,14 @@ class Reaper:
                              why: str = "taken off by a worker that died before claiming it") -> int:
         """Put a still-unclaimed job from the intermediate list back on its queue (1 if done)."""
         intermediate = IntermediateQueue(keys.rq_queue(queue_name), self.connection)
-        if not transitions.requeue_swallowed(self.connection, job_id, queue_name, [job_id]):
+        done = int(transitions.requeue_swallowed(self.connection, job_id, queue_name, [job_id]))
+        if not done:
             return 0
         self.connection.delete(intermediate.get_first_seen_key(job_id))
+        if done == 2:  # a waiting batch job's entry whose look RQ already holds again: nothing lost
+            log.info("job %s: dropped a stale entry from %s's intermediate list (its look is already due "
+                     "through RQ)", job_id, queue_name)
+            return 0
         log.warning("job %s was %s; back on %s", job_id, why, queue_name)
         return 1
 

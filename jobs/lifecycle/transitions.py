@@ -162,10 +162,11 @@ def replay(connection: Redis, per_job: list[str], args: list) -> Any:
 
 
 def requeue_swallowed(connection: Redis, job_id: str, queue: str, args: list) -> Any:
-    """A queued job a dead worker took off its queue and never claimed goes back on it."""
-    return scripts.run(connection, "requeue_swallowed_v1", {
-        "job": keys.job(job_id), "rq_intermediate": keys.rq_intermediate(queue, connection),
-        "rq_queue": keys.rq_queue(queue)}, args)
+    """A queued job (or a waiting batch job's look) a dead worker took off its queue and never
+    claimed goes back on it."""
+    return scripts.run(connection, "requeue_swallowed_v2", {
+        "job": keys.job(job_id), "rq_job": keys.rq_job(job_id),
+        "rq_intermediate": keys.rq_intermediate(queue, connection), "rq_queue": keys.rq_queue(queue)}, args)
 
 
 def index_job(connection: Redis, job_id: str, owner: str, args: list, pipeline=None) -> Any:
