@@ -7,6 +7,7 @@ import os
 import signal
 import time
 
+import psutil
 import pytest
 
 from jobs import keys
@@ -187,3 +188,29 @@ def test_retries_keep_flowing_when_the_worker_holding_the_scheduler_lock_is_kill
     # swallowed in its intermediate list for a minute or more; leash frees both in seconds.
     assert time.monotonic() - killed_at < 30
     assert final["attempts"] == 2
+
+
+def test_a_worker_killed_in_its_dequeue_lets_go_of_redis_though_its_scheduler_lives_on(conn, workers, env):
+    """A fork shares sockets, and Redis sees a connection end only when its last holder closes
+    it: the retry scheduler closes its copies of the worker's, so a worker SIGKILLed while
+    blocked in its dequeue (OOM) leaves no dequeue behind for Redis to hand the next job to."""
+    env.setenv("LEASH_LEASE_SECONDS", "20")  # a 5-s dequeue: long enough to see it outlive the kill
+    worker = workers.start()  # with RQ's scheduler, forked from it
+
+    def blocked_dequeue():
+        return next((c["addr"] for c in conn.client_list() if c.get("cmd") in ("blmove", "brpoplpush")), None)
+
+    dequeue = wait_for(blocked_dequeue, 15, message="the worker blocked in its dequeue")
+    [scheduler] = wait_for(lambda: workers.children(worker), 10, message="the worker's scheduler process")
+
+    def holds_the_dequeue_socket() -> bool:
+        return any(f"{c.laddr.ip}:{c.laddr.port}" == dequeue for c in psutil.Process(scheduler).net_connections("tcp"))
+
+    wait_for(lambda: not holds_the_dequeue_socket(), 10, message="the scheduler to close its copy of the socket")
+    os.kill(scheduler, signal.SIGSTOP)  # it cannot notice the death, nor exit, while the test looks
+    os.kill(worker.pid, signal.SIGKILL)
+    wait_for(lambda: dequeue not in {c["addr"] for c in conn.client_list()}, 2,
+             message="Redis to drop the dead worker's dequeue")
+    job_id, _ = enqueue(conn, "noop", {})
+    assert conn.lrange(keys.rq_queue("leash"), 0, -1) == [job_id.encode()]
+    assert conn.llen(keys.rq_intermediate("leash", conn)) == 0

@@ -19,6 +19,12 @@ worker is shutting down) never starts again; ``close`` repeats the SIGTERM, wait
 time, then SIGKILLs and releases the locks itself. The child checks at every tick (its
 interval, 1 s) that the worker that forked it is still its parent, and stops otherwise,
 releasing its locks.
+
+The child also closes its copies of the worker's Redis sockets as it starts. A fork shares
+every open socket, and Redis sees a connection end only when its last holder closes it: a worker
+SIGKILLed (OOM) while blocked in its dequeue (BLMOVE) would otherwise stay "blocked" at Redis
+until its scheduler noticed the death, and Redis would hand the next job queued meanwhile to
+that dead connection (the reaper puts such a job back, but only seconds later).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ class LeashScheduler(RQScheduler):
         connection = kwargs.get("connection", args[1] if len(args) > 1 else None)
         self._source = connection if is_sentinel_client(connection) else None
         self.closed = False
+        self._worker_client = connection  # its sockets are closed in the scheduler process
         self.worker_pid = os.getpid()
         self.memory_wait: MemoryWait | None = None  # the scheduler process's own (jobs.core.memory_wait)
 
@@ -116,12 +123,24 @@ class LeashScheduler(RQScheduler):
         """RQ's loop; Redis gone (a failover, a restart) ends this process quietly, with one
         WARNING: its worker starts another within seconds of Redis answering again, so RQ's
         "raised an exception" ERROR and the process's traceback would alarm for nothing."""
+        self._close_the_workers_sockets()
         try:
             super().work()
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             self.log.warning("retry scheduler %s lost Redis (%s): it stops; its worker starts another within "
                              "seconds of Redis answering again (retries that fall due meanwhile wait until then)",
                              os.getpid(), exc)
+
+    def _close_the_workers_sockets(self) -> None:
+        """Close this process's copies of the worker's Redis sockets (see the module). In a
+        process other than the one that opened it, redis-py's disconnect only closes the copy:
+        the worker's own connection is untouched."""
+        if self._worker_client is None or os.getpid() == self.worker_pid:
+            return
+        pool = self._worker_client.connection_pool
+        for connection in [*getattr(pool, "_available_connections", ()), *getattr(pool, "_in_use_connections", ())]:
+            connection.disconnect()
+        self._worker_client = None
 
     def _install_signal_handlers(self):
         super()._install_signal_handlers()
