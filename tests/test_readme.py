@@ -28,7 +28,8 @@ from tests.conftest import ROOT, wait_for
 
 README = ROOT / "README.md"
 RUN_COMMAND = "python3.11 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/leash dev"
-TEST_COMMAND = "python3.11 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/pytest"
+TEST_COMMAND = ("python3.11 -m venv .venv && .venv/bin/pip install -e '.[test]' "
+                "&& .venv/bin/pytest -n 4 --dist loadgroup")
 
 
 def sh_blocks(heading: str) -> list[str]:
