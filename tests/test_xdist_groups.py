@@ -49,10 +49,6 @@ def test_an_xdist_group_runs_on_one_worker(tmp_path):
 LISTER = '''
 import sys
 
-from tests.conftest import ROOT
-
-pytestmark = pytest.mark.slow  # each runs pytest in a process of its own
-
 def pytest_collection_finish(session):
     for item in session.items:
         groups = sorted(m.args[0] for m in item.iter_markers("xdist_group"))
