@@ -146,6 +146,9 @@ def _keys_without_expiry(conn, job_id: str = "") -> list[str]:
                   if conn.ttl(key) == -1 and not keys.is_permanent(key.decode()))
 
 
+# Its deadline counts the first test's build of the previous release (half a minute alone, two on
+# a loaded machine) and some twenty `leash` processes: past 300 s when two suites share 2 cores.
+@pytest.mark.timeout(600)
 def test_upgrade_in_place_with_work_in_flight(previous_bin, conn, workers, model_server, env, tmp_path):
     # Leases far longer than the suite's 2 s: a deploy starting processes on a busy machine (the
     # whole suite on two cores stalled an old work-horse past 5 s) must not look like a dead
