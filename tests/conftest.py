@@ -50,7 +50,8 @@ def pytest_collection_modifyitems(items):
 
 
 def _run_order(item) -> int:
-    if item.get_closest_marker("readme") or item.module.__name__.endswith("test_upgrade"):
+    group = item.get_closest_marker("xdist_group")
+    if item.get_closest_marker("readme") or (group and group.args == ("upgrade",)):
         return 0
     return 1 if item.get_closest_marker("slow") else 2
 
