@@ -142,11 +142,13 @@ from .failure_commands import register as _register_deadletter  # noqa: E402
 
 _register_deadletter(main)
 
+from .archive_commands import archive  # noqa: E402
 from .doctor import doctor  # noqa: E402
 from .usage_commands import usage_command  # noqa: E402
 
 main.add_command(usage_command)
 main.add_command(doctor)
+main.add_command(archive)
 
 if __name__ == "__main__":
     main()

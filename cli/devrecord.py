@@ -43,6 +43,17 @@ def data_dir(port: int) -> Path:
     return state_dir() / f"dev-{port}"
 
 
+def archive_url(port: int) -> str:
+    """The archive of the ``leash dev`` on web port ``port``: a SQLite file beside its Redis's."""
+    return f"sqlite:///{data_dir(port) / 'archive.sqlite3'}"
+
+
+def dev_archive_url(record: dict) -> str | None:
+    """The archive of a running ``leash dev`` (from its record's web address)."""
+    tail = str(record.get("web_url") or "").rstrip("/").rsplit(":", 1)[-1]
+    return archive_url(int(tail)) if tail.isdigit() else None
+
+
 def _started(pid: int) -> str | None:
     """When process ``pid`` started (clock ticks since boot), or None where /proc is absent.
     With the pid it names one process for good: a pid is reused, a (pid, start) pair is not."""

@@ -26,6 +26,7 @@ from pathlib import Path
 import redis
 
 from jobs import config
+from jobs.config import stores
 from jobs.config.front import web_app
 from jobs.core.connection import configured_url, masked
 
@@ -163,6 +164,8 @@ def run_dev(port: int, n_workers: int, fresh: bool = False, verbose: bool = Fals
     if not web_app().session_secret:
         env["SECRET_KEY"] = devrecord.secret(port)  # browsers keep their session across restarts
     env.setdefault("LEASH_LOCAL_DELAY_MS", "300")
+    if stores.archive().url is None:
+        env["LEASH_ARCHIVE_URL"] = devrecord.archive_url(port)  # ended jobs kept in SQL, beside Redis's files
     exe = [sys.executable, "-m"]
     # Quiet unless -v: the workers' and the web app's warnings and errors only; the job events
     # are this process's feed (cli/devfeed.py), one line each, none per model call.

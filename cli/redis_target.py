@@ -99,4 +99,6 @@ def connect_checked(for_worker: bool = False) -> redis.Redis:
         hint = "is `leash dev` still running? " if origin != "REDIS_URL" else ""
         raise click.ClickException(f"cannot reach Redis at {shown(url)} ({exc}); {hint}set REDIS_URL") from None
     conn.leash_url = shown(url)  # type: ignore[attr-defined]  # for errors later in the command
+    if origin != "REDIS_URL" and (dev := chosen_dev()) is not None:  # its workers' archive, when none is set
+        conn.leash_archive_url = devrecord.dev_archive_url(dev)  # type: ignore[attr-defined]
     return conn

@@ -67,6 +67,9 @@ REAPER_THROTTLE = PREFIX + "reaper:throttle"
 #: Stream of replay audit entries (who, when, selector, ids), capped at REPLAY_AUDIT_MAXLEN.
 REPLAY_AUDIT = PREFIX + "audit:replays"
 REPLAY_AUDIT_MAXLEN = 1000
+#: The archive (jobs/archive/): ended jobs to write to SQL (sorted set: job id -> when first noted),
+#: what its last writes met (hash: ok_at, error, error_at), and the throttle of its sweep.
+ARCHIVE_DUE, ARCHIVE_STATUS, ARCHIVE_THROTTLE = (PREFIX + "archive:" + n for n in ("due", "status", "throttle"))
 
 
 def job(job_id: str) -> str:
@@ -99,7 +102,6 @@ def outcome_keys(outcome: str, kind: str, now: float) -> list[str]:
     """KEYS a terminal transition passes to Lua: this minute's counters (kind, all), totals."""
     minute = int(now // 60)
     return [stats_minute(outcome, kind, minute), stats_minute(outcome, "_all", minute), STATS_TOTALS]
-
 
 IDEMPOTENCY_PREFIX = PREFIX + "idem:"
 #: Every idempotency key, of this release's form and the previous one's (jobs/core/schema.py).
@@ -143,7 +145,6 @@ def model_concurrency(scope: str) -> str:
     answers, 429s and timeouts (see jobs/lua/model_concurrency_v1.lua)."""
     return f"{PREFIX}model_concurrency:{scope}"
 
-
 #: Set of model names that have an adaptive concurrency hash (what /metrics reports on).
 MODELS = PREFIX + "models"
 
@@ -152,7 +153,6 @@ def owner_jobs(owner: str) -> str:
     """Sorted set of an owner's job ids by creation time (for listings)."""
     return f"{PREFIX}owner:{owner}:jobs"
 
-
 #: Every owner's job index (the state indexes' backfill gives each its expiry when it ends).
 OWNER_JOBS_PATTERN = owner_jobs("*")
 
@@ -160,7 +160,6 @@ OWNER_JOBS_PATTERN = owner_jobs("*")
 def owner_of_jobs_key(key: str) -> str:
     """The owner whose job index ``key`` is (the inverse of ``owner_jobs``)."""
     return key[len(owner_jobs("")) - len(":jobs"):-len(":jobs")]
-
 
 #: The states an owner's jobs are indexed by, in the order ``owner_state_indexes`` gives
 #: their keys (the Lua scripts rely on that order).
@@ -189,7 +188,6 @@ def owner_state_indexes(owner: str) -> list[str]:
     """The KEYS block a state-changing script takes: the state indexes, then the expiries."""
     return [owner_state(owner, state) for state in INDEXED_STATES] + [owner_expiries(owner)]
 
-
 #: Set once every job written before the state indexes existed has been indexed
 #: (jobs/core/state_index.py); until then a state filter reads the jobs themselves.
 STATE_INDEX_READY = PREFIX + "schema:state_index"
@@ -204,8 +202,6 @@ STATE_INDEX_CURSOR = PREFIX + "schema:state_index:cursor"
 JOB_PATTERN = PREFIX + "job:*"
 #: Prefix of the submission-rate counters (kept by the ``limits`` package, jobs/intake/admission.py).
 SUBMIT_RATE_PREFIX = PREFIX + "submit_rate"
-
-
 #: Prefix of the counters of failed sign-ins, tokens and dashboard passwords (web/guessing.py).
 GUESS_RATE_PREFIX = PREFIX + "guess_rate"
 
@@ -290,11 +286,8 @@ def rq_scheduler_lock(queue_name: str) -> str:
     return RQScheduler.get_locking_key(queue_name)
 
 
-
-
 def ended_job_keys(job_id: str) -> list[str]:
-    """leash's keys of one job that must expire with its record once it has ended (besides the
-    record itself)."""
+    """leash's keys of one job that expire with its record once it has ended (but the record)."""
     return [payload(job_id), items(job_id), errors(job_id), history(job_id), usage(job_id), provider_batches(job_id),
             received_answers(job_id), estimate(job_id)]
 
@@ -308,6 +301,12 @@ def retained_with_job(job_id: str, connection) -> list[str]:
     """Every key of one job, leash's and RQ's, that expires no later than its record once it
     has ended (jobs/core/retention.py): RQ's record holds the submitted items."""
     return ended_job_keys(job_id) + [rq_job(job_id), rq_results(job_id), rq_executions(job_id, connection)]
+
+
+def archived_heavy(job_id: str, connection) -> list[str]:
+    """What an archived job lets go after LEASH_REDIS_KEEP: all but its record, errors, history, estimate."""
+    return [payload(job_id), items(job_id), usage(job_id), provider_batches(job_id), received_answers(job_id),
+            rq_job(job_id), rq_results(job_id), rq_executions(job_id, connection)]
 
 
 def usage(job_id: str) -> str:

@@ -19,7 +19,8 @@ import pytest
 import redis
 
 # Fixtures for the web app (app, client, token_app, web_server) and the fake model server.
-pytest_plugins = ["tests.web_support", "tests.fake_openai", "tests.fake_anthropic"]
+# The archive's databases (archive_url: SQLite and a throwaway PostgreSQL).
+pytest_plugins = ["tests.web_support", "tests.fake_openai", "tests.fake_anthropic", "tests.pg_support"]
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_DB = int(os.environ.get("LEASH_TEST_DB", "15"))

@@ -15,7 +15,7 @@ from jobs.lifecycle import scripts, transitions
 ROOT = Path(__file__).resolve().parents[1]
 
 #: The scripts that change a job (see transitions' docstring), by name without their version.
-TRANSITIONS = {"batch_note", "cancel", "claim", "end_outside", "fail", "finish", "heartbeat", "index_job",
+TRANSITIONS = {"archived", "batch_note", "cancel", "claim", "end_outside", "fail", "finish", "heartbeat", "index_job",
                "owner_index_expiry", "park", "reclaim", "release", "replay", "requeue_swallowed", "retain",
                "store_items", "usage_record"}
 #: The scripts that change no job, run from their own modules.
@@ -209,6 +209,8 @@ def test_each_transition_sends_the_keys_its_callers_sent_before(conn, monkeypatc
         "index_job": (lambda: transitions.index_job(conn, job, owner, []), "index_job_v1", [keys.job(job)] + indexes),
         "owner_index_expiry": (lambda: transitions.owner_index_expiry(conn, owner, []),
                                "owner_index_expiry_v1", [keys.owner_jobs(owner), *indexes, keys.STATE_INDEX_READY]),
+        "archived": (lambda: transitions.archived(conn, job, []),
+                     "archived_v1", [keys.job(job), *keys.archived_heavy(job, conn)]),
         "retain": (lambda: transitions.retain(conn, job, []),
                    "retain_v1", [keys.job(job), *keys.retained_with_job(job, conn)]),
     }

@@ -103,11 +103,9 @@ def export(name: str, value: str) -> None:
 WEEK = 7 * 24 * 3600
 
 # --- the lifecycle ---------------------------------------------------------------------------
-declare("REDIS_URL", "redis_url", None,
-        "Redis (`rediss://` works with Heroku's self-signed certificates; "
+declare("REDIS_URL", "redis_url", None, "Redis (`rediss://` works with Heroku's self-signed certificates; "
         "`redis+sentinel://host:26379,.../<service>[/db]` behind Sentinel)")
-declare("LEASH_QUEUE", "names", ["leash"],
-        "the queues served, comma-separated; jobs go to the first unless they name another")
+declare("LEASH_QUEUE", "names", ["leash"], "the queues served, comma-separated; jobs go to the first unless named")
 # 20 s: a dead worker's job runs again within lease + a reaper tick + a claim, under 30 s; renewed
 # every third of it, so two renewals in a row can miss (docs/BENCHMARKS.md).
 declare("LEASH_LEASE_SECONDS", "float", 20.0, "lease length; a job must heartbeat within it", 0.5)
@@ -115,6 +113,9 @@ declare("LEASH_MAX_ATTEMPTS", "int", 3, "default attempts per job", 1)
 declare("LEASH_RETRY_BACKOFF", "ints", [10, 60, 300], "seconds before the 2nd attempt, the 3rd, then every later one")
 declare("LEASH_OWNER_CONCURRENCY", "int", 2, "queued-or-running jobs per owner", 1)
 declare("LEASH_RESULT_TTL", "int", 6 * WEEK, "how long results and failures are kept (seconds)", 60)
+declare("LEASH_ARCHIVE_URL", "str", None, "where ended jobs are archived: an SQLAlchemy URL (`sqlite:///...`, ...)")
+declare("DATABASE_URL", "str", None, "the platform's database: the archive when LEASH_ARCHIVE_URL is unset")
+declare("LEASH_REDIS_KEEP", "int", 3600, "seconds an archived job's items, answers and usage stay in Redis", 0)
 # RQ's hard cap on one attempt. Hangs are caught by the lease long before this.
 declare("LEASH_JOB_TIMEOUT", "int", 6 * 3600, "RQ's hard cap on one attempt (seconds)", 1)
 declare("LEASH_HANDOFF_GRACE", "float", 20.0, "seconds a job gets to hand off on SIGTERM", 0.0)

@@ -20,13 +20,15 @@ from __future__ import annotations
 from redis import Redis
 
 from jobs import keys
-from jobs.config import settings
+from jobs.archive import pending
+from jobs.config import settings, stores
 from jobs.lifecycle import transitions
 
 
 def retain(connection: Redis, job_id: str, pipeline=None) -> int | None:
     """Give every key of an ended job at most its record's remaining time. Returns how many
     keys changed (None when queued on ``pipeline``); nothing changes before the job ended."""
+    pending.note_ended(connection, job_id, stores.archive().url, pipeline=pipeline)  # to the archive once ended
     return transitions.retain(connection, job_id, [settings().result_ttl], pipeline=pipeline)
 
 

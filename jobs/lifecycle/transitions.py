@@ -186,3 +186,9 @@ def retain(connection: Redis, job_id: str, args: list, pipeline=None) -> Any:
     """Every key of an ended job, leash's and RQ's, expires no later than its record."""
     return scripts.run(connection, "retain_v1", {
         "job": keys.job(job_id), "retained": keys.retained_with_job(job_id, connection)}, args, pipeline=pipeline)
+
+
+def archived(connection: Redis, job_id: str, args: list) -> Any:
+    """A job the archive holds whole: its heavy keys leave Redis after the keep time."""
+    return scripts.run(connection, "archived_v1", {
+        "job": keys.job(job_id), "heavy": keys.archived_heavy(job_id, connection)}, args)

@@ -14,8 +14,11 @@ import redis
 from redis import Redis
 from rq.serializers import JSONSerializer
 from rq.worker import Worker
+from sqlalchemy.engine import make_url
 
 from jobs import keys
+from jobs.archive import pending
+from jobs.config import stores
 from jobs.core.connection import is_out_of_memory
 
 #: RQ 3.0 needs LMOVE / BLMOVE (Redis 6.2).
@@ -62,7 +65,26 @@ def _config(connection: Redis, name: str) -> str | None:
 def checks(connection: Redis) -> list[Check]:
     info = connection.info()
     return [_version(info), _persistence(connection, info), *_memory(info),
-            _clients(connection, info), *_workers(connection)]
+            _clients(connection, info), *_workers(connection), archive_check(connection)]
+
+
+#: Seconds the oldest ended job may wait for the archive before it counts as behind.
+ARCHIVE_LATE = 300.0
+
+
+def archive_check(connection: Redis) -> Check:
+    """Where results are kept: the archive, and whether it keeps up (jobs/archive/)."""
+    url = stores.archive().url
+    if url is None:
+        return Check("archive", "warn", "none: results stay in Redis for LEASH_RESULT_TTL (set DATABASE_URL or "
+                     "LEASH_ARCHIVE_URL to keep them in SQL, docs/ARCHIVE.md)")
+    where = make_url(url).render_as_string(hide_password=True)
+    behind = pending.behind(connection)
+    if behind["error"] or behind["oldest_seconds"] > ARCHIVE_LATE:
+        why = f": {behind['error']}" if behind["error"] else ""
+        return Check("archive", "fail", f"{where} is behind: {behind['waiting']} ended jobs wait, the oldest for "
+                     f"{behind['oldest_seconds']:.0f} s (whole in Redis until archived){why}")
+    return Check("archive", "ok", f"{where}, {behind['waiting']} ended jobs waiting")
 
 
 def server(info: dict) -> tuple[str, str]:
@@ -171,4 +193,7 @@ def readiness(connection: Redis) -> list[str]:
         problems.append(WRITES_REFUSED)
     if not Worker.all(connection=connection, serializer=JSONSerializer):
         problems.append(NO_WORKERS)
+    archive = archive_check(connection)
+    if archive.verdict == "fail":
+        problems.append(f"archive: {archive.detail}")
     return problems

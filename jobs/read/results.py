@@ -18,6 +18,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from jobs import keys
+from jobs.archive import reading
 from jobs.core import payload_copy
 from jobs.core.text import decoded, printable
 from jobs.errors import NoSuchJob
@@ -56,12 +57,19 @@ def read_page(connection: Redis, job_id: str, offset: int = 0, limit: int = 50) 
         raise ValueError(f"need offset >= 0 and 1 <= limit <= {MAX_PAGE}")
     indexes = list(range(offset, offset + limit))
     with connection.pipeline(transaction=False) as pipe:
-        pipe.hmget(keys.job(job_id), "owner", "state", "done", "total")
+        pipe.hmget(keys.job(job_id), "owner", "state", "done", "total", "archived_at")
         pipe.hmget(keys.items(job_id), indexes)
         pipe.hmget(keys.usage(job_id), [f"i{index}" for index in indexes])
-        (owner, state, done, total), values, usages = pipe.execute()
+        pipe.exists(keys.items(job_id))
+        (owner, state, done, total, archived), values, usages, held = pipe.execute()
     if owner is None:
         raise NoSuchJob(f"no such job: {job_id}")
+    if archived and not held:  # archived, and Redis' copy of its items has left: the archive's
+        rows = reading.page(job_id, offset, limit, connection)
+        values = [None] * limit
+        usages = [None] * limit
+        for index, _, result, usage in rows:
+            values[index - offset], usages[index - offset] = result, usage
     items = [(index, json.loads(value)) for index, value in zip(indexes, values, strict=True) if value is not None]
     return Page(job_id=job_id, owner=decoded(owner), state=decoded(state) or "queued", done=int(done or 0),
                 total=int(total or 0), offset=offset, limit=limit, items=items,
@@ -99,7 +107,7 @@ def submitted_items(connection: Redis, job_id: str) -> list[Any]:
         job = Job.fetch(job_id, connection=connection, serializer=JSONSerializer)
         _, payload = job.args
     except (NoSuchJobError, DeserializationError, ValueError, TypeError):
-        return []
+        payload = reading.payload(job_id, connection) if connection.hexists(keys.job(job_id), "archived_at") else None
     items = payload.get("items") if isinstance(payload, dict) else None
     return items if isinstance(items, list) else []
 
@@ -159,6 +167,8 @@ def result_columns(connection: Redis, job_id: str) -> list[str]:
             payload = payload_copy.decode(raw)
         except ValueError:
             payload = None
+    if payload is None and connection.hexists(keys.job(job_id), "archived_at"):
+        payload = reading.payload(job_id, connection, with_items=False)
     schema = payload.get("schema") if isinstance(payload, dict) else None
     props = schema.get("properties") if isinstance(schema, dict) else None
     return [str(name) for name in props] if isinstance(props, dict) else []

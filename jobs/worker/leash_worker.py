@@ -34,6 +34,7 @@ from rq.serializers import JSONSerializer
 from rq.worker import Worker
 
 from jobs import deadletter, keys, runner
+from jobs.archive import sweep as archive_sweep
 from jobs.config import settings
 from jobs.core import clock, consistency, lease, retention, state_index
 from jobs.core.connection import follow_primary
@@ -176,6 +177,7 @@ class LeashWorker(Shutdown, FullRedis, Worker):
     def _tick(self) -> None:
         try:
             self.reaper.tick()
+            archive_sweep.tick(self.connection)  # ended jobs to SQL; an unreachable archive is logged
         except redis.exceptions.RedisError as exc:
             if not self.noted_full(exc):
                 log.warning("reaper skipped a round: %s", exc)
@@ -195,9 +197,8 @@ class LeashWorker(Shutdown, FullRedis, Worker):
             return  # the work-horse parked the batch job (a new token) and is finishing RQ's bookkeeping
         if state != b"running" or (token or b"").decode() != attempt.token:
             if self._handoff_deadline is not None:
-                # Handing off: the work-horse has just released the job and is finishing up
-                # (or, if it was reclaimed, learns so at its next heartbeat); the grace
-                # deadline above still bounds it.
+                # Handing off: the work-horse has just released the job and is finishing up (or, if
+                # it was reclaimed, learns so at its next heartbeat); the grace deadline bounds it.
                 return
             # A work-horse back from an outage first writes the usage and answers it was paid for.
             if clock.monotonic() - attempt.__dict__.setdefault("reclaimed_at", clock.monotonic()) < 5.0:
@@ -382,9 +383,8 @@ class LeashWorker(Shutdown, FullRedis, Worker):
             pipe.execute()
 
     def handle_exception(self, job: Job, *exc_info):
-        # In the work-horse: RQ logs every exception a job raised as an ERROR with its
-        # traceback. An attempt that gave its job back (deploy hand-off, Redis blip) or lost
-        # its lease did not fail: one line, so log-based alerts see only real failures.
+        # In the work-horse: RQ logs every exception a job raised as an ERROR with its traceback. An attempt
+        # that gave its job back (hand-off, Redis blip) or lost its lease did not fail: one line, no alert.
         attempt = self._attempt
         if attempt is not None and log_not_a_failure(attempt, exc_info[1]):
             return

@@ -1,0 +1,73 @@
+"""Reading the archive: a job's items a page at a time (or streamed, a page per query), its
+submitted items and payload, its row, and what owners spent by month."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import func, select
+
+from jobs.archive import database, tables
+
+
+def engine_for(connection) -> Any:
+    """The archive a reader of ``connection``'s jobs uses: the configured one, else the one of the
+    ``leash dev`` whose Redis it is (the command line marks its connection so)."""
+    return database.engine(None if database.configured_url() else getattr(connection, "leash_archive_url", None))
+
+
+def page(job_id: str, offset: int, limit: int, connection=None) -> list[tuple[int, Any, str | None, str | None]]:
+    """(index, input item, raw result JSON or None, raw usage or None) of ``[offset, offset+limit)``."""
+    engine = engine_for(connection)
+    if engine is None:
+        return []
+    c = tables.items.c
+    query = (select(c.idx, c.item, c.result, c.usage).where(c.job_id == job_id)
+             .where(c.idx >= offset).where(c.idx < offset + limit).order_by(c.idx))
+    with engine.connect() as connection:
+        return [(idx, None if item is None else json.loads(item), result, usage)
+                for idx, item, result, usage in connection.execute(query)]
+
+
+def job(job_id: str, connection=None) -> dict | None:
+    """The job's archived row (None when the archive does not hold it)."""
+    engine = engine_for(connection)
+    if engine is None:
+        return None
+    with engine.connect() as connection:
+        row = connection.execute(select(tables.jobs).where(tables.jobs.c.job_id == job_id)).mappings().first()
+    return dict(row) if row else None
+
+
+def payload(job_id: str, connection=None, with_items: bool = True) -> dict | None:
+    """The payload as submitted, its items too unless ``with_items`` is False (None when the
+    archive does not hold the job)."""
+    row = job(job_id, connection)
+    if row is None:
+        return None
+    found = json.loads(row["payload"]) if row["payload"] else {}
+    if with_items:
+        found["items"] = [item for _, item, _, _ in page(job_id, 0, 1 << 30, connection)]
+    return found
+
+
+def months(owner: str | None = None, month: str | None = None, connection=None) -> list[dict]:
+    """Jobs, calls, tokens and cost by owner and month of their end, newest month first."""
+    engine = engine_for(connection)
+    if engine is None:
+        return []
+    c = tables.jobs.c
+    query = (select(c.owner, c.ended_month, func.count(), func.sum(c.calls), func.sum(c.input_tokens),
+                    func.sum(c.output_tokens), func.sum(c.cost_usd), func.count(c.cost_usd))
+             .group_by(c.owner, c.ended_month).order_by(c.ended_month.desc(), c.owner))
+    if owner is not None:
+        query = query.where(c.owner == owner)
+    if month is not None:
+        query = query.where(c.ended_month == month)
+    with engine.connect() as connection:
+        return [{"owner": o, "month": m, "jobs": n, "calls": int(calls or 0), "input_tokens": int(i or 0),
+                 "output_tokens": int(out or 0),
+                 # Unknown when any job's cost is: a partial sum shown as the cost would be a guess.
+                 "cost_usd": round(cost or 0.0, 6) if priced == n else None}
+                for o, m, n, calls, i, out, cost, priced in connection.execute(query)]
