@@ -24,11 +24,8 @@ from jobs.config.front import web_app
 from jobs.core import control, states
 from jobs.core.items import CONCURRENCY_FIELD
 from jobs.core.text import printable
-from jobs.enqueue import enqueue
-from jobs.errors import InvalidJob, NoSuchJob, QueueFull
-from jobs.intake import admission
-from jobs.intake.estimate import dry_run as enqueue_dry_run
-from jobs.intake.estimate import price_or_none
+from jobs.errors import NoSuchJob
+from jobs.intake import submission
 from jobs.intake.estimate import text as estimate_text
 from jobs.intake.modes import MODE_FIELD, MODES
 from jobs.models.backends import get_backend
@@ -186,27 +183,18 @@ def submit(kind, name, owner, token, idempotency_key, max_attempts, queue, item_
     if no_cache:
         payload[CACHE_FIELD] = False
     conn = connect_checked()
-    if dry_run:
-        try:
-            figures = enqueue_dry_run(conn, kind, payload, owner=owner, max_attempts=max_attempts, queue=queue,
-                                      name=name)
-        except InvalidJob as exc:
-            raise BadInput(in_flags(str(exc), field_texts)) from None
-        click.echo(json.dumps({"estimate": figures}) if as_json else estimate_text(figures))
-        return
-    refusal = admission.check(conn, owner, idempotency_key)
-    if refusal is not None:
-        # Not bad input: the same command succeeds later (exit 1, like any refusal to act now).
-        raise click.ClickException(refusal.message)
     try:
-        job_id, created = enqueue(conn, kind, payload, owner=owner, max_attempts=max_attempts,
-                                  idempotency_key=idempotency_key, queue=queue, name=name,
-                                  price=price_or_none(conn, kind, payload, owner, max_attempts=max_attempts,
-                                                      queue=queue, name=name))
-    except QueueFull as exc:  # the place was taken by a submission racing this one (exit 1)
-        raise click.ClickException(str(exc)) from None
-    except InvalidJob as exc:
+        submitted = submission.submit(conn, submission.Submission(kind, payload, owner, max_attempts, queue, name,
+                                                                  idempotency_key), dry_run=dry_run)
+    except submission.Refused as refused:
+        # Not bad input: the same command succeeds later (exit 1, like any refusal to act now).
+        raise click.ClickException(str(refused)) from None
+    except submission.Invalid as exc:
         raise BadInput(in_flags(str(exc), field_texts)) from None
+    if dry_run:
+        click.echo(json.dumps({"estimate": submitted.estimate}) if as_json else estimate_text(submitted.estimate))
+        return
+    job_id, created = submitted.job_id, submitted.created
     if as_json:
         click.echo(json.dumps({"job_id": job_id, "created": created, "url": job_address(job_id)}))
         return

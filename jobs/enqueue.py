@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import NamedTuple
 
 from redis import Redis
 from redis.exceptions import NoScriptError, WatchError
@@ -118,13 +119,42 @@ def _validate(kind: str, payload, owner: str, max_attempts: int, idempotency_key
     return total
 
 
+class Checked(NamedTuple):
+    """A submission that passed every check ``enqueue`` makes: what ``write`` puts on the queue."""
+
+    kind: str
+    payload: dict
+    owner: str
+    max_attempts: int
+    total: int  # the number of items, as the kind's validator counted them
+    name: str | None
+    queue: str  # one the deployment serves
+    idempotency_key: str | None = None
+
+
+def check(kind: str, payload, owner: str = "default", max_attempts: int | None = None, queue: str | None = None,
+          name: str | None = None, idempotency_key: str | None = None) -> Checked:
+    """Every check ``enqueue`` makes of a submission, once, writing nothing (InvalidJob)."""
+    s = settings()
+    max_attempts = s.max_attempts if max_attempts is None else max_attempts
+    total = _validate(kind, payload, owner, max_attempts, idempotency_key)
+    return Checked(kind, payload, owner, max_attempts, total, check_name(name), resolve_queue(queue, s.queues),
+                   idempotency_key)
+
+
 def validate(kind: str, payload, owner: str = "default", max_attempts: int | None = None, queue: str | None = None,
              name: str | None = None) -> None:
     """Every check ``enqueue`` makes of a submission, writing nothing (InvalidJob): a dry run's."""
-    s = settings()
-    _validate(kind, payload, owner, s.max_attempts if max_attempts is None else max_attempts, None)
-    check_name(name)
-    resolve_queue(queue, s.queues)
+    check(kind, payload, owner, max_attempts, queue, name)
+
+
+def repeat_of(connection: Redis, owner: str, idempotency_key: str | None) -> str | None:
+    """The job a repeat of this owner's idempotency key returns, else None. A repeat returns the
+    job whatever today's limits say of its payload: an earlier release (or setting) accepted it,
+    and limits apply to new jobs only."""
+    if _is_key(owner) and _is_key(idempotency_key):
+        return job_for_key(connection, owner, idempotency_key)
+    return None
 
 
 def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
@@ -134,25 +164,26 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
     """Enqueue a job; returns ``(job_id, created)``. With an idempotency key already used by
     this owner, returns the first job's id and ``created=False`` and writes nothing. The owner's
     queued cap is taken here, in one step with its check (``jobs.intake.door``: QueueFull at the
-    cap); the doors (API, form, ``leash submit``) ask ``jobs.intake.admission.check`` first for
-    the other limits (daily budget, submission rate).
+    cap); the doors (API, form, ``leash submit``) submit through ``jobs.intake.submission``,
+    which asks ``jobs.intake.admission.check`` first for the other limits (daily budget,
+    submission rate).
 
     The idempotency key is written in the same transaction as the job, so it never points at
     a job that does not exist: concurrent submissions with one key race on WATCH, the losers
     read the winner's id, and a submission cut short (Redis stalled, client gone) left
     nothing behind, so its retry creates the job. ``price``: the job's estimate
     (jobs/intake/estimate.py), kept in its record for the job page (the doors make it)."""
+    existing = repeat_of(connection, owner, idempotency_key)
+    if existing is not None:
+        return existing, False
+    return write(connection, check(kind, payload, owner, max_attempts, queue, name, idempotency_key), now, price)
+
+
+def write(connection: Redis, job: Checked, now: float | None = None, price: dict | None = None) -> tuple[str, bool]:
+    """Put a checked submission on the queue (``enqueue`` without its checks, which ``check``
+    made): ``(job_id, created)`` as ``enqueue`` answers; QueueFull at the owner's cap."""
     s = settings()
-    max_attempts = s.max_attempts if max_attempts is None else max_attempts
-    if _is_key(owner) and _is_key(idempotency_key):
-        # A repeat returns the job whatever today's limits say of its payload: an earlier
-        # release (or setting) accepted it, and limits apply to new jobs only.
-        existing = job_for_key(connection, owner, idempotency_key)
-        if existing is not None:
-            return existing, False
-    total = _validate(kind, payload, owner, max_attempts, idempotency_key)
-    name = check_name(name)
-    queue_name = resolve_queue(queue, s.queues)
+    kind, payload, owner, max_attempts, total, name, queue_name, idempotency_key = job
     idem_key = keys.idempotency(owner, idempotency_key) if idempotency_key else None
     legacy_key = keys.legacy_idempotency(owner, idempotency_key) if idempotency_key else None
     q = rq_queue(connection, queue_name)

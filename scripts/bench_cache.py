@@ -51,7 +51,7 @@ def main() -> None:
     try:
         from jobs import keys
         from jobs.enqueue import enqueue
-        from jobs.intake.estimate import dry_run
+        from jobs.intake.submission import dry_run
 
         client = own.client()
         items = [f"review {i:05d}: the kettle boils fast but the lid is loose" for i in range(args.items)]

@@ -55,7 +55,7 @@ def test_a_cache_setting_that_is_not_one_of_its_words_is_named(conn, env):
     import pytest
 
     from jobs.errors import InvalidJob
-    from jobs.intake.estimate import dry_run
+    from jobs.intake.submission import dry_run
 
     env.setenv("LEASH_MODEL_URL", "http://127.0.0.1:9/v1")
     env.setenv("LEASH_MODEL_NAME", "m")

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from cli import main
 from jobs import keys
 from jobs.enqueue import enqueue
-from jobs.intake.estimate import dry_run, price_or_none
+from jobs.intake.submission import dry_run, price_or_none
 from jobs.usage.report import owner_usage
 from tests.conftest import run_burst, wait_for
 from tests.test_batch_jobs import FOLLOW

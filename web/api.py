@@ -28,10 +28,9 @@ from flask import Blueprint, Response, current_app, jsonify, redirect, request, 
 from jobs import kinds
 from jobs.batch.run import cancel_at_provider
 from jobs.core import control, states
-from jobs.enqueue import check_name, enqueue
-from jobs.errors import InvalidJob, NoSuchJob, QueueFull
-from jobs.intake import admission
-from jobs.intake.estimate import dry_run, price_or_none
+from jobs.enqueue import check_name
+from jobs.errors import InvalidJob, NoSuchJob
+from jobs.intake import submission
 from jobs.models.backends import get_backend
 from jobs.read import listing, results
 from jobs.usage.meter import DAYS_KEPT
@@ -108,28 +107,18 @@ def submit():
     except _Fail as fail:
         return api_error(fail.status, fail.message)
     connection = redis_conn()
-    if dry:  # the price before the run: every check, nothing written
-        try:
-            return jsonify(estimate=dry_run(connection, kind, payload, owner=owner, max_attempts=max_attempts,
-                                            queue=queue, name=name))
-        except InvalidJob as exc:
-            missing = missing_field(str(exc), payload)
-            return api_error(400, f"missing field '{missing}': {exc}") if missing else api_error(422, str(exc))
-    refusal = admission.check(connection, owner, idempotency_key)
-    if refusal is not None:
+    try:  # with dry_run: the price before the run, every check made and nothing written
+        submitted = submission.submit(connection, submission.Submission(
+            kind, payload, owner, max_attempts, queue, name, idempotency_key), dry_run=dry)
+    except submission.Refused as refused:
+        refusal = refused.refusal
         return api_error(refusal.status, refusal.message, {"Retry-After": str(refusal.retry_after)})
-    try:
-        job_id, created = enqueue(connection, kind, payload, owner=owner, max_attempts=max_attempts,
-                                  idempotency_key=idempotency_key, queue=queue, name=name,
-                                  price=price_or_none(connection, kind, payload, owner, max_attempts=max_attempts,
-                                                      queue=queue, name=name))
-    except QueueFull as exc:  # the place was taken by a submission racing this one
-        return api_error(exc.status, str(exc), {"Retry-After": str(exc.retry_after)})
-    except InvalidJob as exc:
+    except submission.Invalid as exc:
         missing = missing_field(str(exc), payload)
-        if missing:
-            return api_error(400, f"missing field '{missing}': {exc}")
-        return api_error(422, str(exc))
+        return api_error(400, f"missing field '{missing}': {exc}") if missing else api_error(422, str(exc))
+    if dry:
+        return jsonify(estimate=submitted.estimate)
+    job_id, created = submitted.job_id, submitted.created
     url = url_for("api.job", job_id=job_id)
     if created:
         response = jsonify(job_id=job_id, state=states.State.QUEUED.value, url=url)

@@ -28,13 +28,11 @@ from flask import Blueprint, jsonify, make_response, redirect, render_template, 
 from jobs import deadletter, keys, kinds
 from jobs.core import clock, states
 from jobs.core.text import printable
-from jobs.enqueue import check_name, enqueue
-from jobs.errors import InvalidJob, QueueFull
-from jobs.intake import admission, limits
-from jobs.intake.estimate import dry_run, price_or_none
+from jobs.enqueue import check_name
+from jobs.errors import InvalidJob
+from jobs.intake import admission, submission
 from jobs.intake.estimate import text as estimate_text
-from jobs.intake.modes import MODE_FIELD, check_mode
-from jobs.models import backends
+from jobs.intake.modes import MODE_FIELD
 from jobs.models.cache import CACHE_FIELD
 from jobs.read import humane, job_view, listing, money, poll_schedule, results
 from jobs.usage.budget import BUDGET_FIELD
@@ -53,7 +51,6 @@ JOBS_PER_PAGE = 25
 STALE_TEXT = "stale — the worker stopped reporting, the job will be retried"
 #: A batch job waiting at its provider holds no worker: what is late is its look (why: "waiting").
 STALE_LOOK_TEXT = "stale — its look at the provider's batch is late"
-FORM_FIELDS = ("items", "items_file", "kind", "mode", "budget_tokens", "budget_usd", "name")  # and each kind's fields
 
 
 def plain(message: str) -> str:
@@ -87,23 +84,6 @@ def _field_for(message: str, form: BaseSubmitForm) -> str:
     return name
 
 
-def _check_each_field(form: BaseSubmitForm, kind: str, payload: dict) -> None:
-    """Run every field's check, so the person sees all that is wrong at once, not one at a
-    time. The kind's own validator runs again in enqueue."""
-    checks = [("items", limits.check_items)]
-    if kind in kinds.KINDS:
-        checks += [(field.name, field.check) for field in kinds.KINDS[kind].fields]
-        checks.append(("mode", lambda payload: check_mode(payload, kind, kinds.KINDS[kind].batch,
-                                                          backends.batch_problem)))
-    for name, check in checks:
-        try:
-            check(payload)
-        except InvalidJob as exc:
-            if name == "items":
-                name = _field_for("items", form)
-            getattr(form, name).errors.append(plain(str(exc)))
-
-
 def _payload(form: BaseSubmitForm, items: list[str]) -> dict:
     payload: dict = {"items": items, **form.payload_fields()}
     if form.budget():
@@ -130,41 +110,39 @@ def index():
     refusal = None
     if form.validate_on_submit():
         items = form.item_list()
-        payload = _payload(form, items or [])
-        if items is not None:
-            _check_each_field(form, form.kind.data, payload)
-        job_name = None
-        try:
-            job_name = check_name(form.name.data)
-        except InvalidJob as exc:
-            form.name.errors.append(plain(str(exc)))
-        if not any(getattr(form, name).errors for name in (*FORM_FIELDS, *(f.name for f, _ in kinds.fields()))):
-            key = "form:" + form.submission.data
-            if request.form.get("estimate"):  # the Estimate button: the price, nothing written
-                try:
-                    priced = estimate_text(dry_run(redis_conn(), form.kind.data, payload, owner=owner, name=job_name))
-                except InvalidJob as exc:
-                    priced = None
-                    getattr(form, _field_for(str(exc), form)).errors.append(plain(str(exc)))
-                return _page(render_template("index.html", form=form, kind_names=sorted(kinds.KINDS), refusal=None,
-                                             estimate=priced and plain(priced)), 422 if form.errors else 200)
-            refusal = admission.check(redis_conn(), owner, key)
+        if items is None:  # the upload could not be read (its error is on the field); the name still
+            _name_problem(form)
+        else:
+            estimate_only = bool(request.form.get("estimate"))  # the Estimate button: the price, nothing written
             try:
-                if refusal is None:
-                    job_id, _ = enqueue(redis_conn(), form.kind.data, payload, owner=owner, idempotency_key=key,
-                                        name=job_name, price=price_or_none(redis_conn(), form.kind.data, payload,
-                                                                           owner, name=job_name))
-                    return redirect(url_for("api.job", job_id=job_id), 303)
-            except QueueFull as exc:  # the place was taken by a submission racing this one
-                refusal = admission.Refusal(exc.status, str(exc), exc.retry_after)
-            except InvalidJob as exc:
-                getattr(form, _field_for(str(exc), form)).errors.append(plain(str(exc)))
+                submitted = submission.submit(redis_conn(), submission.Submission(
+                    form.kind.data, _payload(form, items), owner, name=form.name.data,
+                    idempotency_key="form:" + form.submission.data), dry_run=estimate_only)
+            except submission.Refused as refused:
+                refusal = refused.refusal
+            except submission.Invalid as exc:  # every field's problem on its field, at once
+                for field, message in exc.problems:
+                    where = field if field not in (None, "items") else _field_for(message if field is None
+                                                                                  else "items", form)
+                    getattr(form, where).errors.append(plain(message))
+            else:
+                if estimate_only:
+                    return _page(render_template("index.html", form=form, kind_names=sorted(kinds.KINDS),
+                                                 refusal=None, estimate=plain(estimate_text(submitted.estimate))))
+                return redirect(url_for("api.job", job_id=submitted.job_id), 303)
     status = 422 if form.is_submitted() and form.errors else 200
     response = _page(render_template("index.html", form=form, kind_names=sorted(kinds.KINDS),
                                      refusal=refusal and plain(refusal.message)), refusal.status if refusal else status)
     if refusal:
         response.headers["Retry-After"] = str(refusal.retry_after)
     return response
+
+
+def _name_problem(form: BaseSubmitForm) -> None:
+    try:
+        check_name(form.name.data)
+    except InvalidJob as exc:
+        form.name.errors.append(plain(str(exc)))
 
 
 def _schedule() -> dict:

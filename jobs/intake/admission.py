@@ -1,5 +1,5 @@
 """May this owner submit a job now? The one check at the door, for the API, the form and
-``leash submit`` alike (each calls ``check`` just before ``jobs.enqueue.enqueue``).
+``leash submit`` alike (``jobs.intake.submission.submit`` calls ``check`` before it writes).
 
     LEASH_MAX_QUEUED_PER_OWNER   an owner's jobs waiting to run (default 1000)
     LEASH_OWNER_DAILY_TOKENS/_USD  what an owner's jobs may use per UTC day (jobs/usage/budget.py)
@@ -33,7 +33,6 @@ from limits.strategies import MovingWindowRateLimiter
 from redis import Redis
 
 from jobs import config, keys
-from jobs.enqueue import job_for_key
 from jobs.intake import door
 from jobs.usage.budget import owner_over_daily, seconds_to_next_utc_day
 
@@ -62,12 +61,10 @@ def _limiter(connection: Redis) -> MovingWindowRateLimiter:
     return cached[1]
 
 
-def check(connection: Redis, owner: str, idempotency_key: str | None = None) -> Refusal | None:
+def check(connection: Redis, owner: str) -> Refusal | None:
     """None when ``owner`` may submit a job now (and counts the submission against its rate),
-    else why not. A repeat of an idempotency key the owner already used is always let in: it
-    writes nothing and answers with the first job."""
-    if idempotency_key and job_for_key(connection, owner, idempotency_key) is not None:
-        return None
+    else why not. A repeat of an idempotency key the owner already used never comes here
+    (``jobs.intake.submission`` answers it with the first job first: it writes nothing)."""
     cap = door.cap()
     queued = door.count(connection, owner)
     if queued >= cap:  # early, before the rate counts this one; jobs.enqueue takes the place exactly

@@ -1,5 +1,6 @@
 """A job's price before it runs: ``leash submit --dry-run``, the API's ``dry_run: true`` and the
-form's Estimate button write nothing and answer ``estimate(...)``.
+form's Estimate button write nothing and answer ``estimate(...)`` (through
+``jobs.intake.submission``, which checks the payload first).
 
 Each item's request is built exactly as the worker builds it (the kind's ``BatchSpec.request``,
 the same for direct and batch mode) and bounded as the worker bounds it before a call
@@ -136,25 +137,6 @@ def _day_covers(today, worst_tokens: int, worst_nusd: int | None) -> bool | None
             return None
         return worst_nusd <= limit_nusd - used_nusd - held_nusd
     return True
-
-
-def dry_run(connection: Redis, kind: str, payload: dict, owner: str = "default", max_attempts: int | None = None,
-            queue: str | None = None, name: str | None = None) -> dict[str, Any]:
-    """The job's estimate after every check ``jobs.enqueue.enqueue`` makes; writes nothing
-    (InvalidJob as ``enqueue`` raises it)."""
-    from jobs.enqueue import validate  # the door's checks; the door imports both
-
-    validate(kind, payload, owner, max_attempts, queue, name)
-    return estimate(connection, kind, payload, owner)
-
-
-def price_or_none(connection: Redis, kind: str, payload: dict, owner: str, **options) -> dict[str, Any] | None:
-    """The estimate a door keeps with the job it submits; None when there is none (the payload
-    is refused, with ``enqueue``'s own message, or no model is configured here)."""
-    try:
-        return dry_run(connection, kind, payload, owner, **options)
-    except InvalidJob:
-        return None
 
 
 def _money(usd: float | None) -> str:
