@@ -58,6 +58,7 @@ def main() -> None:
               help="Module(s) that register your job kinds (comma-separated in the env var).")
 def worker(queues, burst, name, scheduler, log_level, imports):
     """Run a worker (RQ Worker with leases, reaping and deploy hand-off)."""
+    from jobs.archive import database as archive_database
     from jobs.config import settings
     from jobs.kinds import import_kinds
     from jobs.read.redis_health import eviction_warning
@@ -81,8 +82,9 @@ def worker(queues, burst, name, scheduler, log_level, imports):
         raise job_commands.BadInput(str(exc)) from None
     names = [q.strip() for spec in (queues or settings().queues) for q in spec.split(",") if q.strip()]
     w = LeashWorker(names, connection=conn, name=name)  # names: it builds its own LeashQueue objects
-    if warning := eviction_warning(conn):
-        logging.getLogger("leash.worker").warning(warning)
+    for warning in (eviction_warning(conn), archive_database.startup_warning()):
+        if warning:
+            logging.getLogger("leash.worker").warning(warning)
     try:
         reporting.init_worker(w)  # SENTRY_DSN
     except ValueError as exc:

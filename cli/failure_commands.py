@@ -14,6 +14,7 @@ import sys
 import click
 
 from jobs import deadletter, keys
+from jobs.archive import restore as archive_restore
 from jobs.core import clock
 from jobs.deadletter import alerts, durations, failures
 from jobs.usage.budget import Budget
@@ -187,7 +188,7 @@ def replay_command(job_ids, kind, error_contains, since, dry_run, yes, actor, bu
     if budget_tokens is not None or budget_usd is not None:
         budget = Budget(budget_tokens, budget_usd)
     outcome = deadletter.replay(conn, matched, actor or deadletter.default_actor(), selector,
-                                skipped=selection.skipped, budget=budget)
+                                skipped=selection.skipped, budget=budget, restore=archive_restore.restore)
     _print_replay(as_json, "replayed", outcome.replayed, outcome.skipped, audit_id=outcome.audit_id,
                   left_failed=outcome.left_failed)
     if outcome.left_failed:  # the owner's queued cap: the same command works once some have started

@@ -34,6 +34,7 @@ from flask_wtf.csrf import CSRFProtect
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from jobs import kinds
+from jobs.archive import database as archive_database
 from jobs.config import redis_settings
 from jobs.config.front import web_app
 from jobs.core.connection import check_settings, configured_url, connect
@@ -109,6 +110,8 @@ def create_app(test_config: dict | None = None) -> Flask:
     elif not app.config["LEASH_TOKENS"]:
         log.warning("LEASH_API_TOKENS is not set: the API is open and its callers share one owner "
                     "(development only)")
+    if (no_archive := archive_database.startup_warning()) and not app.config["LEASH_DEV"]:
+        log.warning(no_archive)
     kinds.import_kinds()
     app.extensions["leash_redis"] = guarded_connection(app.config["REDIS_URL"], app.config["LEASH_REDIS_TIMEOUT"])
     _warn_if_redis_may_evict(app.config["REDIS_URL"])

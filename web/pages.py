@@ -26,6 +26,7 @@ from datetime import datetime
 from flask import Blueprint, jsonify, make_response, redirect, render_template, request, url_for
 
 from jobs import deadletter, keys, kinds
+from jobs.archive import restore as archive_restore
 from jobs.core import clock, states
 from jobs.core.text import printable
 from jobs.enqueue import check_name
@@ -265,7 +266,7 @@ def replay(job_id: str):
         return api_error(409, f"not replayed: {reason}")
     outcome = deadletter.replay(connection, selection.matched, f"web:{owner}",
                                 {"ids_given": 1, "kind": None, "error_contains": None, "since": None},
-                                skipped=selection.skipped)
+                                skipped=selection.skipped, restore=archive_restore.restore)
     if outcome.left_failed:  # its owner is at the queued cap: the same replay works once some start
         return api_error(429, f"not replayed: {outcome.left_failed[0][1]}",
                          {"Retry-After": str(admission.QUEUED_RETRY_AFTER)})

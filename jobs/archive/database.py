@@ -33,6 +33,17 @@ def configured_url() -> str | None:
     return stores.archive().url
 
 
+#: What the start-up log and ``leash doctor`` say of a deploy without an archive.
+NO_ARCHIVE = ("no archive: neither LEASH_ARCHIVE_URL nor DATABASE_URL is set, so ended jobs' results stay in Redis "
+              "for LEASH_RESULT_TTL (add a database to keep them in SQL: docs/ARCHIVE.md)")
+
+
+def startup_warning() -> str | None:
+    """What a web or worker process logs at start about where results are kept: a warning
+    without an archive, else None."""
+    return NO_ARCHIVE if configured_url() is None else None
+
+
 def engine(url: str | None = None, migrate_first: bool = True) -> Engine | None:
     """The engine of ``url`` (default: the configured archive; None when there is none), its
     tables migrated before first use in this process. A forked process gets engines of its own."""

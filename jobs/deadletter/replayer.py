@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from redis import Redis
@@ -138,18 +138,25 @@ def _errors(connection: Redis, job_ids: list[str]) -> list[str]:
 _REASONS = {
     "missing": "the job no longer exists",
     "rq-missing": "its payload has expired, there is nothing left to run",
+    "archive-unreachable": "its items are in the archive, which did not answer: replay it again once it is back",
 }
+#: ``restore`` of ``replay``: puts an archived job's payload copy, results and usage back in Redis
+#: (jobs.archive.restore.restore, passed in by the commands and pages: the replay sits below the
+#: archive); answers {job id: "restored" or why not} for the jobs it had to bring back.
+Restore = Callable[[Redis, list[str]], dict[str, str]]
 
 
 def replay(connection: Redis, candidates: list[Candidate], actor: str, selector: dict,
            skipped: list[tuple[str, str]] | None = None, now: float | None = None,
-           batch: int = BATCH, budget: Budget | None = None, capped: bool = True) -> ReplayOutcome:
+           batch: int = BATCH, budget: Budget | None = None, capped: bool = True,
+           restore: Restore | None = None) -> ReplayOutcome:
     """Replay the selected jobs and record the audit entry. A job that stopped being failed
     since it was selected is skipped with the state it is in now. With ``budget``, each job
     runs on under that budget (a job that stopped at ``budget reached`` resumes from its
     checkpoint: no stored item is asked again). A replayed job takes a place of its owner's
     queued cap like a submission: one whose owner is at the cap is left failed, with the reason
-    (``left_failed``; ``capped=False`` for jobs already put back on a queue by RQ's tools)."""
+    (``left_failed``; ``capped=False`` for jobs already put back on a queue by RQ's tools). An
+    archived job whose copy left Redis is brought back from the archive by ``restore`` first."""
     now = clock.wall() if now is None else now
     replayed: list[Candidate] = []
     skipped = list(skipped or [])
@@ -160,7 +167,7 @@ def replay(connection: Redis, candidates: list[Candidate], actor: str, selector:
     for start in range(0, len(candidates), batch):
         chunk = candidates[start:start + batch]
         results, owners = _replay_batch(connection, [c.job_id for c in chunk], now, position=start,
-                                        budget=budget, cap=cap)
+                                        budget=budget, cap=cap, restore=restore)
         for candidate, result, owner in zip(chunk, results, owners, strict=True):
             if result == "replayed":
                 replayed.append(candidate)
@@ -183,8 +190,13 @@ def _read_rq_sides(connection: Redis, job_ids: list[str]) -> list:
 
 
 def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: int,
-                  budget: Budget | None = None, cap: int | None = None) -> tuple[list[str], list[str]]:
+                  budget: Budget | None = None, cap: int | None = None,
+                  restore: Restore | None = None) -> tuple[list[str], list[str]]:
     """Each job's outcome (replay_v4's answer) and its owner."""
+    # An archived job whose heavy keys have left Redis (LEASH_REDIS_KEEP): its payload copy,
+    # results and usage come back from the archive first, so it replays like any failed job.
+    unreachable = {job_id for job_id, how in (restore(connection, job_ids) if restore else {}).items()
+                   if how != "restored"}
     rows = _read_rq_sides(connection, job_ids)
     # RQ's record deleted behind leash's back (rq-dashboard Delete, `rq empty`): rebuild it
     # from leash's copy of the payload, then replay it like any failed job.
@@ -217,6 +229,8 @@ def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: i
                             keys.owner_door_holds(owner or "")]
             args += [job_id, "list"]
     results = [decoded(r) for r in transitions.replay(connection, per_job, args)]
+    results = ["archive-unreachable" if job_id in unreachable and result == "rq-missing" else result
+               for job_id, result in zip(job_ids, results, strict=True)]
     # What RQ's enqueue does for a rate-limited job after saving it as waiting: register the
     # limit, then fill free slots (oldest waiting first) onto the queue.
     with connection.pipeline(transaction=False) as pipe:

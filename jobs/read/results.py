@@ -87,8 +87,20 @@ def parse_item_usage(raw: bytes | str) -> dict[str, int]:
 
 
 def item_inputs(connection: Redis, job_id: str, offset: int, limit: int) -> list[Any]:
-    """The submitted items ``[offset, offset + limit)``, for showing inputs beside results."""
+    """The submitted items ``[offset, offset + limit)``, for showing inputs beside results (of an
+    archived job whose copy left Redis, that page only, read from the archive)."""
+    if _from_archive(connection, job_id):
+        return [item for _, item, _, _ in reading.page(job_id, offset, limit, connection)]
     return submitted_items(connection, job_id)[offset:offset + limit]
+
+
+def _from_archive(connection: Redis, job_id: str) -> bool:
+    """The job was archived and its payload copy and RQ's record have left Redis."""
+    with connection.pipeline(transaction=False) as pipe:
+        pipe.hexists(keys.job(job_id), "archived_at")
+        pipe.exists(keys.payload(job_id), keys.rq_job(job_id))
+        archived, held = pipe.execute()
+    return bool(archived) and not held
 
 
 def submitted_items(connection: Redis, job_id: str) -> list[Any]:
@@ -116,6 +128,9 @@ def iter_results(connection: Redis, job_id: str, page_size: int = MAX_PAGE):
     """(index, item, result or None, usage or None) for every item, page by page: a job of
     any size is streamed, never held whole. Raises ``NoSuchJob`` for an unknown id."""
     first = read_page(connection, job_id, 0, page_size)
+    if _from_archive(connection, job_id):  # its inputs too, a page per query
+        yield from _iter_archived(connection, job_id, first.total, page_size)
+        return
     inputs = submitted_items(connection, job_id)
     total = max(first.total, len(inputs))
     page: Page | None = first
@@ -130,6 +145,21 @@ def iter_results(connection: Redis, job_id: str, page_size: int = MAX_PAGE):
             yield index, item, printable(found.get(index)), page.usage.get(index)
         offset += page_size
         page = None
+
+
+def _iter_archived(connection: Redis, job_id: str, total: int, page_size: int):
+    offset = 0
+    while True:
+        rows = reading.page(job_id, offset, page_size, connection)
+        if not rows and offset >= total:
+            return
+        found = {index: (item, result, usage) for index, item, result, usage in rows}
+        last = max(found, default=offset - 1)
+        for index in range(offset, max(min(offset + page_size, total), last + 1)):
+            item, result, usage = found.get(index, (None, None, None))
+            yield (index, printable(item), printable(None if result is None else json.loads(result)),
+                   None if not usage else parse_item_usage(usage))
+        offset += page_size
 
 
 #: What a spreadsheet reads as the start of a formula (OWASP's list for CSV injection).

@@ -1,0 +1,59 @@
+"""An archived job back in Redis, for a replay: its payload copy (items included), its stored
+results (the checkpoints a replay keeps) and its usage, read from the archive once Redis' copy
+has left (after LEASH_REDIS_KEEP).
+
+A replay needs them: RQ's record is rebuilt from the payload copy, and the items already
+answered are not asked again. The keys come back with the keep time as their expiry; the
+replay itself makes them persistent (replay_v4), so a replay that is refused (its owner at the
+queued cap) leaves nothing behind for longer than the keep time."""
+
+from __future__ import annotations
+
+import json
+
+from redis import Redis
+from sqlalchemy.exc import SQLAlchemyError
+
+from jobs import keys
+from jobs.archive import reading
+from jobs.config import stores
+from jobs.core import payload_copy
+
+
+def restore(connection: Redis, job_ids: list[str]) -> dict[str, str]:
+    """Put back what a replay needs of those ``job_ids`` that were archived and whose payload
+    copy has left Redis. Returns {job id: "restored" or "unreachable"} for those; a job the
+    archive does not hold is left as it is (the replay skips it, as any job without its payload)."""
+    with connection.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.hexists(keys.job(job_id), "archived_at")
+            pipe.exists(keys.payload(job_id))
+        seen = pipe.execute()
+    gone = [job_id for n, job_id in enumerate(job_ids) if seen[2 * n] and not seen[2 * n + 1]]
+    keep = max(1, stores.archive().redis_keep)
+    restored: dict[str, str] = {}
+    for job_id in gone:
+        try:
+            row = reading.job(job_id, connection)
+            rows = reading.page(job_id, 0, 1 << 30, connection) if row is not None else []
+        except SQLAlchemyError:
+            restored[job_id] = "unreachable"
+            continue
+        if row is None:
+            continue
+        payload = json.loads(row["payload"]) if row["payload"] else {}
+        payload["items"] = [item for _, item, _, _ in rows]
+        results = {str(index): result for index, _, result, _ in rows if result is not None}
+        usage = {f"i{index}": raw for index, _, _, raw in rows if raw}
+        usage.update(json.loads(row["usage"]) if row["usage"] else {})
+        with connection.pipeline(transaction=False) as pipe:
+            pipe.set(keys.payload(job_id), payload_copy.encode(payload), ex=keep, nx=True)
+            if results:
+                pipe.hset(keys.items(job_id), mapping=results)
+                pipe.expire(keys.items(job_id), keep)
+            if usage:
+                pipe.hset(keys.usage(job_id), mapping=usage)
+                pipe.expire(keys.usage(job_id), keep)
+            pipe.execute()
+        restored[job_id] = "restored"
+    return restored

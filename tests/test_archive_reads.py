@@ -1,0 +1,122 @@
+"""Every read of an ended job is the same before and after its Redis copy leaves (the archive
+answers): results, inputs, per-item usage, the owner's usage, failure groups and alerts, the
+command line's status, results, usage and failures; and a failed job replays from the archive,
+its stored items not asked again. Against SQLite and a real PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import text
+
+from cli import main
+from jobs import keys
+from jobs.archive import database, sweep
+from jobs.core import states
+from jobs.deadletter import alerts, failures
+from jobs.enqueue import enqueue
+from jobs.intake.estimate import price_or_none
+from jobs.read import results
+from jobs.usage.report import owner_usage
+from tests.conftest import run_burst
+from tests.kinds_for_tests import item_calls
+
+pytestmark = pytest.mark.slow
+
+PRICES = '{"fake-model": {"input": 1.0, "output": 2.0}}'
+
+
+@pytest.fixture(autouse=True)
+def sweeps_by_hand(monkeypatch):
+    """The in-process workers archive nothing themselves: each test sweeps when it means to."""
+    monkeypatch.setattr(sweep, "tick", lambda connection: 0)
+
+
+def leave_redis(conn, job_id) -> None:
+    """The keep time has passed: what archived_v1 let go is gone."""
+    for key in keys.archived_heavy(job_id, conn):
+        conn.delete(key)
+
+
+def cli(*args) -> str:
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code in (0, 1), result.output
+    return result.output
+
+
+def everything_read(conn, job_id: str, failed_id: str, owner: str) -> dict:
+    """What the pages, the API and the command line show of the two jobs."""
+    status = states.status(conn, job_id, now=0)
+    status.pop("history")  # when each attempt was last seen: not what this compares
+    failed = states.status(conn, failed_id, now=0)
+    failed.pop("history")
+    page = results.read_page(conn, job_id, 1, 3)
+    return {
+        "status": status, "failed": failed,
+        "rows": list(results.iter_results(conn, job_id, page_size=2)),
+        "page": (page.items, page.usage), "inputs": results.item_inputs(conn, job_id, 1, 3),
+        "columns": results.result_columns(conn, job_id),
+        "owner_usage": owner_usage(conn, owner, days=2),
+        "groups": failures.report(conn, since=None), "alert": alerts.check(conn, window=3600, max_failures=0).breaches,
+        "cli_results": cli("results", job_id), "cli_csv": cli("results", job_id, "--format", "csv"),
+        "cli_status": json.loads(cli("status", job_id, "--json")) | {"history": None},
+        "cli_usage": cli("usage", "--owner", owner, "--days", "2", "--json"),
+        "cli_failures": cli("failures", "--json"),
+    }
+
+
+def test_results_usage_and_failures_read_the_same_once_the_archive_answers(conn, model_server, env, archive_url):
+    env.setenv("LEASH_MODEL_PRICES", PRICES)
+    env.setenv("LEASH_MODEL_MAX_TOKENS", "64")
+    payload = {"items": [f"review {n}: the kettle is fine" for n in range(5)], "template": "Say it back: {item}"}
+    job_id, _ = enqueue(conn, "prompt", payload, owner="ada", price=price_or_none(conn, "prompt", payload, "ada"))
+    failed_id, _ = enqueue(conn, "permanent", {}, owner="ada")
+    run_burst()
+    assert states.status(conn, job_id)["usage"]["calls"] == 5
+    before = everything_read(conn, job_id, failed_id, "ada")
+    assert before["page"][1] and before["inputs"] == payload["items"][1:4]
+    assert sweep.sweep(conn) == 2
+    for ended in (job_id, failed_id):
+        leave_redis(conn, ended)
+    assert not conn.exists(keys.items(job_id), keys.usage(job_id), keys.payload(job_id), keys.rq_job(job_id))
+    after = everything_read(conn, job_id, failed_id, "ada")
+    for name, seen in before.items():
+        assert after[name] == seen, name
+
+
+def test_a_failed_job_replays_from_the_archive_without_asking_its_stored_items_again(conn, archive_url):
+    conn.set("test:broken:a", 1)
+    job_id, _ = enqueue(conn, "breaks_at", {"items": ["a", "b", "c", "d"], "break_at": 2, "flag": "a"},
+                        owner="bea", max_attempts=1)
+    run_burst()
+    assert states.status(conn, job_id)["state"] == "failed"
+    stored = item_calls(conn, job_id)
+    assert 2 not in stored and {0, 1} <= set(stored)
+    assert sweep.sweep(conn) == 1
+    leave_redis(conn, job_id)
+    conn.delete("test:broken:a")  # the bug is fixed
+    replayed = CliRunner().invoke(main, ["replay", job_id, "--yes"])
+    assert replayed.exit_code == 0, replayed.output
+    run_burst()
+    status = states.status(conn, job_id)
+    assert status["state"] == "succeeded", status
+    assert item_calls(conn, job_id) == {0: 1, 1: 1, 2: 1, 3: 1}  # the archived checkpoints kept, none asked again
+    assert [row[2] for row in results.iter_results(conn, job_id)] == ["A", "B", "C", "D"]
+    assert sweep.sweep(conn) == 1  # the replay's ending replaces the failed one
+    with database.engine().connect() as sql:
+        assert list(sql.execute(text("SELECT state, done FROM leash_jobs WHERE job_id = :j"), {"j": job_id})) == [
+            ("succeeded", 4)]
+
+
+def test_a_replay_while_the_archive_does_not_answer_says_why(conn, archive_url, env):
+    job_id, _ = enqueue(conn, "permanent", {}, owner="cy")
+    run_burst()
+    assert sweep.sweep(conn) == 1
+    leave_redis(conn, job_id)
+    env.setenv("LEASH_ARCHIVE_URL", "postgresql+psycopg://leash@127.0.0.1:9/none")
+    database.forget()
+    replayed = CliRunner().invoke(main, ["replay", job_id, "--yes"])
+    assert "in the archive, which did not answer" in replayed.output
+    assert states.status(conn, job_id)["state"] == "failed"
