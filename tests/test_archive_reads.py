@@ -17,7 +17,7 @@ from jobs.archive import database, sweep
 from jobs.core import states
 from jobs.deadletter import alerts, failures
 from jobs.enqueue import enqueue
-from jobs.intake.estimate import price_or_none
+from jobs.intake.submission import price_or_none
 from jobs.read import results
 from jobs.usage.report import owner_usage
 from tests.conftest import run_burst
