@@ -14,7 +14,7 @@ import redis
 from jobs.core.connection import is_out_of_memory
 from jobs.observability import logs, reporting
 
-from . import job_commands
+from . import exit_codes, job_commands
 from .redis_target import connect_checked, resolve, shown
 
 
@@ -25,24 +25,29 @@ class LeashGroup(click.Group):
         except redis.exceptions.RedisError as exc:
             # After the first ping: Redis went away, or refused a command. Say which Redis.
             if is_out_of_memory(exc):
-                raise click.ClickException(f"Redis at {shown(resolve()[0])} is full: it reached its maxmemory and "
-                                           "refuses writes, so nothing was written; free memory or raise maxmemory"
-                                           ) from None
-            raise click.ClickException(f"Redis at {shown(resolve()[0])}: {exc}") from None
+                raise exit_codes.NoRedisError(
+                    f"Redis at {shown(resolve()[0])} is full: it reached its maxmemory and refuses writes, "
+                    "so nothing was written; free memory or raise maxmemory") from None
+            raise exit_codes.NoRedisError(f"Redis at {shown(resolve()[0])}: {exc}") from None
 
 
 # No click auto_envvar_prefix: it would make every option an undeclared LEASH_<COMMAND>_<OPTION>
 # variable (LEASH_REPLAY_YES=1 skipping a confirmation unseen). Options that are settings name
 # their declared variable (envvar=..., shown in --help); jobs/config/ lists them all.
-@click.group(cls=LeashGroup, context_settings={"help_option_names": ["-h", "--help"]})
+EXIT_STATUSES = "Exit status: " + "; ".join(f"{code} {meaning}" for code, meaning in exit_codes.TABLE) + "."
+
+
+@click.group(cls=LeashGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_STATUSES)
+@click.version_option(package_name="leash", message="leash %(version)s")
 def main() -> None:
-    """leash: a queue for long-running AI jobs whose states are never wrong."""
+    """leash: a queue for long-running AI jobs whose states are never wrong.
+    Every command takes --json (one JSON answer for scripts); docs/CLI.md lists them."""
     from jobs.core.connection import check_settings
 
     try:
         check_settings()  # a bad setting is one line naming it and exit 2, not a traceback later
     except ValueError as exc:
-        raise job_commands.BadInput(str(exc)) from None
+        raise exit_codes.BadInput(str(exc)) from None
 
 
 @main.command()
@@ -56,7 +61,9 @@ def main() -> None:
 @click.option("--log-level", default="INFO", envvar="LEASH_LOG_LEVEL", show_envvar=True)
 @click.option("--import", "imports", multiple=True, envvar="LEASH_IMPORTS", show_envvar=True,
               help="Module(s) that register your job kinds (comma-separated in the env var).")
-def worker(queues, burst, name, scheduler, log_level, imports):
+@click.option("--tracebacks/--no-tracebacks", default=True, hidden=True,
+              help="--no-tracebacks: an error's traceback is its last line (leash dev's quiet terminal).")
+def worker(queues, burst, name, scheduler, log_level, imports, tracebacks):
     """Run a worker (RQ Worker with leases, reaping and deploy hand-off)."""
     from jobs.archive import database as archive_database
     from jobs.config import settings
@@ -70,7 +77,7 @@ def worker(queues, burst, name, scheduler, log_level, imports):
         raise click.UsageError(f"cannot import job kinds: {exc}") from None
 
     try:
-        logs.configure(log_level)  # LEASH_LOG_FORMAT: text or json
+        logs.configure(log_level, tracebacks=tracebacks)  # LEASH_LOG_FORMAT: text or json
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     conn = connect_checked(for_worker=True)
@@ -79,7 +86,7 @@ def worker(queues, burst, name, scheduler, log_level, imports):
     try:
         schema.ensure(conn)  # the layout Redis holds: migrated if older, refused if too new
     except schema.SchemaTooNew as exc:
-        raise job_commands.BadInput(str(exc)) from None
+        raise exit_codes.BadInput(str(exc)) from None
     names = [q.strip() for spec in (queues or settings().queues) for q in spec.split(",") if q.strip()]
     w = LeashWorker(names, connection=conn, name=name)  # names: it builds its own LeashQueue objects
     for warning in (eviction_warning(conn), archive_database.startup_warning()):
@@ -88,7 +95,7 @@ def worker(queues, burst, name, scheduler, log_level, imports):
     try:
         reporting.init_worker(w)  # SENTRY_DSN
     except ValueError as exc:
-        raise job_commands.BadInput(str(exc)) from None
+        raise exit_codes.BadInput(str(exc)) from None
     w.work(burst=burst, with_scheduler=scheduler, logging_level=log_level.upper())
 
 
@@ -124,7 +131,7 @@ def dev(port, n_workers, fresh, verbose):
     from .devrecord import remove_record, write_record
 
     if port_in_use(port):
-        raise job_commands.BadInput(f"port {port} is in use by another program; "
+        raise exit_codes.BadInput(f"port {port} is in use by another program; "
                                     f"run leash dev --port {free_port(preferred=port + 1)} (or stop that program)")
     pid = os.getpid()
     try:
@@ -132,7 +139,7 @@ def dev(port, n_workers, fresh, verbose):
                        on_ready=lambda redis_url, web_url: write_record(redis_url, web_url, pid),
                        on_stop=lambda: remove_record(pid))
     except (DataInUse, RuntimeError) as exc:
-        raise job_commands.BadInput(str(exc)) from None
+        raise exit_codes.BadInput(str(exc)) from None
     sys.exit(code)
 
 

@@ -8,6 +8,8 @@ import sys
 
 import click
 
+from . import exit_codes
+from .exit_codes import BadInput
 from .redis_target import connect_checked
 
 
@@ -16,7 +18,7 @@ def _engine(connection):
 
     engine = reading.engine_for(connection)
     if engine is None:
-        raise click.UsageError("no archive: set LEASH_ARCHIVE_URL (or DATABASE_URL); "
+        raise BadInput("no archive: set LEASH_ARCHIVE_URL (or DATABASE_URL); "
                                "`leash dev` archives into a SQLite file of its own")
     return engine
 
@@ -36,19 +38,19 @@ def migrate(as_json):
 
     url = database.configured_url()
     if url is None:
-        raise click.UsageError("no archive to migrate: set LEASH_ARCHIVE_URL (or DATABASE_URL)")
+        raise BadInput("no archive to migrate: set LEASH_ARCHIVE_URL (or DATABASE_URL)")
     try:
         engine = database.engine(url, migrate_first=False)
         version = database.migrate(engine)
     except SQLAlchemyError as exc:
-        click.echo(f"cannot migrate the archive: {str(exc).splitlines()[0]}", err=True)
-        sys.exit(1)
+        raise exit_codes.Unreachable(f"cannot migrate the archive: {str(exc).splitlines()[0]}") from None
     click.echo(json.dumps({"version": version}) if as_json else f"archive at version {version}")
 
 
 @archive.command("backfill")
 @click.option("--limit", default=0, type=click.IntRange(0), help="Archive at most this many jobs now (0: all).")
-def backfill(limit):
+@click.option("--json", "as_json", is_flag=True, help='One JSON object: {"in_redis": ..., "archived": ...}.')
+def backfill(limit, as_json):
     """Archive every ended job Redis holds (after an upgrade). Resumable: stop it and run it again;
     a job is archived once."""
     from sqlalchemy.exc import SQLAlchemyError
@@ -64,9 +66,10 @@ def backfill(limit):
         while connection.zcard(keys.ARCHIVE_DUE) and not (limit and written >= limit):
             written += sweep.sweep(connection, limit=200, budget=30.0)
     except SQLAlchemyError as exc:
-        click.echo(f"archive unreachable after {written} job(s): {str(exc).splitlines()[0]}; run it again", err=True)
-        sys.exit(1)
-    click.echo(f"{noted} ended job(s) in Redis, {written} archived now")
+        raise exit_codes.Unreachable(f"archive unreachable after {written} job(s): {str(exc).splitlines()[0]}; "
+                                     "run it again") from None
+    click.echo(json.dumps({"in_redis": noted, "archived": written}) if as_json
+               else f"{noted} ended job(s) in Redis, {written} archived now")
 
 
 @archive.command("status")
@@ -82,7 +85,7 @@ def status(as_json):
     else:
         click.echo(f"{behind['waiting']} ended job(s) waiting, the oldest for {behind['oldest_seconds']:.0f} s"
                    + (f"; last error: {behind['error']}" if behind["error"] else ""))
-    sys.exit(1 if behind["error"] else 0)
+    sys.exit(exit_codes.FAILED if behind["error"] else exit_codes.OK)
 
 
 @archive.command("months")

@@ -173,7 +173,9 @@ def run_dev(port: int, n_workers: int, fresh: bool = False, verbose: bool = Fals
     web = subprocess.Popen(exe + ["cli", "web", "--host", "127.0.0.1", "--port", str(port), "--log-level", level],
                            env=env,
                            start_new_session=True)
-    workers = [subprocess.Popen(exe + ["cli", "worker", "--log-level", level], env=env, start_new_session=True)
+    quiet = [] if verbose else ["--no-tracebacks"]  # an expected failure is one line, not a traceback
+    workers = [subprocess.Popen(exe + ["cli", "worker", "--log-level", level, *quiet], env=env,
+                                start_new_session=True)
                for _ in range(n_workers)]
     stopping = {"now": False}
 

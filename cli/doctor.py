@@ -26,4 +26,6 @@ def doctor(as_json):
     else:
         for check in found:
             click.echo(f"{MARK[check.verdict]}  {check.name}: {check.detail}")
-    sys.exit(1 if failed else 0)
+    from .exit_codes import FAILED, OK
+
+    sys.exit(FAILED if failed else OK)

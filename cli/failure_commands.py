@@ -19,14 +19,12 @@ from jobs.core import clock
 from jobs.deadletter import alerts, durations, failures
 from jobs.usage.budget import Budget
 
+from . import exit_codes
+from .exit_codes import BadInput
 from .redis_target import connect_checked
 
 #: Above this many jobs, replay asks before acting (unless --yes).
 CONFIRM_ABOVE = 10
-
-
-class BadInput(click.ClickException):
-    exit_code = 2
 
 
 class Duration(click.ParamType):
@@ -54,15 +52,16 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-#: An HTTP status in an error's text: "failed (500)", "rejected the request (400)".
-_STATUS = re.compile(r"\((\d{3})\)")
+#: An HTTP status in an error's text: "failed (HTTP 500)"; "(500)" in errors stored before 0.3.
+_STATUS = re.compile(r"\((?:HTTP )?(\d{3})\)")
 
 
 def _with_status(conn, group: dict) -> str:
     """A group's error with the HTTP status its jobs met, plainly: grouping reads every number
     as ``<n>`` (so one bug is one group), which hides "(500)"; the examples' own errors say it."""
     text = group["error"]
-    if "(<n>)" not in text:
+    placeholder = "(HTTP <n>)" if "(HTTP <n>)" in text else "(<n>)"
+    if placeholder not in text:
         return text
     found: list[str] = []
     for job_id in group["examples"]:
@@ -70,7 +69,7 @@ def _with_status(conn, group: dict) -> str:
         found += [code for code in _STATUS.findall(error.strip().split("\n", 1)[0]) if code not in found]
     if not found:
         return text
-    return text.replace("(<n>)", f"(HTTP {', '.join(sorted(found))})", 1)
+    return text.replace(placeholder, f"(HTTP {', '.join(sorted(found))})", 1)
 
 
 def _short(ts: str | None) -> str:
@@ -104,8 +103,9 @@ def failures_command(since, kind, include_canceled, as_json):
 
 
 @click.command("alert")
-@click.option("--window", default="1h", type=DURATION, show_default=True, envvar="LEASH_ALERT_WINDOW",
+@click.option("--since", "window", default="1h", type=DURATION, show_default=True, envvar="LEASH_ALERT_WINDOW",
               show_envvar=True, help="Look back this far (at most 2d: the counters are kept two days).")
+@click.option("--window", "old_window", type=DURATION, hidden=True, deprecated="use --since")
 @click.option("--max-failures", type=click.IntRange(min=0), envvar="LEASH_ALERT_MAX_FAILURES",
               show_envvar=True, help="Alert when more jobs than this failed in the window.")
 @click.option("--max-ratio", type=click.FloatRange(0, 1), envvar="LEASH_ALERT_MAX_RATIO", show_envvar=True,
@@ -116,14 +116,15 @@ def failures_command(since, kind, include_canceled, as_json):
 @click.option("--include-canceled", is_flag=True, envvar="LEASH_ALERT_INCLUDE_CANCELED", show_envvar=True,
               help="Count canceled jobs as failures (by default they are not).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def alert_command(window, max_failures, max_ratio, kind, webhook, include_canceled, as_json):
+def alert_command(window, old_window, max_failures, max_ratio, kind, webhook, include_canceled, as_json):
     """One line about the failure rate; exit status 1 when over a threshold (for a scheduler),
     2 when no threshold is given (nothing is checked). Canceled jobs are not failures unless
     --include-canceled."""
+    window = old_window if old_window is not None else window
     if webhook and not webhook.startswith(("http://", "https://")):
         raise BadInput(f"--webhook must be an http(s) URL, got {webhook!r}")
     if window > alerts.MAX_WINDOW:
-        raise BadInput(f"--window {durations.render(window)} is longer than 2d: outcome counters are kept two days")
+        raise BadInput(f"--since {durations.render(window)} is longer than 2d: outcome counters are kept two days")
     result = alerts.check(connect_checked(), window, max_failures=max_failures, max_ratio=max_ratio, kind=kind,
                           include_canceled=include_canceled)
     if max_failures is None and max_ratio is None:
@@ -133,14 +134,14 @@ def alert_command(window, max_failures, max_ratio, kind, webhook, include_cancel
                 "(--max-failures N or --max-ratio R)")
         click.echo(json.dumps(result.as_dict() | {"alert": None, "checked": False, "text": line}) if as_json
                    else line)
-        sys.exit(2)
+        sys.exit(exit_codes.BAD_INPUT)
     click.echo(json.dumps(result.as_dict()) if as_json else result.line)
     if webhook and result.alerting:
         try:
             alerts.post_webhook(webhook, result.as_dict())
         except alerts.WebhookFailed as exc:
             click.echo(str(exc), err=True)
-    sys.exit(1 if result.alerting else 0)
+    sys.exit(exit_codes.FAILED if result.alerting else exit_codes.OK)
 
 
 @click.command("replay")
@@ -180,7 +181,7 @@ def replay_command(job_ids, kind, error_contains, since, dry_run, yes, actor, bu
                            "pass --yes to replay them, or --dry-run to list them") from None
         if not agreed:
             click.echo("nothing replayed", err=True)
-            sys.exit(1)
+            sys.exit(exit_codes.FAILED)
     # The ids given are the replayed ones plus the skipped ones, both in the entry: count them here.
     selector = {"ids_given": len(job_ids), "kind": kind, "error_contains": error_contains,
                 "since": "all" if since == ALL else since}
@@ -195,7 +196,7 @@ def replay_command(job_ids, kind, error_contains, since, dry_run, yes, actor, bu
         count = len(outcome.left_failed)
         click.echo(f"{count} job{'s' if count != 1 else ''} left failed: their owner is at the queued cap "
                    "(LEASH_MAX_QUEUED_PER_OWNER); replay them again once some have started", err=True)
-        sys.exit(1)
+        sys.exit(exit_codes.FAILED)
 
 
 def _print_replay(as_json, verb, jobs, skipped, dry_run=False, audit_id=None, left_failed=()):
@@ -216,11 +217,12 @@ def _print_replay(as_json, verb, jobs, skipped, dry_run=False, audit_id=None, le
 
 
 @click.command("replay-log")
-@click.option("--count", default=20, show_default=True, type=click.IntRange(1, 1000), help="How many entries.")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000), help="How many entries.")
+@click.option("--count", type=click.IntRange(1, 1000), hidden=True, deprecated="use --limit")
 @click.option("--json", "as_json", is_flag=True, help="Print the entries as JSON.")
-def replay_log_command(count, as_json):
+def replay_log_command(limit, count, as_json):
     """The latest replays, newest first: who, when, which selector, how many jobs."""
-    entries = deadletter.audit_log(connect_checked(), count)
+    entries = deadletter.audit_log(connect_checked(), count or limit)
     if as_json:
         click.echo(json.dumps(entries))
         return

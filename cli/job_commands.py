@@ -34,13 +34,10 @@ from jobs.read import humane, listing, money, results
 from jobs.read.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens
 from jobs.usage.budget import BUDGET_FIELD
 
-from . import status_text
+from . import exit_codes, status_text
+from .exit_codes import BadInput, Refused
 from .redis_target import connect_checked, web_url
 from .watch import follow
-
-
-class BadInput(click.ClickException):
-    exit_code = 2
 
 
 def owner_option(func):
@@ -187,8 +184,8 @@ def submit(kind, name, owner, token, idempotency_key, max_attempts, queue, item_
         submitted = submission.submit(conn, submission.Submission(kind, payload, owner, max_attempts, queue, name,
                                                                   idempotency_key), dry_run=dry_run)
     except submission.Refused as refused:
-        # Not bad input: the same command succeeds later (exit 1, like any refusal to act now).
-        raise click.ClickException(str(refused)) from None
+        # Refused at the door (exit 2): nothing was enqueued; the same command may succeed later.
+        raise Refused(str(refused)) from None
     except submission.Invalid as exc:
         raise BadInput(in_flags(str(exc), field_texts)) from None
     if dry_run:
@@ -207,31 +204,52 @@ def submit(kind, name, owner, token, idempotency_key, max_attempts, queue, item_
 @click.option("--json", "as_json", is_flag=True, help="One JSON object with the status fields.")
 @click.option("--full", is_flag=True, help="The whole error text (traceback too), nothing cut to fit.")
 def status(job_id, as_json, full):
-    """Print a job's status."""
+    """Print a job's status. Exit status 0 queued, running or succeeded; 1 failed or canceled;
+    4 succeeded with item errors (the table: leash --help)."""
     fields = printable(status_or_exit(connect_checked(), job_id))  # what a terminal can show
     if as_json:
         click.echo(json.dumps(fields))
-        return
-    columns = shutil.get_terminal_size((100, 24)).columns
-    for line in status_text.lines(fields, job_address(job_id), columns=columns, full=full):
-        click.echo(line)
+    else:
+        columns = shutil.get_terminal_size((100, 24)).columns
+        for line in status_text.lines(fields, job_address(job_id), columns=columns, full=full):
+            click.echo(line)
+    sys.exit(exit_codes.of_job(fields))
 
 
 @click.command()
 @click.argument("job_id")
-def watch(job_id):
+@click.option("--json", "as_json", is_flag=True,
+              help="No progress line: wait for the end and print the job's status fields as JSON.")
+def watch(job_id, as_json):
     """Follow a job on one line until it ends: a progress bar, items/s, ETA, elapsed.
-    Exit status 0 succeeded, 1 failed or canceled, 130 interrupted (the job goes on)."""
+    Exit status 0 succeeded, 1 failed or canceled, 4 succeeded with item errors,
+    130 interrupted (the job goes on)."""
     conn = connect_checked()
     first = status_or_exit(conn, job_id)
     try:
-        final = follow(lambda: states.status(conn, job_id), first=first, out=sys.stdout)
+        final = follow(lambda: states.status(conn, job_id), first=first,
+                       out=_Silent() if as_json else sys.stdout)
     except KeyboardInterrupt:
         click.echo(f"stopped watching; the job goes on (leash watch {job_id})", err=True)
-        sys.exit(130)
-    if final["state"] == "failed":
+        sys.exit(exit_codes.INTERRUPTED)
+    if as_json:
+        click.echo(json.dumps(printable(final)))
+    elif final["state"] == "failed":
         click.echo("canceled" if final["canceled"] else f"failed: {final['error_summary']}", err=True)
-        sys.exit(1)
+    sys.exit(exit_codes.of_job(final))
+
+
+class _Silent:
+    """Where ``watch --json`` draws its progress: nowhere (only the final JSON is printed)."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
 
 
 @click.command("results")
@@ -239,11 +257,14 @@ def watch(job_id):
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), default="jsonl", show_default=True,
               help="jsonl: one {index, item, result, usage} object a line; csv: index,item,result,calls,tokens "
                    "(an extract job: a column per property of its schema, then error).")
+@click.option("--json", "as_json", is_flag=True, help="The same as --format jsonl (JSON, one object a line).")
 @click.option("-o", "--output", type=click.File("w", encoding="utf-8", lazy=True), default="-",
               help="Write here instead of stdout.")
-def results_command(job_id, fmt, output):
+def results_command(job_id, fmt, as_json, output):
     """Every item of a job with its result beside it, streamed page by page (any size).
     Items without a result yet (a running job) have an empty result."""
+    if as_json:
+        fmt = "jsonl"
     conn = connect_checked()
     status_or_exit(conn, job_id)
     writer = csv.writer(output) if fmt == "csv" else None
@@ -263,20 +284,29 @@ def results_command(job_id, fmt, output):
 
 @click.command("cancel")
 @click.argument("job_id")
-def cancel_command(job_id):
-    """Cancel a job: a queued one at once, a running one at its next heartbeat."""
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"job_id": ..., "canceled": true|false, "was": ..., "text": ...}.')
+def cancel_command(job_id, as_json):
+    """Cancel a job: a queued one at once, a running one at its next heartbeat.
+    Exit status 1 when the job had already ended (nothing to cancel)."""
     conn = connect_checked()
     status_or_exit(conn, job_id)
     previous = control.cancel(conn, job_id)
-    if previous in (states.State.SUCCEEDED, states.State.FAILED):
-        click.echo(f"the job has already {previous}; only queued or running jobs can be canceled", err=True)
-        sys.exit(1)
-    if previous == control.WAITING:
+    ended = previous in (states.State.SUCCEEDED, states.State.FAILED)
+    if ended:
+        text = f"the job has already {previous}; only queued or running jobs can be canceled"
+    elif previous == control.WAITING:
         cancel_at_provider(conn, job_id, get_backend())
-        click.echo("canceled, and its batch at the provider too")
-        return
-    click.echo("canceled" if previous == states.State.QUEUED
-               else "cancel requested: the job stops at its next heartbeat")
+        text = "canceled, and its batch at the provider too"
+    else:
+        text = ("canceled" if previous == states.State.QUEUED
+                else "cancel requested: the job stops at its next heartbeat")
+    if as_json:
+        click.echo(json.dumps({"job_id": job_id, "canceled": not ended, "was": str(previous), "text": text}))
+    else:
+        click.echo(text, err=ended)
+    if ended:
+        sys.exit(exit_codes.FAILED)
 
 
 @click.command("jobs")

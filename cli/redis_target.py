@@ -4,7 +4,7 @@
 per terminal session, so nobody wonders which Redis answered); else one line saying there is
 none: a Redis that happens to answer on 6379 is never written to unasked. A URL
 that is not a Redis URL is one line and exit status 2; an unreachable Redis is one line
-that names the URL tried.
+that names the URL tried, and exit status 3 (cli/exit_codes.py).
 """
 
 from __future__ import annotations
@@ -18,16 +18,17 @@ from jobs.core.connection import configured_url, connect, masked
 from jobs.core.redis_url import redis_url_problem
 
 from . import devrecord
+from .exit_codes import BAD_INPUT, NoRedisError
 
 EXAMPLE_URL = "redis://localhost:6379/0"
 
 
 class BadRedisUrl(click.ClickException):
-    exit_code = 2
+    exit_code = BAD_INPUT
 
 
-class NoRedis(click.ClickException):
-    """Neither REDIS_URL nor a running ``leash dev``: no Redis is guessed."""
+class NoRedis(NoRedisError):
+    """Neither REDIS_URL nor a running ``leash dev``: no Redis is guessed (exit NO_REDIS)."""
 
 
 def shown(url: str) -> str:
@@ -97,7 +98,7 @@ def connect_checked(for_worker: bool = False) -> redis.Redis:
         raise BadRedisUrl(f"{shown(url)!r} is not a Redis URL ({exc}); write it like {EXAMPLE_URL}") from None
     except redis.exceptions.RedisError as exc:
         hint = "is `leash dev` still running? " if origin != "REDIS_URL" else ""
-        raise click.ClickException(f"cannot reach Redis at {shown(url)} ({exc}); {hint}set REDIS_URL") from None
+        raise NoRedisError(f"cannot reach Redis at {shown(url)} ({exc}); {hint}set REDIS_URL") from None
     conn.leash_url = shown(url)  # type: ignore[attr-defined]  # for errors later in the command
     if origin != "REDIS_URL" and (dev := chosen_dev()) is not None:  # its workers' archive, when none is set
         conn.leash_archive_url = devrecord.dev_archive_url(dev)  # type: ignore[attr-defined]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import click
 
@@ -11,6 +12,8 @@ from jobs.usage.meter import DAYS_KEPT
 from jobs.usage.prices import why_no_price
 from jobs.usage.report import owner_usage, unpriced_models
 
+from .exit_codes import BadInput
+from .failure_commands import DURATION
 from .job_commands import acting_owner, owner_option
 from .redis_target import connect_checked
 
@@ -25,13 +28,18 @@ def _line(label: str, figures: dict) -> str:
 
 @click.command("usage")
 @owner_option
-@click.option("--days", default=30, show_default=True, type=click.IntRange(1, DAYS_KEPT),
-              help="How many UTC days back, today included.")
+@click.option("--since", default="30d", show_default=True, type=DURATION,
+              help=f"How far back, in whole UTC days with today counted: 1d, 7d, 2w (at most {DAYS_KEPT}d).")
+@click.option("--days", type=click.IntRange(1, DAYS_KEPT), hidden=True, deprecated="use --since 30d")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object: the days, each split by model and kind, and the total.")
-def usage_command(owner, token, days, as_json):
+def usage_command(owner, token, since, days, as_json):
     """Tokens and cost of an owner's jobs per UTC day, split by model and kind
     ("~": the server reported no usage, so the figure is an estimate)."""
+    if days is None:
+        days = max(1, math.ceil(since / 86400)) if since != float("inf") else DAYS_KEPT
+        if days > DAYS_KEPT:
+            raise BadInput(f"--since reaches {days} days back; usage is kept {DAYS_KEPT} days")
     owner = acting_owner(owner, token)
     report = owner_usage(connect_checked(), owner, days=days)
     if as_json:

@@ -69,11 +69,11 @@ def test_the_form_answers_the_queued_cap_with_429_the_message_and_no_job(token_a
     assert job_count(conn) == 1
 
 
-def test_leash_submit_past_the_queued_cap_is_one_line_and_exit_1(conn, env):
+def test_leash_submit_past_the_queued_cap_is_refused_at_the_door_in_one_line_and_exit_2(conn, env):
     env.setenv("LEASH_MAX_QUEUED_PER_OWNER", "1")
     assert cli_submit().exit_code == 0
     refused = cli_submit()
-    assert refused.exit_code == 1
+    assert refused.exit_code == 2
     assert refused.stderr.count("\n") == 1 and "LEASH_MAX_QUEUED_PER_OWNER" in refused.stderr
     assert job_count(conn) == 1
 
@@ -88,7 +88,7 @@ def test_the_submission_rate_is_one_counter_for_the_api_and_the_cli_with_retry_a
     assert 1 <= int(refused.headers["Retry-After"]) <= 60
     assert "LEASH_SUBMIT_RATE" in refused.get_json()["error"]
     cli_refused = cli_submit()
-    assert cli_refused.exit_code == 1 and "too many submissions" in cli_refused.stderr
+    assert cli_refused.exit_code == 2 and "too many submissions" in cli_refused.stderr
     assert job_count(conn) == 2
     # Its counter lives in the job store's Redis, under leash's prefix, and expires.
     counters = conn.keys(keys.SUBMIT_RATE_PREFIX + "*")
@@ -140,7 +140,7 @@ def test_an_owner_past_its_daily_budget_gets_429_until_the_next_utc_day_from_api
     assert abs(int(refused.headers["Retry-After"]) - seconds_to_next_utc_day()) <= 5
     assert client.post("/jobs", json=CLASSIFY, headers=bearer("bob")).status_code == 202  # bob's day is his own
     result = cli_submit("--owner", "alice")
-    assert result.exit_code == 1 and result.output.count("\n") == 1 and "budget reached" in result.output
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and "budget reached" in result.output
     browser = token_app.test_client()
     sign_in(browser, "alice")
     assert form_post(browser, "daily-budget-1").status_code == 429

@@ -127,7 +127,7 @@ def test_500_then_success_retries_the_attempt_and_resumes_at_the_first_undone_it
     assert final["state"] == "succeeded", final["error"]
     assert final["attempts"] == 2
     [entry] = error_history(conn, job_id)
-    assert "ModelUnavailable" in entry["error"] and "failed (500): upstream exploded" in entry["error"]
+    assert "ModelUnavailable" in entry["error"] and "failed (HTTP 500): upstream exploded" in entry["error"]
     assert [len(provider_server.seen(x)) for x in "abc"] == [1, 2, 1]
 
 

@@ -95,7 +95,7 @@ def test_a_worker_imports_its_model_backend_once_before_it_forks(conn, backend, 
     (403, "not allowed", "may not use model 'fake-model'"),
     (404, "The model `fake-model` does not exist", "set LEASH_MODEL_NAME"),
     (400, "This model's maximum context length is 8192 tokens", "shorten the items"),
-    (422, "bad field", "rejected the request (422)"),
+    (422, "bad field", "rejected the request (HTTP 422)"),
 ])
 def test_client_errors_are_permanent_and_say_what_to_fix(conn, provider_server, status, message, says):
     provider_server.on("x", Error(status, message))
@@ -121,7 +121,7 @@ def test_anthropics_own_words_for_a_long_prompt_and_a_wrong_url_say_what_to_fix(
 @pytest.mark.parametrize("status", [500, 503, 504])
 def test_server_errors_and_refused_connections_are_retryable(conn, provider_server, env, status):
     provider_server.on("x", Error(status, "overloaded"))
-    with pytest.raises(ModelUnavailable, match=f"failed \\({status}\\): overloaded"):
+    with pytest.raises(ModelUnavailable, match=f"failed \\(HTTP {status}\\): overloaded"):
         backends.get_backend().complete("x")
     env.setenv("LEASH_MODEL_URL", "http://127.0.0.1:9/v1")  # nothing listens on port 9
     with pytest.raises(ModelUnavailable, match="cannot reach the model server"):

@@ -238,7 +238,7 @@ def test_status_for_people_is_in_words_with_the_whole_error_one_flag_away(conn, 
     error = f"PermanentError: the model server at {url} refused the request because " + "it was " * 20
     attempt.fail(error + "\nTraceback (most recent call last):\n  File x", permanent=True)
     shown = run("status", job_id)
-    assert shown.exit_code == 0, shown.output
+    assert shown.exit_code == 1, shown.output  # a failed job's status: exit status 1
     text = shown.stdout
     for word in ("None", "False", "True"):
         assert word not in text.split(), word

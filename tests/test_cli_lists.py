@@ -62,7 +62,7 @@ def test_leash_jobs_has_a_header_row_and_tokens_cost_and_duration_columns(conn, 
 def test_leash_failures_says_the_http_status_and_counts_in_the_right_number(conn):
     url = "http://127.0.0.1:9/v1"
     write_failed_jobs(conn, [FailedJob(kind="classify", error=traceback_text(
-        f"ModelUnavailable: the model server at {url} failed (503): overloaded"))])
+        f"ModelUnavailable: the model server at {url} failed (HTTP 503): overloaded"))])
     table = run("failures")
     assert table.exit_code == 0, table.output
     lines = table.output.splitlines()

@@ -57,7 +57,7 @@ def test_stopping_one_of_two_dev_servers_leaves_the_other_found(no_redis_url, tm
         other.wait()
         # Its process is gone (SIGKILLed, no clean-up): its record is not believed.
         result = run("jobs")
-        assert result.exit_code == 1
+        assert result.exit_code == 3
         assert "no `leash dev` is running and REDIS_URL is not set" in result.output
         assert len(result.output.strip().splitlines()) == 1
         assert not list(records_dir().glob("*.json"))
@@ -72,7 +72,7 @@ def test_of_two_running_dev_servers_leash_web_url_picks_one(no_redis_url):
     try:
         write_record(REDIS_URL, "http://127.0.0.1:5123", pid=sleeper.pid)
         os.utime(records_dir() / f"{sleeper.pid}.json", (0, 0))  # the older: not the default choice
-        assert run("jobs").exit_code == 1  # the newest, whose Redis is gone
+        assert run("jobs").exit_code == 3  # the newest, whose Redis is gone
         no_redis_url.setenv("LEASH_WEB_URL", "http://127.0.0.1:5123/")
         chosen = run("jobs")
         assert chosen.exit_code == 0, chosen.output
@@ -84,7 +84,7 @@ def test_of_two_running_dev_servers_leash_web_url_picks_one(no_redis_url):
 
 def test_without_redis_url_or_leash_dev_no_redis_is_guessed(no_redis_url):
     result = run("submit", "--labels", "a,b", "-", input="x\n")
-    assert result.exit_code == 1
+    assert result.exit_code == 3
     assert result.output.strip().splitlines() == [
         "Error: no Redis: no `leash dev` is running and REDIS_URL is not set; start `leash dev` in another "
         "terminal, or set REDIS_URL"]
@@ -117,7 +117,7 @@ def test_an_unreachable_redis_is_one_line_naming_the_url_without_its_password(co
     port = free_port()
     env.setenv("REDIS_URL", f"redis://:hunter2@127.0.0.1:{port}/0")
     result = run("status", "some-id")
-    assert result.exit_code == 1
+    assert result.exit_code == 3
     assert f"cannot reach Redis at redis://:***@127.0.0.1:{port}/0" in result.output
     assert "hunter2" not in result.output and len(result.output.strip().splitlines()) == 1
 
@@ -125,7 +125,7 @@ def test_an_unreachable_redis_is_one_line_naming_the_url_without_its_password(co
 def test_a_stale_record_asks_whether_leash_dev_still_runs(no_redis_url):
     write_record(f"redis://127.0.0.1:{free_port()}/0", "http://127.0.0.1:5000", pid=os.getpid())
     result = run("jobs")
-    assert result.exit_code == 1 and "is `leash dev` still running?" in result.output
+    assert result.exit_code == 3 and "is `leash dev` still running?" in result.output
 
 
 def test_leash_dev_on_a_busy_port_is_one_line_with_the_fix(conn, env):

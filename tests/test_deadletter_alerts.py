@@ -79,7 +79,7 @@ def test_a_real_failure_counts_in_the_window(conn, burst):
     wait_for(lambda: conn.hget(keys.job(job_id), "state") == b"failed", 20)
 
     assert window_counts(conn, 60, kind="permanent")["failed"] == 1
-    result = CliRunner().invoke(main, ["alert", "--window", "15m", "--max-failures", "0", "--kind", "permanent"])
+    result = CliRunner().invoke(main, ["alert", "--since", "15m", "--max-failures", "0", "--kind", "permanent"])
     assert result.exit_code == 1
     assert result.output.startswith("ALERT leash failures, kind permanent, last 15m: 1 failed, 0 succeeded")
 
@@ -96,8 +96,8 @@ def test_cli_exit_status_and_json(conn):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--window", "3d"], "longer than 2d"),
-    (["--window", "3x"], "is not a duration"),
+    (["--since", "3d"], "longer than 2d"),
+    (["--since", "3x"], "is not a duration"),
     (["--max-failures", "-1"], "--max-failures"),
     (["--max-ratio", "1.5"], "--max-ratio"),
     (["--max-ratio", "-0.5"], "--max-ratio"),

@@ -232,6 +232,6 @@ def test_leash_dev_keeps_its_jobs_across_a_restart_at_once_on_the_same_port(tmp_
         dev.stop(third)
         # Stopped: no leash dev is found, and no other Redis is used instead.
         after = dev.cli("jobs")
-        assert after.returncode == 1 and "no `leash dev` is running and REDIS_URL is not set" in after.stderr
+        assert after.returncode == 3 and "no `leash dev` is running and REDIS_URL is not set" in after.stderr
     finally:
         dev.cleanup()

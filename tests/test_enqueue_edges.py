@@ -221,7 +221,7 @@ def test_a_full_redis_is_a_503_with_a_reason_on_the_web_and_one_line_exit_1_from
         assert refused.get_json()["error"].startswith("the job store (Redis) is full")
         env.setenv("REDIS_URL", url)
         result = CliRunner().invoke(main, ["submit", "--labels", "a,b", "-"], input="one\n")
-        assert result.exit_code == 1 and result.output.count("\n") == 1 and "is full" in result.output
+        assert result.exit_code == 3 and result.output.count("\n") == 1 and "is full" in result.output
         full.config_set("maxmemory", 0)
         assert client.post("/jobs", json=CLASSIFY).status_code == 202  # memory freed: it works again
         full.close()

@@ -171,7 +171,7 @@ def test_the_cli_the_web_app_and_rq_dashboard_work_through_sentinel_and_after_a_
 def _submit_or_none(runner, text: str) -> str | None:
     result = runner.invoke(main, ["submit", "--labels", "a,b", "-"], input=f"{text} -> a\n")
     if result.exit_code != 0:
-        assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+        assert result.exit_code == 3 and len(result.output.strip().splitlines()) == 1, result.output
         assert "Traceback" not in result.output
         return None
     return result.stdout.strip().splitlines()[-1]

@@ -55,7 +55,7 @@ def test_no_sentinel_answering_is_one_line_naming_the_url_without_its_password(e
     port = free_port()
     env.setenv("REDIS_URL", f"redis+sentinel://:hunter2@127.0.0.1:{port}/svc/0?sentinel_password=hunter3")
     result = CliRunner().invoke(main, ["status", "some-id"])
-    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
+    assert result.exit_code == 3 and len(result.output.strip().splitlines()) == 1
     assert f"cannot reach Redis at redis+sentinel://:***@127.0.0.1:{port}/svc/0?sentinel_password=***" in result.output
     assert "hunter" not in result.output and "Traceback" not in result.output
 

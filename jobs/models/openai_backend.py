@@ -128,7 +128,7 @@ class OpenAIBackend(OpenAIBatches, ModelBackend):
     def _failure(self, exc: Exception) -> Failure | None:
         if isinstance(exc, openai.RateLimitError):
             if exc.code == "insufficient_quota":
-                return Failure(PERMANENT, f"the model provider says the account is out of quota (429): "
+                return Failure(PERMANENT, f"the model provider says the account is out of quota (HTTP 429): "
                                           f"{_server_message(exc)}")
             return Failure(RATE_LIMITED, wait=retry_after_seconds(exc.response.headers))
         if isinstance(exc, openai.BadRequestError) and self._switch_token_limit_field(exc):

@@ -110,29 +110,32 @@ class Failure:
 
 def status_failure(status: int, message: str, *, model: str, where: str, too_long: bool, url_hint: str) -> Failure:
     """What an HTTP error answer other than a rate limit means, in the same words for every
-    provider: ``message`` is the server's, ``where`` its address, ``too_long`` whether the
-    provider said the prompt does not fit, ``url_hint`` what its LEASH_MODEL_URL looks like."""
+    provider, its status always written "(HTTP 400)": ``message`` is the server's, ``where``
+    its address, ``too_long`` whether the provider said the prompt does not fit, ``url_hint``
+    what its LEASH_MODEL_URL looks like."""
     if status >= 500 or status in (408, 409):
-        return Failure(UNAVAILABLE, f"the model server at {where} failed ({status}): {message}")
+        return Failure(UNAVAILABLE, f"the model server at {where} failed (HTTP {status}): "
+                                    f"{message}")
     if too_long:
         return Failure(PERMANENT,
-            f"the model server rejected the request ({status}): {message} -- the prompt is longer than "
+            f"the model server rejected the request (HTTP {status}): {message} -- the prompt is longer than "
             f"the context window of {model}: shorten the items or the template, or use a "
             f"model with a longer context")
     if status == 401:
-        return Failure(PERMANENT, f"the model server rejected the API key (401): set LEASH_MODEL_API_KEY ({message})")
+        return Failure(PERMANENT, f"the model server rejected the API key (HTTP 401): set LEASH_MODEL_API_KEY "
+                                  f"({message})")
     if status == 402:
-        return Failure(PERMANENT, f"the model provider refused the call for billing (402): add credit to the "
+        return Failure(PERMANENT, f"the model provider refused the call for billing (HTTP 402): add credit to the "
                                   f"account of LEASH_MODEL_API_KEY ({message})")
     if status == 403:
         return Failure(PERMANENT,
-            f"the model server refused access (403): the key in LEASH_MODEL_API_KEY may not use "
+            f"the model server refused access (HTTP 403): the key in LEASH_MODEL_API_KEY may not use "
             f"model {model!r} ({message})")
     if status == 404:
         return Failure(PERMANENT,
-            f"the model server at {where} has no model {model!r} (404): set LEASH_MODEL_NAME "
+            f"the model server at {where} has no model {model!r} (HTTP 404): set LEASH_MODEL_NAME "
             f"to a model it serves, and LEASH_MODEL_URL to its base URL, {url_hint} ({message})")
-    return Failure(PERMANENT, f"the model server rejected the request ({status}): {message}")
+    return Failure(PERMANENT, f"the model server rejected the request (HTTP {status}): {message}")
 
 
 def unreachable(base_url, exc: Exception) -> Failure:

@@ -147,22 +147,38 @@ def quiet_http_clients() -> None:
         logging.getLogger(name).setLevel(level)
 
 
-def make_handler(fmt: str, stream=None) -> logging.Handler:
+class OneLineFormatter(logging.Formatter):
+    """A traceback becomes its last line, appended: ``... failed (ModelUnavailable: ...)``.
+    For ``leash dev``'s terminal, where an expected failure (a model server down) is one line;
+    ``leash dev -v`` and every deployed process keep whole tracebacks."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if not record.exc_info or record.exc_info[1] is None:
+            return super().format(record)
+        exc = record.exc_info[1]
+        short = logging.makeLogRecord(record.__dict__)
+        short.exc_info, short.exc_text, short.stack_info = None, None, None
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return f"{super().format(short)} ({type(exc).__name__}: {first})"
+
+
+def make_handler(fmt: str, stream=None, tracebacks: bool = True) -> logging.Handler:
     handler = MaskingStreamHandler(stream or sys.stderr)
     handler.addFilter(JobContextFilter())
-    handler.setFormatter(json_formatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    text = logging.Formatter(TEXT_FORMAT) if tracebacks else OneLineFormatter(TEXT_FORMAT)
+    handler.setFormatter(json_formatter() if fmt == "json" else text)
     handler._leash = True  # type: ignore[attr-defined]
     return handler
 
 
-def configure(level: str | int = "INFO", fmt: str | None = None) -> None:
+def configure(level: str | int = "INFO", fmt: str | None = None, tracebacks: bool = True) -> None:
     """Send every logger's lines to stderr in the chosen format (replacing an earlier call's
-    handler, so calling it twice never doubles lines)."""
+    handler, so calling it twice never doubles lines); ``tracebacks=False``: one line each."""
     fmt = fmt or log_format()
     root = logging.getLogger()
     for handler in [h for h in root.handlers if getattr(h, "_leash", False)]:
         root.removeHandler(handler)
-    root.addHandler(make_handler(fmt))
+    root.addHandler(make_handler(fmt, tracebacks=tracebacks))
     root.setLevel(level.upper() if isinstance(level, str) else level)
     quiet_http_clients()
 
