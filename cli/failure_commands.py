@@ -8,15 +8,15 @@ and exit status 2, with nothing changed.
 from __future__ import annotations
 
 import json
-import re
 import sys
 
 import click
 
-from jobs import deadletter, keys
+from jobs import deadletter
 from jobs.archive import restore as archive_restore
 from jobs.core import clock
 from jobs.deadletter import alerts, durations, failures
+from jobs.read.failure_groups import with_status
 from jobs.usage.budget import Budget
 
 from . import exit_codes
@@ -52,26 +52,6 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-#: An HTTP status in an error's text: "failed (HTTP 500)"; "(500)" in errors stored before 0.3.
-_STATUS = re.compile(r"\((?:HTTP )?(\d{3})\)")
-
-
-def _with_status(conn, group: dict) -> str:
-    """A group's error with the HTTP status its jobs met, plainly: grouping reads every number
-    as ``<n>`` (so one bug is one group), which hides "(500)"; the examples' own errors say it."""
-    text = group["error"]
-    placeholder = "(HTTP <n>)" if "(HTTP <n>)" in text else "(<n>)"
-    if placeholder not in text:
-        return text
-    found: list[str] = []
-    for job_id in group["examples"]:
-        error = (conn.hget(keys.job(job_id), "error") or b"").decode(errors="replace")
-        found += [code for code in _STATUS.findall(error.strip().split("\n", 1)[0]) if code not in found]
-    if not found:
-        return text
-    return text.replace(placeholder, f"(HTTP {', '.join(sorted(found))})", 1)
-
-
 def _short(ts: str | None) -> str:
     return (ts or "-")[:19].replace("T", " ")
 
@@ -99,7 +79,7 @@ def failures_command(since, kind, include_canceled, as_json):
     click.echo(f"{'COUNT':>7}  {'KIND':<14} {'FIRST SEEN':<19}  {'LAST SEEN':<19}  {'EXAMPLES':<49}  ERROR")
     for g in result["groups"]:
         click.echo(f"{g['count']:>7}  {g['kind'][:14]:<14} {_short(g['first_seen']):<19}  "
-                   f"{_short(g['last_seen']):<19}  {' '.join(g['examples']):<49}  {_with_status(conn, g)}")
+                   f"{_short(g['last_seen']):<19}  {' '.join(g['examples']):<49}  {with_status(conn, g)}")
 
 
 @click.command("alert")

@@ -40,7 +40,7 @@ from jobs.config.front import web_app
 from jobs.core.connection import check_settings, configured_url, connect
 from jobs.read.redis_health import eviction_warning, readiness
 
-from . import api, auth, dashboard, error_replies, metrics, overview_page, pages, request_logs, signin
+from . import api, auth, dashboard, error_replies, failures_page, metrics, overview_page, pages, request_logs, signin
 from .redis_guard import guarded_connection
 
 log = logging.getLogger(__name__)
@@ -129,6 +129,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.register_blueprint(pages.bp)
     signin.init_app(app)
     app.register_blueprint(overview_page.bp)
+    app.register_blueprint(failures_page.bp)
     # A browser asking for an API address gets the page (the API does not import the pages).
     app.extensions["leash_html_views"] = {"api.job": pages.job_page, "api.job_list": pages.jobs_page}
     app.after_request(_security_headers)

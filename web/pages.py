@@ -35,7 +35,7 @@ from jobs.intake import admission, submission
 from jobs.intake.estimate import text as estimate_text
 from jobs.intake.modes import MODE_FIELD
 from jobs.models.cache import CACHE_FIELD
-from jobs.read import humane, job_view, listing, money, poll_schedule, results
+from jobs.read import failure_groups, humane, job_view, listing, money, poll_schedule, results
 from jobs.usage.budget import BUDGET_FIELD
 
 from .auth import Need, browser_owner, request_owner
@@ -215,7 +215,16 @@ def job_page(job_id: str):
         look_requested=waiting_at_provider and request.args.get("look") == "requested",
         summary=fields["result"]["summary"] if fields["result"] else None,
         estimate=_estimate(connection, job_id),
+        failure_group=_failure_group(fields),
     ))
+
+
+def _failure_group(fields: dict) -> str | None:
+    """The address of the failures page's group this failed job is in (its anchor)."""
+    key = failure_groups.key_of_job(fields)
+    if key is None:
+        return None
+    return url_for("failures.failures_page", since="all", kind=fields["kind"]) + f"#group-{key}"
 
 
 @bp.post("/jobs/<job_id>/look")

@@ -109,19 +109,26 @@ class Group:
     first_seen: float = float("inf")
     last_seen: float = 0.0
     examples: list[str] = field(default_factory=list)
+    #: Every job of the group, oldest failure first, when the report was asked for them.
+    job_ids: list[str] | None = None
 
     def add(self, job_id: str, failed_at: float) -> None:
         self.count += 1
         self.first_seen = min(self.first_seen, failed_at)
+        if self.job_ids is not None:
+            self.job_ids.append(job_id)
         if failed_at >= self.last_seen:
             self.last_seen = failed_at
             # Scanned oldest first: the examples end up the two latest.
             self.examples = (self.examples + [job_id])[-2:]
 
     def as_dict(self) -> dict:
-        return {"kind": self.kind, "error": self.error, "count": self.count,
-                "first_seen": clock.iso(self.first_seen), "last_seen": clock.iso(self.last_seen),
-                "examples": self.examples}
+        found = {"kind": self.kind, "error": self.error, "count": self.count,
+                 "first_seen": clock.iso(self.first_seen), "last_seen": clock.iso(self.last_seen),
+                 "examples": self.examples}
+        if self.job_ids is not None:
+            found["job_ids"] = self.job_ids[::-1]  # newest first, as a page lists them
+        return found
 
 
 def failed_ids(connection: Redis, since: float | None = None, now: float | None = None) -> list[str]:
@@ -179,13 +186,19 @@ def _fetch_heads(connection: Redis, job_ids: list[str], limit: int) -> list:
 
 
 def report(connection: Redis, since: float | None = 24 * 3600, kind: str | None = None,
-           now: float | None = None, include_canceled: bool = False) -> dict:
+           now: float | None = None, include_canceled: bool = False, owner: str | None = None,
+           with_ids: bool = False) -> dict:
     """Groups, biggest first, and the number of failed jobs they cover; canceled jobs are
-    left out unless ``include_canceled``."""
+    left out unless ``include_canceled``. ``owner``: only that owner's jobs (its failed
+    index); ``with_ids``: each group lists all its jobs (``job_ids``, newest first)."""
     groups: dict[tuple[str, str], Group] = {}
     seen: dict[str, str] = {}  # raw head -> normalised (repeated heads are common)
     total = 0
-    for head in iter_heads(connection, failed_ids(connection, since, now=now)):
+    ids = failed_ids(connection, since, now=now)
+    if owner is not None:
+        owned = {member.decode() for member in connection.zrange(keys.owner_state(owner, "failed"), 0, -1)}
+        ids = [job_id for job_id in ids if job_id in owned]
+    for head in iter_heads(connection, ids):
         if head is None or (kind is not None and head.kind != kind):
             continue
         if not include_canceled and is_canceled(head.first_line):
@@ -195,7 +208,7 @@ def report(connection: Redis, since: float | None = 24 * 3600, kind: str | None 
             text = seen[head.first_line] = normalise(head.first_line)
         group = groups.get((head.kind, text))
         if group is None:
-            group = groups[(head.kind, text)] = Group(head.kind, text)
+            group = groups[(head.kind, text)] = Group(head.kind, text, job_ids=[] if with_ids else None)
         group.add(head.job_id, head.failed_at or 0.0)
         total += 1
     ordered = sorted(groups.values(), key=lambda g: (-g.count, -g.last_seen))
