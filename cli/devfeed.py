@@ -14,7 +14,7 @@ from typing import Any
 from redis import Redis
 
 from jobs import keys
-from jobs.core import clock, states
+from jobs.core import clock, outcome, states
 from jobs.core.text import decoded
 from jobs.read import humane, money
 
@@ -44,7 +44,7 @@ def _label(fields: dict[str, Any]) -> str:
 
 def _event(before: tuple | None, fields: dict[str, Any]) -> str | None:
     """The line for what changed, or None."""
-    view = "canceled" if fields.get("canceled") else fields["state"]
+    view = fields.get("outcome") or fields["state"]
     phase = (fields.get("batch") or {}).get("phase")
     now = (view, fields["attempts"], phase == "waiting")
     if before == now:
@@ -62,10 +62,12 @@ def _event(before: tuple | None, fields: dict[str, Any]) -> str | None:
         return f"{who} running, attempt {fields['attempts']} of {fields['max_attempts']}"
     took = humane.duration(fields.get("elapsed_seconds"))
     spent = money.spend_text(fields) if (fields.get("usage") or {}).get("calls") else "no model answer billed"
-    if view == "succeeded":
+    if view == outcome.SUCCEEDED:
         return f"{who} succeeded: {fields['done']} of {fields['total']} items in {took}; {spent}"
-    if view == "canceled":
-        return f"{who} canceled after {fields['done']} of {fields['total']} items"
+    if view == outcome.WITH_ITEM_ERRORS:
+        return f"{who} {outcome.words(fields)} in {took}; {spent}"
+    if view in (outcome.CANCELED_OUTCOME, outcome.STOPPED):
+        return f"{who} {outcome.words(fields)} after {fields['done']} of {fields['total']} items"
     return f"{who} failed after {fields['done']} of {fields['total']} items: {fields.get('error_summary')}"
 
 
@@ -94,11 +96,11 @@ class Feed:
             if not raw:
                 continue
             fields = states.from_raw(job_id, raw, rq_status, now=now, errors=errors, history=history)
-            view = "canceled" if fields.get("canceled") else fields["state"]
+            view = fields.get("outcome") or fields["state"]
             key = (view, fields["attempts"], (fields.get("batch") or {}).get("phase") == "waiting")
             before = self.seen.get(job_id)
             self.seen[job_id] = key
-            if not self.started and view in ("succeeded", "failed", "canceled"):
+            if not self.started and view in outcome.ENDED:
                 continue  # ended before this run: nothing new to say
             line = _event(before, fields)
             if line is not None:

@@ -21,7 +21,7 @@ import click
 from jobs import kinds
 from jobs.batch.run import cancel_at_provider
 from jobs.config.front import web_app
-from jobs.core import control, states
+from jobs.core import control, outcome, states
 from jobs.core.items import CONCURRENCY_FIELD
 from jobs.core.text import printable
 from jobs.errors import NoSuchJob
@@ -222,8 +222,8 @@ def status(job_id, as_json, full):
               help="No progress line: wait for the end and print the job's status fields as JSON.")
 def watch(job_id, as_json):
     """Follow a job on one line until it ends: a progress bar, items/s, ETA, elapsed.
-    Exit status 0 succeeded, 1 failed or canceled, 4 succeeded with item errors,
-    130 interrupted (the job goes on)."""
+    Exit status 0 succeeded, 4 succeeded with item errors, 1 failed, canceled or stopped, 130
+    interrupted (the job goes on)."""
     conn = connect_checked()
     first = status_or_exit(conn, job_id)
     try:
@@ -234,8 +234,11 @@ def watch(job_id, as_json):
         sys.exit(exit_codes.INTERRUPTED)
     if as_json:
         click.echo(json.dumps(printable(final)))
+    elif final["outcome"] == outcome.WITH_ITEM_ERRORS:
+        click.echo(f"{outcome.words(final)}: `leash results {job_id}` shows them", err=True)
     elif final["state"] == "failed":
-        click.echo("canceled" if final["canceled"] else f"failed: {final['error_summary']}", err=True)
+        click.echo(f"failed: {final['error_summary']}" if final["outcome"] == outcome.FAILED
+                   else outcome.words(final), err=True)
     sys.exit(exit_codes.of_job(final))
 
 
@@ -311,7 +314,8 @@ def cancel_command(job_id, as_json):
 
 @click.command("jobs")
 @click.option("--state", type=click.Choice(listing.VIEWS),
-              help="Only jobs in this state; canceled jobs are apart from failed ones.")
+              help="Only jobs in this state or outcome: canceled and stopped jobs are apart from failed ones, "
+                   "those with item errors apart from succeeded ones.")
 @click.option("--kind", help="Only jobs of this kind.")
 @click.option("--search", help="Only jobs whose id, name or kind contains this text (any case).")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000))
@@ -327,8 +331,8 @@ def jobs_command(state, kind, search, limit, owner, token, as_json):
         if as_json:
             click.echo(json.dumps(job))
             continue
-        shown = listing.view_of(job) + (" (stale)" if job["stale"] else "")
-        error = job["error_summary"] if job["state"] == "failed" and not job["canceled"] else ""
+        shown = outcome.words(job) + (" (stale)" if job["stale"] else "")
+        error = job["error_summary"] if job["outcome"] == outcome.FAILED else ""
         rows.append((job["job_id"], (job["name"] or "-")[:20], (job["kind"] or "")[:12], shown,
                      f"{job['done']}/{job['total']}", humane.relative(job["created_at"]) or "-",
                      humane.duration(job["elapsed_seconds"]) if job.get("elapsed_seconds") is not None else "-",

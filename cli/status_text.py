@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 
-from jobs.read import humane, listing, money
+from jobs.core import outcome
+from jobs.read import humane, money
 
 LABEL = 12
 
@@ -25,7 +26,7 @@ def _progress(f: dict) -> str | None:
 
 
 def _state(f: dict) -> str:
-    state = listing.view_of(f)
+    state = outcome.words(f)
     phase = (f.get("batch") or {}).get("phase")
     waiting_at_provider = phase in ("waiting", "canceling")
     if f["stale"] and waiting_at_provider:
@@ -80,7 +81,7 @@ def lines(f: dict, page: str, columns: int = 100, full: bool = False) -> list[st
         ("labels", ", ".join(f["labels"]) if f.get("labels") else None),
         ("template", f.get("template")),
     ]
-    error = f.get("error") if not f["canceled"] else None
+    error = f.get("error") if f.get("outcome") in (None, outcome.FAILED) else None
     if error:
         first = error.strip().splitlines()[0]
         if full:

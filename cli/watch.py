@@ -16,6 +16,7 @@ from typing import TextIO
 
 import click
 
+from jobs.core import outcome
 from jobs.core.states import TERMINAL
 from jobs.read import humane, money
 from jobs.read.poll_schedule import poll_delay
@@ -33,7 +34,7 @@ def clock_text(seconds: float | None) -> str:
 
 def facts(fields: dict) -> str:
     """What follows the bar: state, speed, ETA, elapsed, then what is wrong if anything."""
-    parts = ["canceled" if fields.get("canceled") else fields["state"]]
+    parts = [outcome.words(fields)]
     at_provider = (fields.get("batch") or {}).get("phase") in ("waiting", "canceling")
     if fields.get("stale"):  # first: it is what a person must not miss
         parts.append("STALE: no look at its batch when due" if at_provider else "STALE: no heartbeat, will be retried")
@@ -51,7 +52,7 @@ def facts(fields: dict) -> str:
         parts.append(f"attempt {fields['attempts']}/{fields['max_attempts']}")
     if fields["state"] == "queued" and fields.get("waiting"):
         parts.append(fields["waiting"])
-    if fields.get("error_summary") and not fields.get("canceled"):
+    if fields.get("error_summary") and fields.get("outcome") in (None, outcome.FAILED):
         parts.append(fields["error_summary"])
     return ", ".join(parts)
 

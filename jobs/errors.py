@@ -47,6 +47,10 @@ class PermanentError(LeashError):
     """The job cannot succeed however often it is retried."""
 
 
+class TooManyItemErrors(PermanentError):
+    """Too many of the job's items ended in an error: every one, or more than max_item_errors."""
+
+
 class ItemError(LeashError):
     """This item cannot be answered; it is stored as the item's error and the job goes on."""
 

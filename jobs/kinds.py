@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from jobs import config
-from jobs.errors import InvalidJob, ItemError, NeedsDirect, PermanentError
+from jobs.errors import InvalidJob, ItemError, NeedsDirect
 from jobs.intake import modes
 from jobs.intake.limits import (  # check_fields: for kinds that write their own validator
     check_extract_template,
@@ -34,6 +34,7 @@ from jobs.intake.limits import (  # check_fields: for kinds that write their own
     check_items,
     check_labels,
     check_max_invalid,
+    check_max_item_errors,
     check_schema,
     check_template,
     schema_from_text,
@@ -83,6 +84,9 @@ class Kind:
     validate: Callable[[dict], int] | None = None
     #: How its items go through a provider's batch API (payload ``mode: "batch"``); None: it cannot.
     batch: BatchSpec | None = None
+    #: Item errors a job of this kind may end with when neither the job (``max_item_errors``) nor
+    #: LEASH_MAX_ITEM_ERRORS says (None: any but all; jobs/core/outcome.py).
+    max_item_errors: int | None = None
 
     def __post_init__(self):
         if self.validate is None:  # a kind with neither fields nor a validator checks nothing
@@ -157,6 +161,7 @@ def validate_items(payload: dict, max_items: int | None = None, max_chars: int |
     """``payload["items"]``: a non-empty list of strings within LEASH_MAX_ITEMS and
     LEASH_MAX_ITEM_CHARS (or the limits given); raises InvalidJob saying which limit."""
     validate_concurrency(payload)
+    check_max_item_errors(payload)
     return check_items(payload, max_items, max_chars)
 
 
@@ -192,7 +197,14 @@ TEMPLATE = Field("template", "Template", "Your instruction, with {item} where ea
                  missing="give the prompt: --template 'Summarise: {item}' ({item} is where each item goes)")
 
 
-@kind("classify", fields=(LABELS,))
+MAX_ITEM_ERRORS = Field("max_item_errors", "Item errors allowed",
+                        "How many items may end in an error (they keep it) and the job still succeed: a count (3) or "
+                        "a share (10%); default: any but all (extract: 0), or LEASH_MAX_ITEM_ERRORS",
+                        check=check_max_item_errors, from_text=lambda text: int(text) if text.strip().isdigit()
+                        else (text.strip() or None), placeholder="3 or 10%")
+
+
+@kind("classify", fields=(LABELS, MAX_ITEM_ERRORS))
 def classify(ctx: JobContext, payload: dict) -> dict[str, Any]:
     """One label per item, from the configured backend; an answer outside the labels (after
     one correction) becomes that item's error."""
@@ -216,7 +228,7 @@ classify.batch = BatchSpec(
     read=_classify_label)
 
 
-@kind("prompt", fields=(TEMPLATE,))
+@kind("prompt", fields=(TEMPLATE, MAX_ITEM_ERRORS))
 def prompt(ctx: JobContext, payload: dict) -> dict[str, Any]:
     """The template, with ``{item}`` replaced by each item, sent to the configured backend;
     each completion is stored as that item's result."""
@@ -242,10 +254,6 @@ SCHEMA = Field("schema", "Schema", "A JSON Schema of an object: each item's answ
                placeholder='{"type": "object", "properties": {"product": {"type": "string"}}, "required": ["product"], '
                            '"additionalProperties": false}',
                missing="give the JSON Schema each answer follows: --schema schema.json")
-MAX_INVALID = Field("max_invalid", "Invalid answers allowed", "How many items may end without an answer that "
-                    "follows the schema (they keep their error) before the job fails; default 0",
-                    check=check_max_invalid, from_text=lambda text: int(text) if text.strip().isdigit()
-                    else (text.strip() or None), placeholder="0")
 
 
 #: The template once more, optional for extract (the form and the CLI show one box, one option).
@@ -254,25 +262,20 @@ EXTRACT_TEMPLATE = replace(TEMPLATE, check=check_extract_template,
                                 "its result; extract: optional, a default instruction otherwise)")
 
 
-@kind("extract", fields=(SCHEMA, EXTRACT_TEMPLATE, MAX_INVALID))
+@kind("extract", fields=(SCHEMA, EXTRACT_TEMPLATE, MAX_ITEM_ERRORS))
 def extract(ctx: JobContext, payload: dict) -> dict[str, Any]:
     """Each item's answer as an object that follows ``payload["schema"]`` (provider-native
     structured output where the backend has it; every answer validated, an invalid one asked
-    again with the validation error: jobs.models.structured). More items without a valid
-    answer than ``max_invalid`` fail the job, naming the first of them and its error."""
+    again with the validation error: jobs.models.structured). An item without a valid answer
+    keeps its error; more of them than ``max_item_errors`` (``max_invalid``, its older name;
+    default 0) fail the job (jobs.runner)."""
     backend = ctx.model
     schema = payload["schema"]
     check = structured.validator(schema)
     mode = backend.structured_mode() if hasattr(backend, "structured_mode") else structured.SCHEMA
     results = _run_items(ctx, payload, _item_or_error(
         lambda item: backend.extract(_extract_messages(payload, item, mode), schema, check=check)))
-    invalid = [(index, r["error"]) for index, r in enumerate(results) if _is_error(r)]
-    allowed = payload.get("max_invalid") or 0
-    if len(invalid) > allowed:
-        index, error = invalid[0]
-        title = f" (schema {schema['title']!r})" if isinstance(schema.get("title"), str) else ""
-        raise PermanentError(f"answers that do not follow the schema: {len(invalid)} of {len(results)} items "
-                             f"(max_invalid {allowed}); item {index}: {error}{title}")
+    invalid = [r for r in results if _is_error(r)]
     return {"items": len(results), "valid": len(results) - len(invalid), "invalid": len(invalid)}
 
 
@@ -283,9 +286,13 @@ def _(payload: dict) -> int:
         raise InvalidJob(f"'schema': {problem}")
     check_extract_template(payload)
     check_max_invalid(payload)
+    check_max_item_errors(payload)
     total = len(validate_items(payload))
-    check_fields(payload, ("items", "schema", "template", "max_invalid"))
+    check_fields(payload, ("items", "schema", "template", "max_item_errors", "max_invalid"))
     return total
+
+
+extract.max_item_errors = 0  # an answer that breaks the schema is what extract is for: none by default
 
 
 def _extract_messages(payload: dict, item: str, mode: str) -> list[dict]:

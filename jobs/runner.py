@@ -4,7 +4,9 @@ The worker claimed the job (an ``Attempt`` with a fencing token) before forking;
 how the kind's function ended onto a fenced transition, then lets RQ do its bookkeeping:
 
     returned         -> finish   (succeeded; refused if the lease was lost; a summary over
-                                  LEASH_MAX_SUMMARY_BYTES is stored as a note of its size)
+                                  LEASH_MAX_SUMMARY_BYTES is stored as a note of its size;
+                                  its item errors counted: every item, or more than
+                                  max_item_errors, and it fails instead, naming them)
     PermanentError   -> fail     (failed at once)
     Canceled         -> fail     (failed, error "canceled")
     other exception  -> fail     (queued again while attempts remain, else failed)
@@ -20,8 +22,10 @@ how the kind's function ended onto a fenced transition, then lets RQ do its book
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+from collections import Counter
 from typing import Any
 
 import redis
@@ -31,11 +35,22 @@ from jobs import keys, kinds
 from jobs.batch import canceled
 from jobs.batch import run as batch_run
 from jobs.config import settings
-from jobs.core import clock, consistency
+from jobs.config.stores import item_errors as item_error_settings
+from jobs.core import clock, consistency, outcome
 from jobs.core.context import JobContext
 from jobs.core.lease import Attempt, Outcome, describe
-from jobs.errors import Canceled, HandOff, InvalidJob, LeaseLost, Parked, PermanentError, PlainWorker, RetryLater
-from jobs.intake.limits import check_summary, json_size
+from jobs.errors import (
+    Canceled,
+    HandOff,
+    InvalidJob,
+    LeaseLost,
+    Parked,
+    PermanentError,
+    PlainWorker,
+    RetryLater,
+    TooManyItemErrors,
+)
+from jobs.intake.limits import check_summary, item_error_limit, json_size
 from jobs.models import backends
 from jobs.usage.budget import BudgetReached, WaitingForRoom
 
@@ -57,7 +72,8 @@ def execute(kind_name: str, payload: dict, attempt: Attempt | None = None) -> di
             ctx.flush_usage(all_threads=True)  # calls no item write carried (before the outcome)
         summary = _fitting_summary(attempt.job_id, summary)
         ctx.restore_lost_items()  # a failover may have lost some: never succeed without them
-        attempt.finish(summary)
+        errors = _judge_item_errors(attempt, kind, payload)
+        attempt.finish(summary, outcome=outcome.WITH_ITEM_ERRORS if errors else outcome.SUCCEEDED)
         return summary
     except LeaseLost:
         attempt.settle(Outcome.SUPERSEDED)
@@ -77,6 +93,9 @@ def execute(kind_name: str, payload: dict, attempt: Attempt | None = None) -> di
         raise
     except BudgetReached as exc:
         attempt.fail(str(exc), permanent=True)  # "budget reached: ..." says it all; no traceback
+        raise
+    except TooManyItemErrors as exc:
+        attempt.fail(str(exc), permanent=True)  # the count and the most common item error: no traceback
         raise
     except PermanentError as exc:
         attempt.fail(describe(exc), permanent=True)
@@ -118,6 +137,41 @@ def _fitting_summary(job_id: str, summary):
     except (TypeError, ValueError) as exc:
         raise PermanentError(str(exc)) from None
     return summary
+
+
+def _judge_item_errors(attempt: Attempt, kind: kinds.Kind, payload: dict) -> int:
+    """Count the items that ended in an error and record the count on the job (every surface
+    reads it from there); raise TooManyItemErrors when they are every item, or more than the
+    job's ``max_item_errors`` (extract: ``max_invalid``), else LEASH_MAX_ITEM_ERRORS, else the
+    kind's default allows. Read from the job's hash and payload: the limits it was accepted with."""
+    texts = _item_errors(attempt.connection, attempt.job_id)
+    errors = sum(texts.values())
+    attempt.connection.hset(keys.job(attempt.job_id), outcome.FIELD, errors)
+    if not errors:
+        return 0
+    total = int(attempt.connection.hget(keys.job(attempt.job_id), "total") or 0) or errors
+    given = (("max_item_errors", payload.get("max_item_errors")),
+             ("max_invalid", payload.get("max_invalid") if kind.name == "extract" else None),
+             ("LEASH_MAX_ITEM_ERRORS", item_error_settings().max_item_errors),
+             (f"{kind.name}'s default max_item_errors", kind.max_item_errors))
+    name, value = next(((n, v) for n, v in given if v not in (None, "")), ("max_item_errors", None))
+    limit = item_error_limit(value, name)
+    if outcome.too_many(errors, total, limit):
+        raise TooManyItemErrors(outcome.failure_text(texts, total, f"{name} {value}"))
+    return errors
+
+
+def _item_errors(connection: redis.Redis, job_id: str) -> Counter:
+    """The texts of the job's stored item errors, counted."""
+    errors: Counter = Counter()
+    for _, raw in connection.hscan_iter(keys.items(job_id), count=500):
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            continue
+        if outcome.is_item_error(value):
+            errors[str(value["error"])] += 1
+    return errors
 
 
 def _defer(attempt: Attempt, exc: RetryLater) -> Retry:

@@ -258,7 +258,8 @@ class FakeOpenAI:
     def answer_for(self, seen: Seen) -> str:
         """The default answer: for a structured request an object built from its schema (broken
         as ``schema_answers`` says: ``"break_first"`` its first answer about each item,
-        ``"never"`` every one), else ``answer(item)``."""
+        ``"never"`` every one, ``"never:<text>"`` every one about an item holding that text), else
+        ``answer(item)``."""
         schema = self.structured_schema(seen.body)
         if schema is None:
             return self.answer(seen.item)
@@ -266,7 +267,9 @@ class FakeOpenAI:
             asked = self.structured_asked.get(seen.item, 0)
             self.structured_asked[seen.item] = asked + 1
         value = schema_value(schema, seen.item)
-        if self.schema_answers == "never" or (self.schema_answers == "break_first" and asked == 0):
+        never = self.schema_answers == "never" or (
+            self.schema_answers.startswith("never:") and self.schema_answers[6:] in seen.item)
+        if never or (self.schema_answers == "break_first" and asked == 0):
             value = broken(schema, value)
         return json.dumps(value)
 

@@ -139,3 +139,20 @@ def sleepy(ctx, payload):
 @sleepy.validator
 def _(payload):
     return len(validate_items(payload))
+
+
+@kind("answers")
+def answers(ctx, payload):
+    """Each item upper-cased, except that an item starting with "bad" ends in an item error
+    (what a built-in kind stores for an item the model could not answer)."""
+
+    def one(item):
+        return {"error": f"cannot answer {item.split()[0]!r}"} if item.startswith("bad") else item.upper()
+
+    results = ctx.for_each(payload["items"], one)
+    return {"items": len(results)}
+
+
+@answers.validator
+def _(payload):
+    return len(validate_items(payload))

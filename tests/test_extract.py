@@ -2,8 +2,8 @@
 the official SDKs: each answer follows a JSON Schema the provider is given natively (OpenAI's
 strict ``json_schema``, Anthropic's forced tool); an answer that breaks it is asked again with the
 validation error, the repair counted like any call, directly and after a provider batch; an item
-never answered validly fails the job, grouped by ``leash failures`` (unless ``max_invalid``
-allows it); the CSV download has a column per property; a bad schema is refused at the door."""
+never answered validly is an item error: every item, or more than ``max_item_errors`` (``max_invalid``),
+fail the job, grouped by ``leash failures``; the CSV download has a column per property; a bad schema is refused at the door."""
 
 from __future__ import annotations
 
@@ -116,9 +116,9 @@ def test_a_provider_that_never_follows_the_schema_fails_the_job_grouped_by_leash
 
     for status, count in zip(failed, (4, 2), strict=True):
         assert status["state"] == "failed"
-        assert "answers that do not follow the schema" in status["error"], status["error"]
-        assert f"{count} of {count} items" in status["error"] and "'product' is a required property" in status["error"]
-        assert "schema 'Review'" in status["error"]
+        assert status["error"].startswith(f"{count} of {count} items ended in an error; the most common ({count}): "
+                                          "the answer does not follow the schema"), status["error"]
+        assert "'product' is a required property" in status["error"] and status["item_errors"] == count
     assert len(model_server.requests) == 6 * 3  # each item: its answer and 2 repairs (LEASH_REPAIR_ATTEMPTS)
     assert failed[0]["usage"]["calls"] == 12
     assert stored(conn, first)[0]["error"].startswith("the answer does not follow the schema after 2 repairs")
@@ -126,20 +126,33 @@ def test_a_provider_that_never_follows_the_schema_fails_the_job_grouped_by_leash
     schema_groups = [g for g in groups if g["kind"] == "extract"]
     assert len(schema_groups) == 1 and schema_groups[0]["count"] == 2, groups
     out = CliRunner().invoke(main, ["failures"])
-    assert "answers that do not follow the schema" in out.output and "extract" in out.output
+    assert "items ended in an error; the most common" in out.output and "extract" in out.output
 
 
-def test_max_invalid_lets_a_job_succeed_with_those_items_keeping_their_error(conn, burst, model_server, env):
+@pytest.mark.parametrize("allowance", [{"max_invalid": 2}, {"max_item_errors": 2}, {"max_item_errors": "50%"}])
+def test_max_item_errors_lets_a_job_succeed_with_those_items_keeping_their_error(conn, burst, model_server, env,
+                                                                                  allowance):
     env.setenv("LEASH_REPAIR_ATTEMPTS", "1")
-    model_server.schema_answers = "never"
-    job_id = submit(conn, ITEMS[:3], max_invalid=3)
+    model_server.schema_answers = "never:gadget1"  # items 1 and 10 of the four below never follow it
+    job_id = submit(conn, [ITEMS[0], ITEMS[1], ITEMS[2], ITEMS[10]], **allowance)
     burst()
     final = ended(conn, job_id)
     assert final["state"] == "succeeded", final["error"]
-    assert final["result"]["summary"] == {"items": 3, "valid": 0, "invalid": 3}
-    assert all(v["error"].startswith("the answer does not follow the schema after 1 repair:")
-               for v in stored(conn, job_id).values())
-    assert final["usage"]["calls"] == 6
+    assert final["outcome"] == "succeeded_with_item_errors" and final["item_errors"] == 2
+    assert final["result"]["summary"] == {"items": 4, "valid": 2, "invalid": 2}
+    errors = [v["error"] for v in stored(conn, job_id).values() if "error" in v]
+    assert len(errors) == 2 and all(e.startswith("the answer does not follow the schema after 1 repair:") for e in errors)
+
+
+def test_one_item_error_more_than_max_item_errors_fails_the_job_naming_the_count(conn, burst, model_server, env):
+    env.setenv("LEASH_REPAIR_ATTEMPTS", "0")
+    model_server.schema_answers = "never:gadget1"
+    job_id = submit(conn, [ITEMS[0], ITEMS[1], ITEMS[2], ITEMS[10]], max_item_errors=1)
+    burst()
+    final = ended(conn, job_id)
+    assert final["state"] == "failed" and final["outcome"] == "failed" and final["item_errors"] == 2
+    assert final["error"].startswith("2 of 4 items ended in an error, more than max_item_errors 1 allows; "
+                                     "the most common (2): the answer does not follow the schema"), final["error"]
 
 
 def test_a_bad_schema_is_refused_at_the_door_naming_the_problem(conn, model_server, tmp_path):

@@ -25,7 +25,7 @@ def post_form(client, **fields):
 
 def test_the_form_has_a_schema_box_an_upload_and_the_script_that_lists_its_fields(client, conn):
     page = client.get("/", headers=HTML).data.decode()
-    assert 'name="schema"' in page and 'name="schema_file"' in page and 'name="max_invalid"' in page
+    assert 'name="schema"' in page and 'name="schema_file"' in page and 'name="max_item_errors"' in page
     assert 'data-fields="schema-fields"' in page and 'id="schema-fields"' in page
     assert "/static/form.js" in page
     script = client.get("/static/form.js").data.decode()

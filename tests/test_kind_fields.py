@@ -79,9 +79,9 @@ def test_every_built_in_field_is_an_option_of_leash_submit():
 
     usage = CliRunner().invoke(main, ["submit", "--help"]).output
     declared = [field for field, _ in kinds.fields()]
-    assert {f.name for f in declared} >= {"labels", "template", "schema", "max_invalid"}
+    assert {f.name for f in declared} >= {"labels", "template", "schema", "max_item_errors"}
     for field in declared:
-        assert "--" + field.name.replace("_", "-") in usage  # max_invalid is --max-invalid
+        assert "--" + field.name.replace("_", "-") in usage  # max_item_errors is --max-item-errors
 
 
 _OWN_KINDS = '''

@@ -85,8 +85,9 @@ class BaseSubmitForm(FlaskForm):
             upload = self[field.name + "_file"].data if field.from_file else None
             if upload and getattr(upload, "filename", ""):  # an uploaded file wins over the box
                 text = upload.read().decode("utf-8-sig", errors="replace").strip()
-            if field.name in declared or (text and not declared):
-                values[field.name] = field.from_text(text)
+            value = field.from_text(text)
+            if (field.name in declared or (text and not declared)) and value is not None:
+                values[field.name] = value  # None: an optional box left empty (the default applies)
         return values
 
     def item_list(self) -> list[str] | None:

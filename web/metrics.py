@@ -104,7 +104,12 @@ class RedisCollector:
         yield GaugeMetricFamily("leash_jobs_failed_index", "Failed jobs in the dead-letter index.",
                                 value=failed_index)
         by_outcome = {
-            "succeeded": CounterMetricFamily("leash_jobs_succeeded", "Jobs that succeeded, by kind.", labels=["kind"]),
+            "succeeded": CounterMetricFamily("leash_jobs_succeeded", "Jobs that succeeded, every item answered, "
+                                             "by kind.", labels=["kind"]),
+            # Succeeded too (the state), but some items hold an error instead of an answer.
+            "succeeded_with_item_errors": CounterMetricFamily(
+                "leash_jobs_succeeded_with_item_errors", "Jobs that succeeded with item errors, by kind.",
+                labels=["kind"]),
             "failed": CounterMetricFamily("leash_jobs_failed", "Jobs that failed, by kind.", labels=["kind"]),
             # A cancel ends in failed too, but is not a failure.
             "canceled": CounterMetricFamily("leash_jobs_canceled", "Jobs canceled, by kind.", labels=["kind"]),

@@ -47,6 +47,11 @@ def overview_charts(connection, owner: str) -> list[charts.Chart]:
                      charts.bars("Jobs failed per hour, last 24 hours", hours, hourly.failed, "failures",
                                  tick_every=6),
                      f"{sum(hourly.failed)} failed in the last 24 hours; canceled jobs are not failures."),
+        charts.Chart("item-errors-per-hour", "Your jobs with item errors per hour",
+                     charts.bars("Jobs that succeeded with item errors per hour, last 24 hours", hours,
+                                 hourly.item_errors, "jobs", tick_every=6),
+                     f"{sum(hourly.item_errors)} succeeded with item errors in the last 24 hours: some items hold "
+                     "an error instead of an answer."),
         _tokens_per_day(connection, owner),
     ]
 

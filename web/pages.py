@@ -27,7 +27,7 @@ from flask import Blueprint, jsonify, make_response, redirect, render_template, 
 
 from jobs import deadletter, keys, kinds
 from jobs.archive import restore as archive_restore
-from jobs.core import clock, states
+from jobs.core import clock, outcome, states
 from jobs.core.text import printable
 from jobs.enqueue import check_name
 from jobs.errors import InvalidJob
@@ -206,7 +206,8 @@ def job_page(job_id: str):
         terminal=terminal, table=_results_table(connection, job_id, fields),
         submitted=[(f, given[f.name]) for f, _ in kinds.fields() if f.name in (given := fields.get("submitted", {}))],
         refresh=refresh, schedule=schedule, percent=_percent(fields),
-        shown_state=listing.view_of(fields), attempts=humane.attempts(fields), history=attempts,
+        shown_state=outcome.words(fields), shown_view=listing.view_of(fields),
+        attempts=humane.attempts(fields), history=attempts,
         run=job_view.run_timing(connection, fields, attempts), batch=batch,
         per_request=job_view.cost_per_request(fields, batch["answered"]) if batch else None,
         traceback=_traceback(fields["error"]), duration=humane.duration, money=money.money,
@@ -273,30 +274,34 @@ def replay(job_id: str):
     if not selection.matched:
         reason = selection.skipped[0][1] if selection.skipped else "only failed jobs can be replayed"
         return api_error(409, f"not replayed: {reason}")
-    outcome = deadletter.replay(connection, selection.matched, f"web:{owner}",
+    replayed = deadletter.replay(connection, selection.matched, f"web:{owner}",
                                 {"ids_given": 1, "kind": None, "error_contains": None, "since": None},
                                 skipped=selection.skipped, restore=archive_restore.restore)
-    if outcome.left_failed:  # its owner is at the queued cap: the same replay works once some start
-        return api_error(429, f"not replayed: {outcome.left_failed[0][1]}",
+    if replayed.left_failed:  # its owner is at the queued cap: the same replay works once some start
+        return api_error(429, f"not replayed: {replayed.left_failed[0][1]}",
                          {"Retry-After": str(admission.QUEUED_RETRY_AFTER)})
-    if not outcome.replayed:
-        return api_error(409, f"not replayed: {outcome.skipped[0][1]}")
+    if not replayed.replayed:
+        return api_error(409, f"not replayed: {replayed.skipped[0][1]}")
     if wants_html():
         return redirect(url_for("api.job", job_id=job_id), 303)
-    response = jsonify(job_id=job_id, state=states.State.QUEUED.value, audit_id=outcome.audit_id,
+    response = jsonify(job_id=job_id, state=states.State.QUEUED.value, audit_id=replayed.audit_id,
                        url=url_for("api.job", job_id=job_id))
     response.status_code = 202
     return response
 
+
+#: The jobs list's filter names where the view's own name is not words.
+VIEW_LABELS = {outcome.WITH_ITEM_ERRORS: "with item errors", outcome.STOPPED: "stopped by RQ"}
 
 #: Characters of a job's error the jobs list shows (cut at a word; the whole on its page).
 LIST_ERROR_CHARS = 80
 
 
 def _row(job: dict) -> dict:
-    error = job["error_summary"] if job["state"] == "failed" and not job["canceled"] else None
+    error = job["error_summary"] if job["outcome"] == outcome.FAILED else None
     shown_error, cut = humane.cut(error, LIST_ERROR_CHARS) if error else (None, False)
-    return dict(job, percent=_percent(job), view=listing.view_of(job), shown_error=shown_error, error_cut=cut,
+    return dict(job, percent=_percent(job), view=listing.view_of(job), view_words=outcome.words(job),
+                shown_error=shown_error, error_cut=cut,
                 created_ago=humane.relative(job["created_at"]), created_utc=humane.utc(job["created_at"]),
                 tokens=money.tokens_text(job), cost=money.cost_cell(job),
                 duration=humane.duration(job["elapsed_seconds"]) if job.get("elapsed_seconds") is not None else "—")
@@ -315,7 +320,7 @@ def jobs_page():
     others = {name: value for name, value in args.items() if name != "state"}  # kept by the state links
     return _page(render_template(
         "jobs.html", jobs=[_row(job) for job in found.jobs], total=total, offset=offset, state=filters.view,
-        views=listing.VIEWS, counts=found.counts, active=active, args=args, others=others,
+        views=listing.VIEWS, view_labels=VIEW_LABELS, counts=found.counts, active=active, args=args, others=others,
         kind_names=sorted(kinds.KINDS), filtered=filters.beyond_view(),
         schedule=_schedule(),
         refresh=int(poll_schedule.SLOW_POLL) if active else None, this_url=request.full_path.rstrip("?"),

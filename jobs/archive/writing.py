@@ -19,7 +19,7 @@ from sqlalchemy import Engine, delete, insert
 from jobs import keys
 from jobs.archive import tables
 from jobs.config import stores
-from jobs.core import payload_copy
+from jobs.core import outcome, payload_copy
 from jobs.core.details import is_canceled
 from jobs.core.text import decoded
 from jobs.lifecycle import transitions
@@ -72,7 +72,7 @@ def read_ended(connection: Redis, job_id: str) -> tuple[dict, list[dict], str] |
         error = None
         if result is not None:
             value = json.loads(result)
-            if isinstance(value, dict) and set(value) == {"error"}:
+            if outcome.is_item_error(value):  # the same rule as the count the job ended with
                 error, item_errors = str(value["error"]), item_errors + 1
         item = inputs[index] if index < len(inputs) else None
         rows.append({"job_id": job_id, "idx": index, "item": None if item is None else json.dumps(item),

@@ -130,6 +130,7 @@ declare("LEASH_LOCAL_DELAY_MS", "int", 0, "per-item latency of the offline backe
 # A stored error's head and tail of the traceback, small enough for the job's hash and every status.
 declare("LEASH_ERROR_MAX_CHARS", "int", 1000, "a stored error's length, in bytes as JSON", 200)
 declare("LEASH_IMPORTS", "str", "", "modules that register job kinds (comma-separated)")
+declare("LEASH_MAX_ITEM_ERRORS", "str", None, "item errors a job may end with and succeed: `3` or `10%`")
 
 # --- the worker process (also `leash worker` options) -----------------------------------------
 declare("LEASH_BURST", "bool", False, "`leash worker`: quit when the queues are empty")
@@ -283,8 +284,7 @@ def settings() -> Settings:
 
 @dataclass(frozen=True)
 class Limits:
-    """What one job may ask for. Checked before anything is written; each rejection names
-    its limit and the setting that raises it."""
+    """What one job may ask for, checked before anything is written; a rejection names its limit and setting."""
 
     max_items: int
     max_item_chars: int

@@ -29,3 +29,14 @@ class Archive:
 
 def archive() -> Archive:
     return _read(Archive, {"database_url": "DATABASE_URL"})
+
+
+@dataclass(frozen=True)
+class ItemErrors:
+    """How many item errors a job may end with and still succeed (jobs/core/outcome.py)."""
+
+    max_item_errors: str | None
+
+
+def item_errors() -> ItemErrors:
+    return _read(ItemErrors)

@@ -3,6 +3,9 @@ submitted, why it waits, and each attempt's story. Computed from what the status
 holds (the job hash, RQ's status, the error and attempt history lists); no extra reads.
 
     canceled         a failed job that was canceled (the state machine still says failed)
+    stopped          a failed job that RQ's stop command ended
+    item_errors      how many items ended in an error (known once the job has ended)
+    outcome          how it ended, one word (jobs/core/outcome.py); None until then
     error_summary    the first line of ``error``; the traceback stays in ``error``
     started_at       when the first attempt started; finished_at: when the job ended
     elapsed_seconds  from the first start to the end (or to the last update)
@@ -22,16 +25,8 @@ import json
 from typing import Any
 
 from jobs.config import settings
-from jobs.core import clock
-from jobs.errors import CANCELED
-
-#: How RQ's own cancel reads in leash (jobs/core/consistency.py).
-CANCELED_IN_RQ = "canceled in RQ"
-
-
-def is_canceled(error: str | None) -> bool:
-    return bool(error) and (error == CANCELED or error.startswith(CANCELED_IN_RQ))
-
+from jobs.core import clock, outcome
+from jobs.core.outcome import CANCELED_IN_RQ, is_canceled  # noqa: F401 - read from here by other modules
 
 #: A first line is a summary: the whole text stays in ``error``.
 SUMMARY_CHARS = 300
@@ -209,8 +204,12 @@ def details(job_id: str, h: dict, state: str, error: str | None, rq_status: str 
         params = json.loads(h.get("params") or "{}")
     except ValueError:
         params = {}
+    item_errors = int(h.get(outcome.FIELD) or 0) if state in ("succeeded", "failed") else 0
     return {
         "canceled": state == "failed" and is_canceled(error),
+        "stopped": state == "failed" and outcome.is_stopped(error),
+        "item_errors": item_errors,
+        "outcome": outcome.of(state, error, item_errors),
         "error_summary": first_line(error),
         "started_at": clock.iso(first_start),
         "finished_at": clock.iso(ended_at),

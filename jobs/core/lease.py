@@ -243,12 +243,14 @@ class Attempt:
         there to finish the job's bookkeeping, so the job must be reclaimed."""
         return bool(self.worker_pid) and os.getppid() != self.worker_pid and os.getpid() != self.worker_pid
 
-    def finish(self, result: dict, now: float | None = None) -> None:
+    def finish(self, result: dict, now: float | None = None, outcome: str = "succeeded") -> None:
+        """``outcome`` names the all-time total it counts in (/metrics): ``succeeded``, or
+        ``succeeded_with_item_errors`` (jobs/core/outcome.py)."""
         now = clock.wall() if now is None else now
         ok, retried = self.write(
             transitions.finish, self.job_id, self.owner_name(), self.kind, now,
             [self.job_id, self.token, now, json.dumps(result, separators=(",", ":")), settings().result_ttl,
-             f"succeeded:{self.kind}", keys.STATS_MINUTE_TTL],
+             f"{outcome}:{self.kind}", keys.STATS_MINUTE_TTL],
         )
         if int(ok) != 1 and not (retried and self.landed("succeeded")):
             self.settle(Outcome.SUPERSEDED)

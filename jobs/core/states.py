@@ -47,7 +47,10 @@ _RQ_ENDED = {**ENDED_BY_RQ, None: REMOVED}
 FIELDS = ("job_id", "kind", "state", "done", "total", "result", "error", "stale", "attempts",
           "max_attempts", "created_at", "updated_at", "lease_expires_at",
           # What a person watching the job wants to know (see ``details``).
-          "canceled", "error_summary", "started_at", "finished_at", "elapsed_seconds", "items_per_second",
+          "canceled",
+          # How it ended, one word, and how many items ended in an error (jobs/core/outcome.py).
+          "stopped", "item_errors", "outcome",
+          "error_summary", "started_at", "finished_at", "elapsed_seconds", "items_per_second",
           "eta_seconds", "submitted", "labels", "template", "results_url", "waiting", "next_retry_at", "history",
           # What its model calls used and cost, and the budget it runs under (jobs/usage).
           "usage", "cost_usd", "budget", "budget_wait",

@@ -71,7 +71,7 @@ def check_payload(payload: Any) -> None:
 #: what the job may spend (jobs/usage/budget.py), whether its items go through the provider's
 #: batch API (jobs/batch/run.py) and whether it uses the request cache
 #: (jobs/models/cache.py).
-ITEM_OPTIONS = ("item_concurrency", "budget", "mode", "cache")
+ITEM_OPTIONS = ("item_concurrency", "budget", "mode", "cache", "max_item_errors")
 
 
 def check_cache_option(payload: dict) -> None:
@@ -215,6 +215,38 @@ def check_extract_template(payload: dict) -> str | None:
         return None
 
     return check_template(payload)
+
+
+def check_max_item_errors(payload: dict) -> None:
+    """``max_item_errors``: a count of items (3) or a share ("10%", 0.1); absent: the default."""
+    item_error_limit(payload.get("max_item_errors"))
+
+
+def item_error_limit(value: Any, name: str = "max_item_errors") -> tuple[int | None, float | None]:
+    """A count of items (``3``) or a share of them (``"10%"``, ``0.1``) as (count, share);
+    (None, None) for no limit (only a job whose every item errored fails)."""
+    if value is None or value == "":
+        return None, None
+    wrong = f"'{name}' must be a count of items (0 or more) or a share like \"10%\", got {json.dumps(value)[:40]}"
+    if isinstance(value, bool):
+        raise InvalidJob(wrong)
+    if isinstance(value, int):
+        if value < 0:
+            raise InvalidJob(wrong)
+        return value, None
+    text_ = str(value).strip()
+    try:
+        if text_.endswith("%"):
+            share = float(text_[:-1]) / 100
+        elif isinstance(value, float) or "." in text_:
+            share = float(text_)
+        else:
+            return item_error_limit(int(text_), name)
+    except ValueError:
+        raise InvalidJob(wrong) from None
+    if not 0 <= share <= 1:
+        raise InvalidJob(f"'{name}' as a share must be between 0 and 1 (0% and 100%), got {json.dumps(value)[:40]}")
+    return None, share
 
 
 def check_max_invalid(payload: dict) -> int:

@@ -2,11 +2,14 @@
 Reads the owner's indexes, never scans Redis: a state filter reads the owner's index of that
 state (jobs/core/state_index.py), exact and as fast at any number of jobs.
 
-A listing filters by *view*, not by state: the four states, except that a canceled job (state
-``failed``, ``canceled: true``) is in the view ``canceled`` and not in ``failed`` — people
-look for "what broke" and "what I stopped" separately. The failed index holds both; they are
-told apart by the stored error, whose length alone rules out almost every failure (one O(1)
-read each), so only would-be cancels have their text read.
+A listing filters by *view*, not by state: queued, running, then the outcomes of an ended job
+(jobs/core/outcome.py): a canceled job (state ``failed``, ``canceled: true``) is in the view
+``canceled`` and not in ``failed``, one RQ's stop command ended in ``stopped``, one that
+succeeded with item errors in ``succeeded_with_item_errors`` and not in ``succeeded`` — people
+look for "what broke", "what I stopped" and "what needs a second look" separately. The failed
+index holds the first three; they are told apart by the stored error, whose length alone rules
+out almost every failure (one O(1) read each), so only would-be cancels and stops have their
+text read. The succeeded index holds both succeeded views, told apart by the item-error count.
 
 Filters by kind, by a text found in the id, name or kind (any case) and by creation date read
 the owner's newest MAX_SCAN jobs. The state indexes follow leash's own state: a job that RQ's
@@ -23,8 +26,7 @@ from typing import Any, NamedTuple
 from redis import Redis
 
 from jobs import keys
-from jobs.core import clock, state_index, states
-from jobs.core.details import is_canceled
+from jobs.core import clock, outcome, state_index, states
 from jobs.core.rq_side import ENDED_BY_RQ
 from jobs.core.text import decoded
 from jobs.errors import CANCELED as CANCELED_ERROR
@@ -33,15 +35,26 @@ from jobs.errors import CANCELED as CANCELED_ERROR
 #: this many of the owner's newest jobs.
 MAX_SCAN = 10_000
 _CHUNK = 500
-CANCELED = "canceled"
-#: What a listing can be filtered by: the states, and canceled apart from failed.
-VIEWS = tuple(s.value for s in states.State) + (CANCELED,)
+CANCELED = outcome.CANCELED_OUTCOME
+STOPPED = outcome.STOPPED
+WITH_ITEM_ERRORS = outcome.WITH_ITEM_ERRORS
+#: What a listing can be filtered by: queued, running and every outcome.
+VIEWS = (states.State.QUEUED.value, states.State.RUNNING.value, *outcome.ENDED)
 _FAILED = states.State.FAILED.value
+_SUCCEEDED = states.State.SUCCEEDED.value
+#: The views the failed index holds, and those the succeeded index holds.
+_FAILED_VIEWS = (_FAILED, CANCELED, STOPPED)
+_SUCCEEDED_VIEWS = (_SUCCEEDED, WITH_ITEM_ERRORS)
 
 
 def view_of(fields: dict) -> str:
     """The view a job's status fields put it in."""
-    return CANCELED if fields.get("canceled") else fields["state"]
+    return fields.get("outcome") or fields["state"]
+
+
+def _index_of(view: str) -> str:
+    """The state index that holds a view's jobs."""
+    return _FAILED if view in _FAILED_VIEWS else _SUCCEEDED if view in _SUCCEEDED_VIEWS else view
 
 
 @dataclass
@@ -82,11 +95,12 @@ class Found:
     counts: dict[str, int] = field(default_factory=dict)
 
 
-def _canceled_among(connection: Redis, ids: list[str]) -> set[str]:
-    """Which of these failed jobs were canceled. A cancel's stored error is one of two short
-    texts: HSTRLEN (a number) rules out every other failure without reading its traceback."""
-    lengths = {len(CANCELED_ERROR.encode()), len(ENDED_BY_RQ["canceled"].encode())}
-    canceled: set[str] = set()
+def _canceled_among(connection: Redis, ids: list[str]) -> dict[str, str]:
+    """Which of these failed jobs were canceled or stopped by RQ (job id -> view). Their stored
+    error is one of three short texts: HSTRLEN (a number) rules out every other failure without
+    reading its traceback."""
+    lengths = {len(CANCELED_ERROR.encode()), len(ENDED_BY_RQ["canceled"].encode()), len(outcome.STOPPED_BY_RQ.encode())}
+    canceled: dict[str, str] = {}
     for start in range(0, len(ids), _CHUNK):
         chunk = ids[start:start + _CHUNK]
         with connection.pipeline(transaction=False) as pipe:
@@ -99,9 +113,23 @@ def _canceled_among(connection: Redis, ids: list[str]) -> set[str]:
         with connection.pipeline(transaction=False) as pipe:
             for job_id in maybe:
                 pipe.hget(keys.job(job_id), "error")
-            canceled.update(job_id for job_id, error in zip(maybe, pipe.execute(), strict=True)
-                            if is_canceled(decoded(error)))
+            for job_id, error in zip(maybe, pipe.execute(), strict=True):
+                view = outcome.of(_FAILED, decoded(error), 0)
+                if view != _FAILED:
+                    canceled[job_id] = view
     return canceled
+
+
+def _with_item_errors(connection: Redis, ids: list[str]) -> set[str]:
+    """Which of these succeeded jobs ended with item errors."""
+    found: set[str] = set()
+    for start in range(0, len(ids), _CHUNK):
+        chunk = ids[start:start + _CHUNK]
+        with connection.pipeline(transaction=False) as pipe:
+            for job_id in chunk:
+                pipe.hget(keys.job(job_id), outcome.FIELD)
+            found.update(j for j, n in zip(chunk, pipe.execute(), strict=True) if int(n or 0))
+    return found
 
 
 def scan(connection: Redis, owner: str, filters: Filters, now: float) -> list[Row]:
@@ -116,6 +144,7 @@ def scan(connection: Redis, owner: str, filters: Filters, now: float) -> list[Ro
                 pipe.hget(keys.rq_job(job_id), "status")
             replies = pipe.execute()
         failed: list[int] = []
+        succeeded: list[int] = []
         for n, job_id in enumerate(chunk):
             (leash_state, lease, ended, kind, name, created), rq_status = replies[2 * n], replies[2 * n + 1]
             if leash_state is None:
@@ -128,13 +157,20 @@ def scan(connection: Redis, owner: str, filters: Filters, now: float) -> list[Ro
                                                  ended_at=float(ended) if ended else None)
             if decided == states.State.FAILED and override is None:
                 failed.append(len(found))  # canceled or not: its error says (read below)
-            view = CANCELED if decided == states.State.FAILED and is_canceled(override) else decided.value
+            if decided == states.State.SUCCEEDED:
+                succeeded.append(len(found))  # with item errors or not: read below
+            view = outcome.of(decided.value, override, 0) or decided.value
             found.append(Row(job_id, view, created, float(ended) if ended else None))
         if failed:
             canceled = _canceled_among(connection, [found[n].job_id for n in failed])
             for n in failed:
                 if found[n].job_id in canceled:
-                    found[n] = found[n]._replace(view=CANCELED)
+                    found[n] = found[n]._replace(view=canceled[found[n].job_id])
+        if succeeded:
+            with_errors = _with_item_errors(connection, [found[n].job_id for n in succeeded])
+            for n in succeeded:
+                if found[n].job_id in with_errors:
+                    found[n] = found[n]._replace(view=WITH_ITEM_ERRORS)
     return found
 
 
@@ -147,27 +183,35 @@ def _index_ready(connection: Redis, owner: str, now: float) -> bool:
     return True
 
 
-def _failed_split(connection: Redis, owner: str) -> tuple[list[str], set[str]]:
-    """The owner's failed index, newest first, and which of those jobs were canceled."""
-    failed_ids = [decoded(i) for i in connection.zrevrange(keys.owner_state(owner, _FAILED), 0, -1)]
-    return failed_ids, _canceled_among(connection, failed_ids)
+def _split(connection: Redis, owner: str, state: str) -> tuple[list[str], dict[str, str]]:
+    """The owner's index of an ended state, newest first, and the view of each of its jobs
+    that is not the state's own (canceled, stopped; with item errors)."""
+    ids = [decoded(i) for i in connection.zrevrange(keys.owner_state(owner, state), 0, -1)]
+    if state == _FAILED:
+        return ids, _canceled_among(connection, ids)
+    return ids, dict.fromkeys(_with_item_errors(connection, ids), WITH_ITEM_ERRORS)
 
 
-def _view_counts(connection: Redis, owner: str, canceled: set[str]) -> dict[str, int]:
+def _view_counts(connection: Redis, owner: str, splits: dict[str, tuple[list[str], dict[str, str]]]) -> dict[str, int]:
     with connection.pipeline(transaction=False) as pipe:
         for state in states.State:
             pipe.zcard(keys.owner_state(owner, state.value))
         pipe.zcard(keys.owner_jobs(owner))
         *sizes, everything = pipe.execute()
     per_view = {state.value: size for state, size in zip(states.State, sizes, strict=True)}
-    return per_view | {_FAILED: per_view[_FAILED] - len(canceled), CANCELED: len(canceled), "all": everything}
+    per_view |= {view: 0 for view in VIEWS if view not in per_view}
+    for state, (_, others) in splits.items():
+        for view in others.values():
+            per_view[view] += 1
+            per_view[state] -= 1
+    return per_view | {"all": everything}
 
 
 def _view_page(connection: Redis, owner: str, view: str, offset: int, limit: int,
-               split: tuple[list[str], set[str]] | None) -> tuple[int, list[str]]:
-    if split is not None:  # failed or canceled: the failed index, told apart
-        failed_ids, canceled = split
-        matching = [i for i in failed_ids if (i in canceled) == (view == CANCELED)]
+               split: tuple[list[str], dict[str, str]] | None) -> tuple[int, list[str]]:
+    if split is not None:  # an ended view: its state's index, told apart
+        ids, others = split
+        matching = [i for i in ids if others.get(i, _index_of(view)) == view]
         return len(matching), matching[offset:offset + limit]
     index = keys.owner_state(owner, view)
     with connection.pipeline(transaction=False) as pipe:
@@ -195,7 +239,8 @@ def find(connection: Redis, owner: str, offset: int, limit: int, filters: Filter
         matching = [row.job_id for row in scanned if filters.view in (None, row.view)]
         total, ids = len(matching), matching[offset:offset + limit]
     else:
-        split = _failed_split(connection, owner) if counts or filters.view in (_FAILED, CANCELED) else None
+        wanted = [_FAILED, _SUCCEEDED] if counts else [_index_of(filters.view)] if filters.view else []
+        splits = {state: _split(connection, owner, state) for state in wanted if state in (_FAILED, _SUCCEEDED)}
         if filters.view is None:
             with connection.pipeline(transaction=False) as pipe:
                 pipe.zcard(index)
@@ -204,9 +249,9 @@ def find(connection: Redis, owner: str, offset: int, limit: int, filters: Filter
             ids = [decoded(i) for i in raw_ids]
         else:
             total, ids = _view_page(connection, owner, filters.view, offset, limit,
-                                    split if filters.view in (_FAILED, CANCELED) else None)
-        if counts and split is not None:
-            per_view = _view_counts(connection, owner, split[1])
+                                    splits.get(_index_of(filters.view)))
+        if counts:
+            per_view = _view_counts(connection, owner, splits)
     return Found(total, _read(connection, owner, ids, filters.view, now), per_view)
 
 
@@ -228,7 +273,7 @@ def _read(connection: Redis, owner: str, ids: list[str], view: str | None, now: 
             continue
         fields = states.from_raw(job_id, raw, decoded(rq_status), now=now)
         if view is not None and view_of(fields) != view:
-            if decoded(raw.get(b"state")) != (_FAILED if view == CANCELED else view):
+            if decoded(raw.get(b"state")) != _index_of(view):
                 misplaced.append(job_id)  # moved by an older release's script: repaired as met
             continue
         listing.append(fields)

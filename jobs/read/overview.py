@@ -35,6 +35,8 @@ class Hourly:
     starts: list[float]  #: the start of each hour (unix seconds), oldest first
     submitted: list[int]
     failed: list[int]
+    #: jobs that succeeded with item errors, by the hour they ended
+    item_errors: list[int]
 
 
 def queue_depths(connection: Redis) -> list[QueueDepth]:
@@ -50,13 +52,16 @@ def queue_depths(connection: Redis) -> list[QueueDepth]:
 def hourly(connection: Redis, owner: str, now: float | None = None, hours: int = HOURS) -> Hourly:
     now = clock.wall() if now is None else now
     first = (now // 3600 - (hours - 1)) * 3600
-    submitted, failed = [0] * hours, [0] * hours
+    submitted, failed, item_errors = [0] * hours, [0] * hours, [0] * hours
     for row in listing.scan(connection, owner, listing.Filters(), now):
         if row.created is not None and first <= row.created < first + hours * 3600:
             submitted[int((row.created - first) // 3600)] += 1
-        if row.view == "failed" and row.ended is not None and first <= row.ended < first + hours * 3600:
-            failed[int((row.ended - first) // 3600)] += 1
-    return Hourly([first + 3600 * n for n in range(hours)], submitted, failed)
+        if row.ended is not None and first <= row.ended < first + hours * 3600:
+            if row.view == listing.WITH_ITEM_ERRORS:
+                item_errors[int((row.ended - first) // 3600)] += 1
+            elif row.view == "failed":
+                failed[int((row.ended - first) // 3600)] += 1
+    return Hourly([first + 3600 * n for n in range(hours)], submitted, failed, item_errors)
 
 
 @dataclass

@@ -1,0 +1,122 @@
+"""Item errors are an outcome of their own: a job some of whose items ended in an error reads
+"succeeded with N of M item errors" on every surface (status JSON, `leash status`, the job page,
+My jobs and its filter, `leash jobs`, `leash watch`'s exit code 4, /metrics); a job whose every
+item errored, or more than its ``max_item_errors`` (a count or a share, per job or
+LEASH_MAX_ITEM_ERRORS), is failed with an error naming the count and the most common item error."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from cli import exit_codes, main
+from jobs.core import states
+from jobs.enqueue import enqueue
+from jobs.errors import InvalidJob
+from tests.test_items_workers import ended
+from tests.test_web_metrics import samples
+from tests.web_support import HTML, make_app
+
+OWNER = "shared"  # the owner of an open API and of the CLI without LEASH_API_TOKENS
+
+
+@pytest.fixture
+def kinds_env(env):
+    env.setenv("LEASH_IMPORTS", "tests.kinds_for_tests")
+    from jobs.kinds import import_kinds
+
+    import_kinds(["tests.kinds_for_tests"])
+    return env
+
+
+def run(conn, burst, items, **payload) -> dict:
+    job_id, _ = enqueue(conn, "answers", {"items": items, **payload}, owner=OWNER)
+    burst()
+    return ended(conn, job_id)
+
+
+def cli(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_a_job_with_some_item_errors_says_so_on_every_surface(conn, burst, kinds_env):
+    final = run(conn, burst, ["one", "bad two", "three", "bad four"])
+    job_id = final["job_id"]
+    assert (final["state"], final["outcome"], final["item_errors"], final["total"]) == \
+        ("succeeded", "succeeded_with_item_errors", 2, 4)
+
+    status = cli("status", job_id)
+    assert "succeeded with 2 of 4 item errors" in status.output, status.output
+    assert json.loads(cli("status", job_id, "--json").output)["outcome"] == "succeeded_with_item_errors"
+    watched = cli("watch", job_id)
+    assert watched.exit_code == exit_codes.ITEM_ERRORS == 4, watched.output
+    listed = cli("jobs", "--owner", OWNER)
+    assert "succeeded with 2 of 4 item errors" in listed.output
+    assert job_id in cli("jobs", "--owner", OWNER, "--state", "succeeded_with_item_errors").output
+    assert job_id not in cli("jobs", "--owner", OWNER, "--state", "succeeded").output
+
+    client = make_app().test_client()
+    page = client.get(f"/jobs/{job_id}", headers=HTML).data.decode()
+    assert 'class="state state-succeeded_with_item_errors">succeeded with 2 of 4 item errors' in page
+    assert 'id="item-errors-note"' in page
+    mine = client.get("/jobs?state=succeeded_with_item_errors", headers=HTML).data.decode()
+    assert job_id[:10] in mine and "state-succeeded_with_item_errors" in mine
+    assert 'id="filter-succeeded_with_item_errors"' in mine and "with item errors <span class=\"count\">1" in mine
+    assert job_id[:10] not in client.get("/jobs?state=succeeded", headers=HTML).data.decode()
+    found = samples(client.get("/metrics"))
+    assert found[("leash_jobs_succeeded_with_item_errors_total", (("kind", "answers"),))] == 1
+    assert ("leash_jobs_succeeded_total", (("kind", "answers"),)) not in found
+
+
+def test_a_job_whose_every_item_errored_fails_naming_the_count_and_the_most_common_error(conn, burst, kinds_env):
+    final = run(conn, burst, ["bad one", "bad two", "bad one"])
+    assert final["state"] == "failed" and final["outcome"] == "failed" and final["item_errors"] == 3
+    assert final["error"] == "3 of 3 items ended in an error; the most common (3): cannot answer 'bad'", final["error"]
+    watched = cli("watch", final["job_id"])
+    assert watched.exit_code == exit_codes.FAILED and "3 of 3 items ended in an error" in watched.output
+
+
+@pytest.mark.parametrize(("limit", "words"), [(1, "max_item_errors 1"), ("25%", "max_item_errors 25%"),
+                                              (0.25, "max_item_errors 0.25")])
+def test_more_item_errors_than_the_job_allows_fail_it(conn, burst, kinds_env, limit, words):
+    final = run(conn, burst, ["one", "bad two", "three", "bad four"], max_item_errors=limit)
+    assert final["state"] == "failed" and final["item_errors"] == 2
+    assert final["error"] == f"2 of 4 items ended in an error, more than {words} allows; " \
+                             "the most common (2): cannot answer 'bad'", final["error"]
+
+
+def test_the_deployment_wide_limit_applies_and_a_job_of_its_own_wins(conn, burst, kinds_env):
+    kinds_env.setenv("LEASH_MAX_ITEM_ERRORS", "1")
+    strict = run(conn, burst, ["one", "bad two", "bad three"])
+    assert strict["state"] == "failed" and "more than LEASH_MAX_ITEM_ERRORS 1 allows" in strict["error"]
+    lenient = run(conn, burst, ["one", "bad two", "bad three"], max_item_errors="90%")
+    assert lenient["outcome"] == "succeeded_with_item_errors" and lenient["item_errors"] == 2
+
+
+def test_a_job_without_item_errors_is_plainly_succeeded(conn, burst, kinds_env):
+    final = run(conn, burst, ["one", "two"])
+    assert (final["outcome"], final["item_errors"]) == ("succeeded", 0)
+    assert cli("watch", final["job_id"]).exit_code == 0
+
+
+@pytest.mark.parametrize("bad", [-1, "lots", "150%", True, 1.5])
+def test_a_bad_max_item_errors_is_refused_at_the_door(conn, kinds_env, bad):
+    with pytest.raises(InvalidJob, match="max_item_errors"):
+        enqueue(conn, "classify", {"items": ["a"], "labels": ["x", "y"], "max_item_errors": bad})
+
+
+def test_queued_and_running_jobs_have_no_outcome_yet(conn, kinds_env):
+    job_id, _ = enqueue(conn, "answers", {"items": ["bad one"]}, owner=OWNER)
+    fields = states.status(conn, job_id)
+    assert fields["outcome"] is None and fields["item_errors"] == 0
+
+
+def test_the_outcome_texts_are_the_ones_leash_and_rq_store():
+    from jobs.core import outcome
+    from jobs.core.rq_side import ENDED_BY_RQ
+    from jobs.errors import CANCELED
+
+    assert outcome.CANCELED == CANCELED and outcome.STOPPED_BY_RQ == ENDED_BY_RQ["stopped"]
+    assert ENDED_BY_RQ["canceled"].startswith(outcome.CANCELED_IN_RQ)
