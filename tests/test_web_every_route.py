@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from urllib.parse import urlencode
 
 import flask_wtf.csrf
 import pytest
 
+from tests.test_schema_guard import NESTED, REDOS, REFUSED, SELF, ref_chain
 from tests.web_support import CLASSIFY, HTML, TOKENS, basic, bearer, make_app, sign_in
 
 USER, PASSWORD = "operator", "pw"
@@ -30,6 +32,17 @@ BODIES = [
     ("multipart/form-data", b"--x\r\nbroken"),
     ("multipart/form-data; boundary=x", b"--x\r\nContent-Disposition: form-data; name=\"items_file\"; "
                                         b"filename=\"a.csv\"\r\n\r\n\"\xff,\r\n--x--\r\n"),
+] + [
+    # Hostile `extract` schemas (tests/test_schema_guard.py): backtracking and 500-deep patterns, a
+    # doubling $ref chain, a $ref to itself and to a loopback URL, at the API and at the form.
+    ("application/json", json.dumps({"kind": "extract", "items": ["a" * 40 + "!"], "schema": schema, "dry_run": dry}))
+    for schema, dry in ((REDOS, False), (NESTED, False), (ref_chain(), True), (SELF, False),
+                        (REFUSED["url"][0], True))
+] + [
+    ("application/x-www-form-urlencoded", urlencode({"kind": "extract", "items": "a review", "schema": json.dumps(schema),
+                                                     **button}))
+    for schema, button in ((NESTED, {"estimate": "1"}), (SELF, {}), (ref_chain(), {"estimate": "1"}))
+] + [
     ("text/plain", "hello"),
     ("application/xml", "<a/>"),
     ("", b"\x00\x01\x02"),
@@ -57,13 +70,16 @@ def _identities(app):
             ("operator", app.test_client(), basic(USER, PASSWORD))]
 
 
-@pytest.mark.parametrize("csrf", [True, False], ids=["csrf-on", "csrf-off"])
-def test_no_route_answers_any_odd_body_with_a_5xx(conn, csrf, monkeypatch):
+# With CSRF checks off the bodies reach the views; there anonymous visitors may also use the form
+# (LEASH_PUBLIC_SUBMIT=1), so its Submit and Estimate meet the hostile schemas too.
+@pytest.mark.parametrize(("csrf", "public"), [(True, False), (False, True)], ids=["csrf-on", "csrf-off-public"])
+def test_no_route_answers_any_odd_body_with_a_5xx(conn, csrf, public, monkeypatch):
     monkeypatch.setenv("LEASH_GUESS_RATE", "100000/minute")  # the identities' wrong doors must not lock them out
     if not csrf:  # every token accepted: the bodies reach the views behind the check
         monkeypatch.setattr(flask_wtf.csrf, "validate_csrf", lambda *args, **kwargs: None)
     app = make_app(LEASH_API_TOKENS=",".join(f"{o}={t}" for o, t in TOKENS.items()),
-                   LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD, MAX_CONTENT_LENGTH=1024 * 1024)
+                   LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD, MAX_CONTENT_LENGTH=1024 * 1024,
+                   LEASH_PUBLIC_SUBMIT=public)
     app.config["MAX_FORM_MEMORY_SIZE"] = app.config["MAX_CONTENT_LENGTH"]
     job_id = app.test_client().post("/jobs", json=CLASSIFY, headers=bearer("alice")).get_json()["job_id"]
     rules = list(app.url_map.iter_rules())

@@ -65,16 +65,12 @@ def get(name: str) -> Any:
             return [int(part) for part in text.split(",") if part.strip()] or setting.default
         elif setting.type == "names":
             return [part.strip() for part in text.split(",") if part.strip()] or setting.default
-        elif setting.type == "rate":
-            from limits import parse_many
-
-            parse_many(text)  # a bad rate fails at start, not at the first submission
-            return text
         else:
+            if setting.type == "rate":  # a bad rate fails at start, not at the first submission
+                __import__("limits").parse_many(text)
             return text
     except ValueError:
-        expected = {"int": "an integer", "float": "a number", "bool": "0 or 1",
-                    "ints": "comma-separated integers",
+        expected = {"int": "an integer", "float": "a number", "bool": "0 or 1", "ints": "comma-separated integers",
                     "rate": "a rate like 60/minute (or several: 10/second;1000/day)"}[setting.type]
         raise ValueError(f"{name} must be {expected}, got {text!r}") from None
     if setting.minimum is not None and value < setting.minimum:
@@ -159,6 +155,8 @@ declare("LEASH_MAX_CSV_COLUMNS", "int", 1000, "columns of an uploaded CSV file",
 declare("LEASH_MAX_SCHEMA_BYTES", "int", 16_384, "an `extract` schema, as JSON", 64)
 declare("LEASH_MAX_SCHEMA_DEPTH", "int", 12, "how deeply an `extract` schema's lists and objects nest", 2)
 declare("LEASH_MAX_SCHEMA_PROPERTIES", "int", 100, "properties declared in an `extract` schema, all levels", 1)
+declare("LEASH_MAX_SCHEMA_EXPANSION", "int", 2000, "subschemas an `extract` schema reaches, its `$ref`s followed", 10)
+declare("LEASH_SCHEMA_CHECK_SECONDS", "float", 2.0, "time a worker spends checking one `extract` answer", 0.01)
 
 # --- model calls -------------------------------------------------------------------------------
 # Every backend shares these; a backend is chosen by name (jobs/models/backends.py lists them).
@@ -298,6 +296,8 @@ class Limits:
     max_schema_bytes: int
     max_schema_depth: int
     max_schema_properties: int
+    max_schema_expansion: int
+    schema_check_seconds: float
 
 
 def limits() -> Limits:

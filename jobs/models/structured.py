@@ -25,7 +25,9 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import SchemaError
 
+from jobs.config import limits
 from jobs.errors import ItemError
+from jobs.models import schema_guard
 
 SCHEMA, JSON_MODE, PROMPT = "schema", "json", "prompt"
 STRUCTURED_OUTPUTS = (SCHEMA, JSON_MODE, PROMPT)
@@ -55,20 +57,27 @@ def messages(template: str, item: str, schema: dict, mode: str) -> list[dict]:
 
 
 def validator(schema: dict):
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    return cls(schema)
+    """What checks answers against ``schema``: references only inside it, patterns by RE2, each
+    answer's check bounded in time (jobs.models.schema_guard)."""
+    return schema_guard.safe_validator(schema)
 
 
 def schema_problem(schema: Any) -> str | None:
-    """Why ``schema`` is not a JSON Schema an answer can be checked against, or None."""
+    """Why ``schema`` is not a JSON Schema an answer can be checked against, or could hurt the
+    worker that checks them (jobs.models.schema_guard), or None."""
     if not isinstance(schema, dict):
         return "must be a JSON object (a JSON Schema)"
+    problem = schema_guard.door_problem(schema, limits().max_schema_expansion)
+    if problem:
+        return problem
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     try:
-        cls.check_schema(schema)
+        cls.check_schema(schema, format_checker=schema_guard.regex_format_checker())
     except SchemaError as exc:
         where = "/".join(str(p) for p in exc.absolute_path)
         return f"is not a valid JSON Schema: {exc.message}" + (f" (at {where})" if where else "")
+    except (RecursionError, ValueError, TypeError, LookupError) as exc:  # the check itself gave up: a 422, not a 500
+        return f"cannot be checked as a JSON Schema ({type(exc).__name__}: {str(exc)[:120]})"
     if schema.get("type") != "object" or not isinstance(schema.get("properties"), dict) or not schema["properties"]:
         return 'must describe an object: "type": "object" with at least one property in "properties"'
     return None
@@ -132,7 +141,20 @@ def check_answer(text: str, check) -> tuple[Any, str | None]:
         value = json.loads(body)
     except ValueError as exc:
         return None, f"not JSON ({exc.msg} at character {exc.pos})"
-    error = jsonschema.exceptions.best_match(check.iter_errors(value))
+    except RecursionError:
+        return None, "not JSON this reader takes (nested too deeply)"
+    seconds = limits().schema_check_seconds
+    try:
+        error = jsonschema.exceptions.best_match(schema_guard.iter_errors(check, value, seconds))
+    # A check that cannot finish is the item's error (named, in this attempt), never the worker's.
+    except TimeoutError:
+        raise ItemError(f"checking the answer against the schema took more than {seconds:g} s "
+                        "(LEASH_SCHEMA_CHECK_SECONDS)") from None
+    except RecursionError:
+        raise ItemError("the answer cannot be checked against the schema: it refers to itself without end") from None
+    except Exception as exc:  # whatever a schema that passed an older door makes the validator raise
+        raise ItemError(f"the answer cannot be checked against the schema: {type(exc).__name__}: "
+                        f"{str(exc)[:200]}") from None
     if error is None:
         return value, None
     where = "/".join(str(p) for p in error.absolute_path)
