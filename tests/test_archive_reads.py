@@ -62,7 +62,7 @@ def everything_read(conn, job_id: str, failed_id: str, owner: str) -> dict:
         "groups": failures.report(conn, since=None), "alert": alerts.check(conn, window=3600, max_failures=0).breaches,
         "cli_results": cli("results", job_id), "cli_csv": cli("results", job_id, "--format", "csv"),
         "cli_status": json.loads(cli("status", job_id, "--json")) | {"history": None},
-        "cli_usage": cli("usage", "--owner", owner, "--days", "2", "--json"),
+        "cli_usage": cli("usage", "--owner", owner, "--since", "2d", "--json"),
         "cli_failures": cli("failures", "--json"),
     }
 
@@ -120,3 +120,45 @@ def test_a_replay_while_the_archive_does_not_answer_says_why(conn, archive_url, 
     replayed = CliRunner().invoke(main, ["replay", job_id, "--yes"])
     assert "in the archive, which did not answer" in replayed.output
     assert states.status(conn, job_id)["state"] == "failed"
+
+
+def test_a_month_of_usage_reads_the_archive_and_the_days_leave_redis_sooner(conn, model_server, env, archive_url):
+    import time
+
+    env.setenv("LEASH_MODEL_PRICES", PRICES)
+    payload = {"items": ["one", "two", "three"], "template": "Say it back: {item}"}
+    job_id, _ = enqueue(conn, "prompt", payload, owner="mo", price=price_or_none(conn, "prompt", payload, "mo"))
+    enqueue(conn, "count", {"items": ["a"], "delay": 0}, owner="mo")
+    run_burst()
+    assert sweep.sweep(conn) == 2
+    status = states.status(conn, job_id)
+    month = time.strftime("%Y-%m", time.gmtime())
+    report = json.loads(cli("usage", "--owner", "mo", "--month", month, "--json"))
+    assert report["by_kind"] == [
+        {"kind": "count", "jobs": 1, "calls": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0},
+        {"kind": "prompt", "jobs": 1, "calls": 3, "input_tokens": status["usage"]["input_tokens"],
+         "output_tokens": status["usage"]["output_tokens"], "cost_usd": status["cost_usd"]}]
+    assert report["total"]["jobs"] == 2 and report["total"]["cost_usd"] == status["cost_usd"]
+    assert "prompt" in cli("usage", "--owner", "mo", "--month", month)
+    # The archive keeps the months: an owner's days stay 40 days in Redis (after the day), not 400.
+    day_key = keys.usage_owner_day("mo", time.strftime("%Y-%m-%d", time.gmtime()))
+    assert 40 * 86400 < conn.ttl(day_key) <= 41 * 86400
+    too_far = CliRunner().invoke(main, ["usage", "--owner", "mo", "--since", "100d"])
+    assert too_far.exit_code == 2 and "--month YYYY-MM" in too_far.output
+    bad = CliRunner().invoke(main, ["usage", "--owner", "mo", "--month", "2026-13"])
+    assert bad.exit_code == 2 and "YYYY-MM" in bad.output
+
+
+def test_without_an_archive_the_days_stay_400_days_and_a_month_says_there_is_no_archive(conn, env, model_server):
+    import time
+
+    from jobs.archive import reading
+
+    env.delenv("LEASH_ARCHIVE_URL", raising=False)
+    env.delenv("DATABASE_URL", raising=False)
+    enqueue(conn, "prompt", {"items": ["one"], "template": "Say it back: {item}"}, owner="mo")
+    run_burst()
+    day_key = keys.usage_owner_day("mo", time.strftime("%Y-%m-%d", time.gmtime()))
+    assert conn.ttl(day_key) > 399 * 86400 and reading.usage_days_kept() == 400
+    result = CliRunner().invoke(main, ["usage", "--owner", "mo", "--month", "2026-12"])
+    assert result.exit_code == 2 and "no archive" in result.output

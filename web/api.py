@@ -26,6 +26,7 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify, redirect, request, stream_with_context, url_for
 
 from jobs import kinds
+from jobs.archive.reading import usage_days_kept
 from jobs.batch.run import cancel_at_provider
 from jobs.core import control, states
 from jobs.enqueue import check_name
@@ -33,7 +34,6 @@ from jobs.errors import InvalidJob, NoSuchJob
 from jobs.intake import submission
 from jobs.models.backends import get_backend
 from jobs.read import listing, results
-from jobs.usage.meter import DAYS_KEPT
 from jobs.usage.report import owner_usage
 
 from .auth import Need, request_owner
@@ -229,7 +229,7 @@ def download(job_id: str, fmt: str):
 @bp.get("/usage")
 def usage():
     """The caller's own usage only: an owner never sees another's figures."""
-    report = owner_usage(redis_conn(), request_owner(), days=int_arg("days", 30, 1, DAYS_KEPT))
+    report = owner_usage(redis_conn(), request_owner(), days=int_arg("days", 30, 1, usage_days_kept()))
     return _cacheable(jsonify(report), etag=False)
 
 

@@ -1,5 +1,5 @@
 """Reading the archive: a job's items a page at a time (or streamed, a page per query), its
-submitted items and payload, its row, and what owners spent by month."""
+submitted items and payload, its row, and what owners spent by month (and by kind in a month)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,21 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from jobs.archive import database, tables
+from jobs.archive import USAGE_DAYS_KEPT, database, tables
+from jobs.usage.meter import DAYS_KEPT
 
 
 def engine_for(connection) -> Any:
     """The archive a reader of ``connection``'s jobs uses: the configured one, else the one of the
     ``leash dev`` whose Redis it is (the command line marks its connection so)."""
     return database.engine(None if database.configured_url() else getattr(connection, "leash_archive_url", None))
+
+
+def usage_days_kept(connection=None) -> int:
+    """Days back an owner's daily usage can be read from Redis: 40 where an archive keeps the
+    months (``month_by_kind``), else the 400 the usage ledger gives them."""
+    archived = database.configured_url() or getattr(connection, "leash_archive_url", None)
+    return USAGE_DAYS_KEPT if archived else DAYS_KEPT
 
 
 def page(job_id: str, offset: int, limit: int, connection=None) -> list[tuple[int, Any, str | None, str | None]]:
@@ -71,3 +79,19 @@ def months(owner: str | None = None, month: str | None = None, connection=None) 
                  # Unknown when any job's cost is: a partial sum shown as the cost would be a guess.
                  "cost_usd": round(cost or 0.0, 6) if priced == n else None}
                 for o, m, n, calls, i, out, cost, priced in connection.execute(query)]
+
+
+def month_by_kind(owner: str, month: str, connection=None) -> list[dict]:
+    """An owner's jobs that ended in ``month`` (YYYY-MM), by kind: jobs, calls, tokens and cost
+    (the cost None when any of those jobs' is unknown)."""
+    engine = engine_for(connection)
+    if engine is None:
+        return []
+    c = tables.jobs.c
+    query = (select(c.kind, func.count(), func.sum(c.calls), func.sum(c.input_tokens), func.sum(c.output_tokens),
+                    func.sum(c.cost_usd), func.count(c.cost_usd))
+             .where(c.owner == owner).where(c.ended_month == month).group_by(c.kind).order_by(c.kind))
+    with engine.connect() as connection:
+        return [{"kind": kind, "jobs": n, "calls": int(calls or 0), "input_tokens": int(i or 0),
+                 "output_tokens": int(out or 0), "cost_usd": round(cost or 0.0, 6) if priced == n else None}
+                for kind, n, calls, i, out, cost, priced in connection.execute(query)]

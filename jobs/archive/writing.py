@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from redis import Redis
 from sqlalchemy import Engine, delete, insert
 
 from jobs import keys
-from jobs.archive import tables
+from jobs.archive import USAGE_DAYS_KEPT, tables
 from jobs.config import stores
 from jobs.core import outcome, payload_copy
 from jobs.core.details import is_canceled
@@ -120,4 +120,24 @@ def archive_one(connection: Redis, engine: Engine, job_id: str, now: float | Non
     job, rows, ended = found
     write(engine, job, rows)
     transitions.archived(connection, job_id, [stores.archive().redis_keep, time.time() if now is None else now, ended])
+    shorten_owner_days(connection, job["owner"], job["created_at"] or job["ended_at"], job["ended_at"])
     return True
+
+
+def shorten_owner_days(connection: Redis, owner: str, first: datetime, last: datetime) -> None:
+    """The owner's usage of the days the job ran leaves Redis USAGE_DAYS_KEPT days after each day
+    (the usage ledger gives them 400): the archive now holds the job's usage and cost. A day a
+    later write gives its 400 days again is shortened when that write's job is archived; a
+    shorter expiry already set stays."""
+    days = [(first + timedelta(days=n)).date() for n in range(min((last.date() - first.date()).days, 400) + 1)]
+    names = [keys.usage_owner_day(owner, day.isoformat()) for day in days]
+    with connection.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.ttl(name)
+        left = pipe.execute()
+    with connection.pipeline(transaction=False) as pipe:
+        for day, name, ttl in zip(days, names, left, strict=True):
+            until = datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(days=USAGE_DAYS_KEPT + 1)
+            if ttl == -1 or ttl > (until - datetime.now(UTC)).total_seconds():
+                pipe.expireat(name, max(int(until.timestamp()), int(time.time()) + 1))
+        pipe.execute()
