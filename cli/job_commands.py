@@ -154,11 +154,13 @@ class KindFieldsCommand(click.Command):
               help="Ask the model again for every item, even a request already answered (the request cache).")
 @click.option("--dry-run", is_flag=True,
               help="Print what the job would cost (worst case, expected, what is cached) and submit nothing.")
+@click.option("--webhook", "webhook_url", metavar="URL",
+              help="POST a signed webhook to URL when the job ends (default: LEASH_WEBHOOK_URL; docs/WEBHOOKS.md).")
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"job_id": ..., "created": ..., "url": ...} (with --dry-run: {"estimate": ...}).')
 @click.argument("source", type=click.File("r"), default="-")
 def submit(kind, name, owner, token, idempotency_key, max_attempts, queue, item_concurrency,
-           budget_tokens, budget_usd, mode, no_cache, dry_run, as_json, source, **field_texts):
+           budget_tokens, budget_usd, mode, no_cache, dry_run, webhook_url, as_json, source, **field_texts):
     """Enqueue one job; items are read one per line from SOURCE (a file, or - for stdin).
     Prints the job id, and its web address on stderr."""
     owner = acting_owner(owner, token)
@@ -182,12 +184,12 @@ def submit(kind, name, owner, token, idempotency_key, max_attempts, queue, item_
     conn = connect_checked()
     try:
         submitted = submission.submit(conn, submission.Submission(kind, payload, owner, max_attempts, queue, name,
-                                                                  idempotency_key), dry_run=dry_run)
+                                                                  idempotency_key, webhook_url), dry_run=dry_run)
     except submission.Refused as refused:
         # Refused at the door (exit 2): nothing was enqueued; the same command may succeed later.
         raise Refused(str(refused)) from None
     except submission.Invalid as exc:
-        raise BadInput(in_flags(str(exc), field_texts)) from None
+        raise BadInput(in_flags(str(exc).replace("'webhook_url'", "--webhook"), field_texts)) from None
     if dry_run:
         click.echo(json.dumps({"estimate": submitted.estimate}) if as_json else estimate_text(submitted.estimate))
         return

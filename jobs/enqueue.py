@@ -27,6 +27,7 @@ from jobs.intake import door, modes
 from jobs.intake.limits import check_cache_option, check_payload
 from jobs.models import backends
 from jobs.usage import budget
+from jobs.webhooks.requested import url_for_job
 
 _SAFE = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
 
@@ -130,16 +131,18 @@ class Checked(NamedTuple):
     name: str | None
     queue: str  # one the deployment serves
     idempotency_key: str | None = None
+    webhook_url: str | None = None  # where its completion webhook goes (jobs/webhooks/)
 
 
 def check(kind: str, payload, owner: str = "default", max_attempts: int | None = None, queue: str | None = None,
-          name: str | None = None, idempotency_key: str | None = None) -> Checked:
-    """Every check ``enqueue`` makes of a submission, once, writing nothing (InvalidJob)."""
+          name: str | None = None, idempotency_key: str | None = None, webhook_url: str | None = None) -> Checked:
+    """Every check ``enqueue`` makes of a submission, once, writing nothing (InvalidJob).
+    ``webhook_url``: the job's own, else LEASH_WEBHOOK_URL's (jobs/webhooks/requested.py)."""
     s = settings()
     max_attempts = s.max_attempts if max_attempts is None else max_attempts
     total = _validate(kind, payload, owner, max_attempts, idempotency_key)
     return Checked(kind, payload, owner, max_attempts, total, check_name(name), resolve_queue(queue, s.queues),
-                   idempotency_key)
+                   idempotency_key, url_for_job(webhook_url))
 
 
 def validate(kind: str, payload, owner: str = "default", max_attempts: int | None = None, queue: str | None = None,
@@ -160,7 +163,7 @@ def repeat_of(connection: Redis, owner: str, idempotency_key: str | None) -> str
 def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
             max_attempts: int | None = None, idempotency_key: str | None = None,
             queue: str | None = None, now: float | None = None, name: str | None = None,
-            price: dict | None = None) -> tuple[str, bool]:
+            price: dict | None = None, webhook_url: str | None = None) -> tuple[str, bool]:
     """Enqueue a job; returns ``(job_id, created)``. With an idempotency key already used by
     this owner, returns the first job's id and ``created=False`` and writes nothing. The owner's
     queued cap is taken here, in one step with its check (``jobs.intake.door``: QueueFull at the
@@ -172,18 +175,20 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
     a job that does not exist: concurrent submissions with one key race on WATCH, the losers
     read the winner's id, and a submission cut short (Redis stalled, client gone) left
     nothing behind, so its retry creates the job. ``price``: the job's estimate
-    (jobs/intake/estimate.py), kept in its record for the job page (the doors make it)."""
+    (jobs/intake/estimate.py), kept in its record for the job page (the doors make it).
+    ``webhook_url``: where its completion webhook goes (jobs/webhooks/), else LEASH_WEBHOOK_URL."""
     existing = repeat_of(connection, owner, idempotency_key)
     if existing is not None:
         return existing, False
-    return write(connection, check(kind, payload, owner, max_attempts, queue, name, idempotency_key), now, price)
+    return write(connection, check(kind, payload, owner, max_attempts, queue, name, idempotency_key, webhook_url),
+                 now, price)
 
 
 def write(connection: Redis, job: Checked, now: float | None = None, price: dict | None = None) -> tuple[str, bool]:
     """Put a checked submission on the queue (``enqueue`` without its checks, which ``check``
     made): ``(job_id, created)`` as ``enqueue`` answers; QueueFull at the owner's cap."""
     s = settings()
-    kind, payload, owner, max_attempts, total, name, queue_name, idempotency_key = job
+    kind, payload, owner, max_attempts, total, name, queue_name, idempotency_key = job[:8]
     idem_key = keys.idempotency(owner, idempotency_key) if idempotency_key else None
     legacy_key = keys.legacy_idempotency(owner, idempotency_key) if idempotency_key else None
     q = rq_queue(connection, queue_name)
@@ -209,7 +214,7 @@ def write(connection: Redis, job: Checked, now: float | None = None, price: dict
                         # a rollback) returns this job; never over another owner's key (nx).
                         pipe.set(legacy_key, job_id, ex=s.result_ttl, nx=True)
                 registry, concurrency = _write_job(pipe, q, job_id, kind, payload, owner, max_attempts, total,
-                                                   stamp, s, name, price)
+                                                   stamp, s, name, price, job.webhook_url)
                 door.written(pipe, owner, job_id)  # in the queued index and out of the holds at once
                 try:
                     _execute_without_script_check(pipe, registry, concurrency)
@@ -273,7 +278,8 @@ def submitted_params(payload: dict, field_names: tuple[str, ...] = ()) -> str:
 
 def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str,
                max_attempts: int, total: int, now: float, s: Settings,
-               name: str | None = None, price: dict | None = None) -> tuple[RateLimitRegistry, int]:
+               name: str | None = None, price: dict | None = None,
+               webhook_url: str | None = None) -> tuple[RateLimitRegistry, int]:
     """leash's record and RQ's rate-limited job, queued on one transaction: no crash can leave
     either alone. Returns the owner's rate-limit registry and its concurrency."""
     # Counters (attempts, token, done, handoffs, defers) start absent, meaning 0.
@@ -283,7 +289,8 @@ def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str
         "params": submitted_params(payload, tuple(f.name for f in kinds.get(kind).fields)),
         # What the job may spend (model_admit_v3 reads it; a replay may raise it).
         **(budget.parse(payload.get(budget.BUDGET_FIELD)) or budget.Budget()).hash_fields(),
-    } | ({"name": name} if name else {}) | ({"mode": "batch"} if modes.mode_of(payload) == "batch" else {}))
+    } | ({"name": name} if name else {}) | ({"mode": "batch"} if modes.mode_of(payload) == "batch" else {})
+      | ({"webhook_url": webhook_url} if webhook_url else {}))
     if price:  # apart from the job hash, which every status poll reads
         pipe.set(keys.estimate(job_id), json.dumps(price, separators=(",", ":")), ex=s.result_ttl)
     # The copy expires like the idempotency key unless the job's end sets its record's expiry:

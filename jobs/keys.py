@@ -70,6 +70,8 @@ REPLAY_AUDIT_MAXLEN = 1000
 #: The archive (jobs/archive/): ended jobs to write to SQL (sorted set: job id -> when first noted),
 #: what its last writes met (hash: ok_at, error, error_at), and the throttle of its sweep.
 ARCHIVE_DUE, ARCHIVE_STATUS, ARCHIVE_THROTTLE = (PREFIX + "archive:" + n for n in ("due", "status", "throttle"))
+#: Completion webhooks (jobs/webhooks/): jobs that may have ended (job id -> when noted), the sweep's throttle.
+WEBHOOKS_DUE, WEBHOOKS_THROTTLE = (PREFIX + "webhooks:" + n for n in ("due", "throttle"))
 
 
 def job(job_id: str) -> str:
@@ -381,10 +383,9 @@ def usage_model(model: str) -> str:
 #: payload copy, which expires LEASH_RESULT_TTL after submission at the latest).
 PERMANENT = (
     LEASES, CANCELS, FAILED_INDEX, ACTIVE, BATCH_LOOKS, SWEEP_CURSOR, SWEEP_ROTATION, SWEEP_QUEUES_SEEN,
-    SWEEP_OWNERS_SEEN,
-    REJECTED_WRITES, RECLAIMS, STATS_TOTALS,
-    REPLAY_AUDIT, MODELS, model_concurrency("*"), usage_model("*"), reservation_owners(),
-    STATE_INDEX_READY, SCHEMA, CACHE_INDEX, CACHE_SIZES, CACHE_BYTES,
+    SWEEP_OWNERS_SEEN, REJECTED_WRITES, RECLAIMS, STATS_TOTALS, REPLAY_AUDIT, MODELS, model_concurrency("*"),
+    usage_model("*"), reservation_owners(), STATE_INDEX_READY, SCHEMA, CACHE_INDEX, CACHE_SIZES, CACHE_BYTES,
+    WEBHOOKS_DUE,
 )
 
 

@@ -19,7 +19,7 @@ JOBS = ROOT / "jobs"
 #: on the budget, the meter and the settings.
 LONGEST_CHAIN = 7
 #: Modules and packages at the top of jobs/.
-TOP_LEVEL = 18
+TOP_LEVEL = 19
 #: What a status read (jobs.core.states) may never pull in: model calls and submission.
 STATUS_MUST_NOT_REACH = ("jobs.models", "jobs.enqueue", "jobs.kinds", "jobs.intake", "jobs.deadletter")
 
@@ -123,7 +123,7 @@ def test_the_lifecycle_core_depends_on_nothing_above_it():
     usage's ledger, the transitions): never a reader, a submission check, a model backend, the
     worker or the kinds."""
     allowed = ("jobs.core", "jobs.config", "jobs.keys", "jobs.errors", "jobs.usage", "jobs.lifecycle",
-               "jobs.archive.pending")
+               "jobs.archive.pending", "jobs.webhooks.ending")
     for name, targets in graph().items():
         if name.startswith("jobs.core"):
             bad = sorted(t for t in targets if not t.startswith(allowed))
@@ -142,6 +142,12 @@ def test_the_archive_noted_by_the_core_is_a_leaf():
     """jobs.archive.pending, where the core notes a job's end, imports only the key names."""
     bad = sorted(t for t in graph()["jobs.archive.pending"] if t != "jobs.keys")
     assert bad == [], f"jobs.archive.pending imports {bad}"
+
+
+def test_the_webhook_note_of_the_core_is_a_leaf():
+    """jobs.webhooks.ending, where the core notes a job's end for its webhook, imports only the key names."""
+    bad = sorted(t for t in graph()["jobs.webhooks.ending"] if t != "jobs.keys")
+    assert bad == [], f"jobs.webhooks.ending imports {bad}"
 
 
 def test_few_modules_at_the_top_of_jobs():

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The scripts that change a job (see transitions' docstring), by name without their version.
 TRANSITIONS = {"archived", "batch_note", "cancel", "claim", "end_outside", "fail", "finish", "heartbeat", "index_job",
                "owner_index_expiry", "park", "reclaim", "release", "replay", "requeue_swallowed", "retain",
-               "store_items", "usage_record"}
+               "store_items", "usage_record", "webhook"}
 #: The scripts that change no job, run from their own modules.
 OTHERS = {"compact_finished_rq_job", "door_take", "failure_heads", "model_admit", "model_concurrency", "model_rate",
           "release_stale_lock", "reservations_sweep"}
@@ -211,6 +211,7 @@ def test_each_transition_sends_the_keys_its_callers_sent_before(conn, monkeypatc
                                "owner_index_expiry_v1", [keys.owner_jobs(owner), *indexes, keys.STATE_INDEX_READY]),
         "archived": (lambda: transitions.archived(conn, job, []),
                      "archived_v1", [keys.job(job), *keys.archived_heavy(job, conn)]),
+        "webhook": (lambda: transitions.webhook(conn, job, []), "webhook_v1", [keys.job(job)]),
         "retain": (lambda: transitions.retain(conn, job, []),
                    "retain_v1", [keys.job(job), *keys.retained_with_job(job, conn)]),
     }

@@ -45,7 +45,7 @@ bp = Blueprint("api", __name__)
 
 EXAMPLE = '{"kind": "classify", "items": ["first text", "second text"], "labels": ["positive", "negative"]}'
 #: Fields of the request body that are options, not part of the job's payload.
-OPTIONS = ("kind", "max_attempts", "queue", "name", "dry_run")
+OPTIONS = ("kind", "max_attempts", "queue", "name", "dry_run", "webhook_url")
 _IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
 _QUOTED_FIELD = re.compile(r"'([A-Za-z_][A-Za-z0-9_]*)'")
 
@@ -54,7 +54,7 @@ def missing_field(message: str, payload: dict) -> str | None:
     """The field a validator complains about when the request did not send it at all (a 400),
     else None (present but wrong: type, empty, too many, too long: a 422)."""
     named = _QUOTED_FIELD.findall(message)
-    return named[0] if named and named[0] not in payload else None
+    return named[0] if named and named[0] not in payload and named[0] not in OPTIONS else None
 
 
 class _Fail(Exception):
@@ -65,7 +65,7 @@ class _Fail(Exception):
         self.status, self.message = status, message
 
 
-def _parse_submission() -> tuple[str, dict, Any, Any, Any, bool]:
+def _parse_submission() -> tuple[str, dict, Any, Any, Any, bool, Any]:
     if not request.is_json:
         got = request.mimetype or "no Content-Type"
         raise _Fail(415, f"send the job as JSON with 'Content-Type: application/json' (got {got}), e.g. {EXAMPLE}")
@@ -92,7 +92,7 @@ def _parse_submission() -> tuple[str, dict, Any, Any, Any, bool]:
     dry = body.get("dry_run", False)
     if not isinstance(dry, bool):
         raise _Fail(422, f"'dry_run' must be true or false, got {json.dumps(dry)[:60]}")
-    return kind, payload, body.get("max_attempts"), body.get("queue"), name, dry
+    return kind, payload, body.get("max_attempts"), body.get("queue"), name, dry, body.get("webhook_url")
 
 
 @bp.post("/jobs")
@@ -103,13 +103,13 @@ def submit():
         return api_error(400, "the Idempotency-Key header must be 1-200 characters of letters, digits and _.:@- "
                               "(a UUID works)")
     try:
-        kind, payload, max_attempts, queue, name, dry = _parse_submission()
+        kind, payload, max_attempts, queue, name, dry, webhook_url = _parse_submission()
     except _Fail as fail:
         return api_error(fail.status, fail.message)
     connection = redis_conn()
     try:  # with dry_run: the price before the run, every check made and nothing written
         submitted = submission.submit(connection, submission.Submission(
-            kind, payload, owner, max_attempts, queue, name, idempotency_key), dry_run=dry)
+            kind, payload, owner, max_attempts, queue, name, idempotency_key, webhook_url), dry_run=dry)
     except submission.Refused as refused:
         refusal = refused.refusal
         return api_error(refusal.status, refusal.message, {"Retry-After": str(refusal.retry_after)})

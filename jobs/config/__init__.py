@@ -17,8 +17,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Setting:
-    """One environment variable: its name, type, default, bounds and meaning. ``documented``
-    is False for facts of the environment leash reads but does not own (``USER``, ...)."""
+    """One environment variable; ``documented`` is False for facts leash reads but does not own (``USER``)."""
 
     name: str
     type: str  # str | int | float | bool | ints | names (a,b) | rate (60/minute) | redis_url (text here)
@@ -45,8 +44,7 @@ def raw(name: str) -> str | None:
 
 
 def get(name: str) -> Any:
-    """The parsed value of a declared setting, or its default; a bad value is a ValueError
-    naming the variable (the CLI turns it into exit 2, the web app refuses to start)."""
+    """The parsed value of a declared setting, or its default; a bad value is a ValueError naming it."""
     setting = DECLARED[name]
     text = raw(name)
     if text is None:
@@ -79,8 +77,7 @@ def get(name: str) -> Any:
 
 
 def check_all() -> None:
-    """Parse every declared setting once: a bad value fails at start, not in the middle of a job
-    (jobs.core.connection.check_settings also checks REDIS_URL's form first)."""
+    """Parse every declared setting once: a bad value fails at start, not in the middle of a job."""
     for name in DECLARED:
         get(name)
 
@@ -97,7 +94,6 @@ def export(name: str, value: str) -> None:
 
 
 WEEK = 7 * 24 * 3600
-
 # --- the lifecycle ---------------------------------------------------------------------------
 declare("REDIS_URL", "redis_url", None, "Redis (`rediss://` works with Heroku's self-signed certificates; "
         "`redis+sentinel://host:26379,.../<service>[/db]` behind Sentinel)")
@@ -127,6 +123,10 @@ declare("LEASH_LOCAL_DELAY_MS", "int", 0, "per-item latency of the offline backe
 declare("LEASH_ERROR_MAX_CHARS", "int", 1000, "a stored error's length, in bytes as JSON", 200)
 declare("LEASH_IMPORTS", "str", "", "modules that register job kinds (comma-separated)")
 declare("LEASH_MAX_ITEM_ERRORS", "str", None, "item errors a job may end with and succeed: `3` or `10%`")
+declare("LEASH_WEBHOOK_URL", "str", None, "where a job's completion webhook goes when it names none (docs/WEBHOOKS.md)")
+declare("LEASH_WEBHOOK_SECRET", "str", None, "signs webhooks: `whsec_` + base64 (Standard Webhooks), or any text as is")
+declare("LEASH_WEBHOOK_ALLOW_PRIVATE", "bool", False, "`1`: webhooks may go to private and loopback addresses")
+declare("LEASH_WEBHOOK_BACKOFF", "ints", [10, 60, 300, 900, 1800] + [3600] * 24, "seconds before each webhook retry")
 
 # --- the worker process (also `leash worker` options) -----------------------------------------
 declare("LEASH_BURST", "bool", False, "`leash worker`: quit when the queues are empty")

@@ -23,12 +23,14 @@ from jobs import keys
 from jobs.archive import pending
 from jobs.config import settings, stores
 from jobs.lifecycle import transitions
+from jobs.webhooks import ending
 
 
 def retain(connection: Redis, job_id: str, pipeline=None) -> int | None:
     """Give every key of an ended job at most its record's remaining time. Returns how many
     keys changed (None when queued on ``pipeline``); nothing changes before the job ended."""
     pending.note_ended(connection, job_id, stores.archive().url, pipeline=pipeline)  # to the archive once ended
+    ending.note(connection, job_id, pipeline=pipeline)  # its completion webhook, if it has one
     return transitions.retain(connection, job_id, [settings().result_ttl], pipeline=pipeline)
 
 

@@ -57,7 +57,9 @@ FIELDS = ("job_id", "kind", "state", "done", "total", "result", "error", "stale"
           # What people call it (``leash submit --name``).
           "name",
           # Direct calls or the provider's batch API, and where a batch job's batch is.
-          "mode", "batch")
+          "mode", "batch",
+          # Where its completion webhook goes and how its deliveries went (jobs/webhooks/).
+          "webhook")
 
 
 def _float(value: str | None) -> float | None:
@@ -162,7 +164,7 @@ def from_raw(job_id: str, raw: dict, rq_status: str | None, now: float | None = 
         "lease_expires_at": clock.iso(lease_expires_at) if state == State.RUNNING else None,
     } | details(job_id, h, state.value, error, rq_status, now, errors or [], history or [], retry_at, workers_alive) \
       | job_usage(h) | budget_wait(h, state == State.RUNNING or (state == State.QUEUED and retry_at is not None)) \
-      | {"name": h.get("name")} | batch_status(h, state.value)
+      | {"name": h.get("name")} | batch_status(h, state.value) | {"webhook": webhook_status(h, state)}
 
 
 def batch_status(h: dict, state: str) -> dict[str, Any]:
@@ -184,3 +186,18 @@ def batch_status(h: dict, state: str) -> dict[str, Any]:
         "next_look_at": clock.iso(look_at) if phase in ("waiting", "canceling") else None,
         "failed_looks": int(h.get("batch_failed_looks") or 0),
         "direct": int(h.get("batch_direct") or 0)}}
+
+
+def webhook_status(h: dict, state: State) -> dict[str, Any] | None:
+    """A job's completion webhook (None without one): its URL, and once the job has ended, its
+    delivery id, its state (``to send`` until the sweep queues it, then ``pending``, ``delivered``
+    or ``given up``), how many attempts were made and the last few (attempt, HTTP status, when,
+    seconds, error). While the job is queued or running (a replay too) it is ``waiting``."""
+    if not h.get("webhook_url"):
+        return None
+    begun = state in TERMINAL and bool(h.get("ended_at")) and h.get("webhook_ending") == h.get("ended_at")
+    if not begun:
+        return {"url": h["webhook_url"], "id": None, "state": "to send" if state in TERMINAL else "waiting",
+                "attempts": 0, "deliveries": []}
+    return {"url": h["webhook_url"], "id": h.get("webhook_id"), "state": h.get("webhook_state") or "pending",
+            "attempts": int(h.get("webhook_attempts") or 0), "deliveries": json.loads(h.get("webhook_log") or "[]")}

@@ -44,6 +44,7 @@ class Submission(NamedTuple):
     queue: str | None = None
     name: str | None = None
     idempotency_key: str | None = None
+    webhook_url: str | None = None  # where its completion webhook goes (jobs/webhooks/)
 
 
 class Submitted(NamedTuple):
@@ -120,9 +121,9 @@ def _estimate(connection: Redis, job: Checked) -> dict[str, Any]:
 
 
 def _check(submission: Submission) -> Checked:
-    kind, payload, owner, max_attempts, queue, name, key = submission
+    kind, payload, owner, max_attempts, queue, name, key = submission[:7]
     try:
-        return check(kind, payload, owner, max_attempts, queue, name, key)
+        return check(kind, payload, owner, max_attempts, queue, name, key, submission.webhook_url)
     except InvalidJob as exc:
         # Refused already: ask each field apart only now, so a person sees all that is wrong.
         raise Invalid(str(exc), problems(kind, payload, name) or [(None, str(exc))]) from None
@@ -148,10 +149,11 @@ def problems(kind: str, payload, name=None) -> list[tuple[str | None, str]]:
 
 
 def dry_run(connection: Redis, kind: str, payload: dict, owner: str = "default", max_attempts: int | None = None,
-            queue: str | None = None, name: str | None = None) -> dict[str, Any]:
+            queue: str | None = None, name: str | None = None, webhook_url: str | None = None) -> dict[str, Any]:
     """The job's estimate after every check ``jobs.enqueue.enqueue`` makes; writes nothing
     (InvalidJob as ``enqueue`` raises it). For Python callers: the doors call ``submit``."""
-    return submit(connection, Submission(kind, payload, owner, max_attempts, queue, name), dry_run=True).estimate
+    return submit(connection, Submission(kind, payload, owner, max_attempts, queue, name, webhook_url=webhook_url),
+                  dry_run=True).estimate
 
 
 def price_or_none(connection: Redis, kind: str, payload: dict, owner: str, **options) -> dict[str, Any] | None:

@@ -192,3 +192,8 @@ def archived(connection: Redis, job_id: str, args: list) -> Any:
     """A job the archive holds whole: its heavy keys leave Redis after the keep time."""
     return scripts.run(connection, "archived_v1", {
         "job": keys.job(job_id), "heavy": keys.archived_heavy(job_id, connection)}, args)
+
+
+def webhook(connection: Redis, job_id: str, args: list, pipeline=None) -> Any:
+    """A job's completion webhook begun for one ending, or one delivery attempt recorded (jobs/webhooks/)."""
+    return scripts.run(connection, "webhook_v1", {"job": keys.job(job_id)}, args, pipeline=pipeline)

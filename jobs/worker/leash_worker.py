@@ -45,6 +45,7 @@ from jobs.errors import CANCELED
 from jobs.models import backends
 from jobs.observability import logs
 from jobs.usage import budget
+from jobs.webhooks import outbox as webhook_outbox
 from jobs.worker import scheduler_locks
 from jobs.worker.dequeue import LeashQueue
 from jobs.worker.full_redis import FullRedis, refused_for_memory
@@ -62,8 +63,7 @@ REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 
 class LeashJob(NoResultStreamJob):
-    """An RQ job that runs under the attempt its worker claimed: the work-horse hands it to
-    ``jobs.runner.execute`` (a plain ``rq worker`` has none, and the runner refuses the job)."""
+    """An RQ job run under its worker's claimed attempt (``jobs.runner.execute``; a plain ``rq worker`` has none)."""
 
     attempt: lease.Attempt | None = None
 
@@ -76,8 +76,7 @@ class LeashJob(NoResultStreamJob):
 class LeashWorker(Shutdown, FullRedis, Worker):
     queue_class = LeashQueue  # every dequeue goes through an intermediate list (dequeue.py)
     job_class = LeashJob
-    # RQ doubles its wait up to 60 s while Redis is down; this worker also reaps for everyone,
-    # so it must be back within seconds of Redis returning.
+    # RQ doubles its wait up to 60 s while Redis is down; this worker reaps for all: back within seconds.
     max_connection_wait_time = 5.0
     scheduler_check_seconds = 5.0
 
@@ -178,6 +177,7 @@ class LeashWorker(Shutdown, FullRedis, Worker):
         try:
             self.reaper.tick()
             archive_sweep.tick(self.connection)  # ended jobs to SQL; an unreachable archive is logged
+            webhook_outbox.tick(self.connection)  # ended jobs' webhooks: an RQ job each (jobs/webhooks/)
         except redis.exceptions.RedisError as exc:
             if not self.noted_full(exc):
                 log.warning("reaper skipped a round: %s", exc)
