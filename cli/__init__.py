@@ -97,6 +97,9 @@ def worker(queues, burst, name, scheduler, log_level, imports, tracebacks):
     except ValueError as exc:
         raise exit_codes.BadInput(str(exc)) from None
     w.work(burst=burst, with_scheduler=scheduler, logging_level=log_level.upper())
+    if w.died:  # RQ's loop quit on an exception: a supervisor that restarts on failure must see one
+        logging.getLogger("leash.worker").error("the worker stopped on an error: %s", w.died)
+        sys.exit(exit_codes.FAILED)
 
 
 @main.command()

@@ -113,6 +113,8 @@ class RedisCollector:
             "failed": CounterMetricFamily("leash_jobs_failed", "Jobs that failed, by kind.", labels=["kind"]),
             # A cancel ends in failed too, but is not a failure.
             "canceled": CounterMetricFamily("leash_jobs_canceled", "Jobs canceled, by kind.", labels=["kind"]),
+            "stopped": CounterMetricFamily("leash_jobs_stopped", "Jobs stopped by RQ's stop command, by kind.",
+                                           labels=["kind"]),
         }
         for field, value in sorted(totals.items()):
             outcome, _, kind = field.decode().partition(":")

@@ -51,7 +51,7 @@ def end_outside(connection: Redis, job_id: str, message: str, now: float | None 
     owner, kind, attempts = (decoded(v) for v in connection.hmget(keys.job(job_id), "owner", "kind", "attempts"))
     kind = kind or ""
     # RQ's own cancel is a cancel: counted apart from failures, like leash's.
-    outcome = "canceled" if message == ENDED_BY_RQ["canceled"] else "failed"
+    outcome = {ENDED_BY_RQ["canceled"]: "canceled", ENDED_BY_RQ["stopped"]: "stopped"}.get(message, "failed")
     ended = transitions.end_outside(
         connection, job_id, owner or "", outcome, kind, now,
         [job_id, now, message, error_entry(int(attempts or 0), message, now), settings().result_ttl,

@@ -32,6 +32,7 @@ from jobs.config import batches, settings
 from jobs.core import clock
 from jobs.core.connection import is_out_of_memory
 from jobs.core.memory_wait import MemoryWait
+from jobs.core.outcome import STOPPED_BY_RQ
 from jobs.errors import CANCELED, LeaseLost
 from jobs.lifecycle import transitions
 from jobs.usage.meter import Pending, cache_args, write_args
@@ -260,8 +261,9 @@ class Attempt:
     def fail(self, message: str, permanent: bool, now: float | None = None) -> str:
         """Record this attempt's error; returns the new state (queued or failed)."""
         now = clock.wall() if now is None else now
-        # A cancel ends in failed too, but is counted apart: alerts are about failures.
-        outcome = "canceled" if message == CANCELED else "failed"
+        # A cancel (or RQ's stop command) ends in failed too, but is counted apart: alerts are
+        # about failures.
+        outcome = "canceled" if message == CANCELED else "stopped" if message == STOPPED_BY_RQ else "failed"
         reply, retried = self.write(
             transitions.fail, self.job_id, self.owner_name(), outcome, self.kind, now,
             [self.job_id, self.token, now, message, 1 if permanent else 0,

@@ -179,13 +179,20 @@ def batch_status(h: dict, state: str) -> dict[str, Any]:
     if phase == "waiting" and h.get("batch_stage") == "canceling":
         phase = "canceling"
     look_at = _float(h.get("look_at"))
+    done, failed, total = (int(h.get(name) or 0) for name in ("batch_done", "batch_failed", "batch_total"))
+    direct = int(h.get("batch_direct") or 0)
+    if state in TERMINAL:
+        # The last look's figures stop where the batch's answers were stored: once the job has
+        # ended, the requests the provider answered are its stored items minus those asked
+        # directly (what the job page says, jobs.read.job_view.batch_details).
+        done = max(done, int(h.get("done") or 0) - direct)
+        total = max(total, done + failed)
     return {"mode": "batch", "batch": {
         "phase": phase or ("sending" if state == State.RUNNING else None),
-        "done": int(h.get("batch_done") or 0), "failed": int(h.get("batch_failed") or 0),
-        "total": int(h.get("batch_total") or 0), "batches": int(h.get("batches") or 0),
+        "done": done, "failed": failed, "total": total, "batches": int(h.get("batches") or 0),
         "next_look_at": clock.iso(look_at) if phase in ("waiting", "canceling") else None,
         "failed_looks": int(h.get("batch_failed_looks") or 0),
-        "direct": int(h.get("batch_direct") or 0)}}
+        "direct": direct}}
 
 
 def webhook_status(h: dict, state: State) -> dict[str, Any] | None:

@@ -24,7 +24,6 @@ Lifecycle of one job on this worker (main process = M, work-horse = H):
 from __future__ import annotations
 
 import logging
-import os
 
 import redis
 from rq.exceptions import InvalidJobOperation, StopRequested
@@ -39,6 +38,7 @@ from jobs.config import settings
 from jobs.core import clock, consistency, lease, retention, state_index
 from jobs.core.connection import follow_primary
 from jobs.core.lease import Outcome
+from jobs.core.outcome import STOPPED_BY_RQ
 from jobs.core.reaper import Reaper, release_rate_limit_slot
 from jobs.core.rq_side import EXECUTE
 from jobs.errors import CANCELED
@@ -51,7 +51,8 @@ from jobs.worker.dequeue import LeashQueue
 from jobs.worker.full_redis import FullRedis, refused_for_memory
 from jobs.worker.log import log_not_a_failure, quiet_ridden_out_errors
 from jobs.worker.rq_job import NoResultStreamJob
-from jobs.worker.shutdown import Shutdown
+from jobs.worker.shutdown import Shutdown, still_running
+from jobs.worker.unreadable import Unreadable, func_name
 
 #: What RQ (and so rq-dashboard) records as the "error" of a job canceled through leash.
 CANCELED_IN_RQ_VIEW = ("canceled through leash (`leash cancel` or the job page), not an error; "
@@ -73,7 +74,7 @@ class LeashJob(NoResultStreamJob):
         return super()._execute()
 
 
-class LeashWorker(Shutdown, FullRedis, Worker):
+class LeashWorker(Unreadable, Shutdown, FullRedis, Worker):
     queue_class = LeashQueue  # every dequeue goes through an intermediate list (dequeue.py)
     job_class = LeashJob
     # RQ doubles its wait up to 60 s while Redis is down; this worker reaps for all: back within seconds.
@@ -215,7 +216,7 @@ class LeashWorker(Shutdown, FullRedis, Worker):
         except REDIS_DOWN as exc:
             # Never leave a work-horse unsupervised: the lease in Redis gets the job reclaimed.
             log.warning("lost Redis while handling job %s: %s; reclaimed once Redis answers", job.id, exc)
-            if self.horse_pid and _still_running(self.horse_pid):
+            if self.horse_pid and still_running(self.horse_pid):
                 self.kill_horse()
                 self.wait_for_horse()
         except redis.exceptions.ResponseError as exc:
@@ -226,7 +227,9 @@ class LeashWorker(Shutdown, FullRedis, Worker):
             log.info("job %s: RQ's bookkeeping refused for memory; its lease settles it", job.id)
 
     def _execute_job(self, job: Job, queue: Queue):
-        if job.func_name != EXECUTE:
+        if (name := func_name(job)) is None:
+            return self.fail_unreadable(job, queue)  # another serializer: failed as RQ fails it
+        if name != EXECUTE:
             return super().execute_job(job, queue)  # a plain RQ job on this queue
         if self._stop_requested:
             # The stop came while this job was being taken and its StopRequested was swallowed
@@ -325,7 +328,9 @@ class LeashWorker(Shutdown, FullRedis, Worker):
 
     def handle_job_failure(self, job, queue, started_job_registry=None, exc_string="", execution=None):
         attempt = self._attempt
-        if attempt is None and job.func_name == EXECUTE:
+        if (name := func_name(job)) is None:  # RQ's maintenance failing an entry it cannot read
+            return self.fail_unreadable(job, queue, started_job_registry, execution)
+        if attempt is None and name == EXECUTE:
             # RQ's maintenance (its intermediate-list cleanup) failing a leash job that no attempt
             # holds: it never started, so it goes back to its queue; leash, not RQ, decides fates.
             log.warning("RQ reported leash job %s stuck (%s); requeueing it instead", job.id, exc_string)
@@ -358,8 +363,9 @@ class LeashWorker(Shutdown, FullRedis, Worker):
 
     def _settle_dead_horse(self, attempt: lease.Attempt, job: Job, exc_string: str) -> None:
         """The work-horse ended without recording how (killed). Decide in the main process."""
-        if self._stopped_job_id == job.id:
-            attempt.fail("canceled", permanent=True)
+        if self._stopped_job_id == job.id:  # RQ's stop command: leash's own cancel sends it past its grace
+            asked = self.connection.hget(keys.job(job.id), "cancel_requested") == b"1"
+            attempt.fail(CANCELED if asked else STOPPED_BY_RQ, permanent=True)
         elif self._handoff_deadline is not None:
             attempt.release()
             log_not_a_failure(attempt, None, how="after the grace period")
@@ -389,12 +395,4 @@ class LeashWorker(Shutdown, FullRedis, Worker):
         if attempt is not None and log_not_a_failure(attempt, exc_info[1]):
             return
         super().handle_exception(job, *exc_info)
-
-
-def _still_running(child_pid: int) -> bool:
-    """True if our child has not exited (and not been reaped, so its pid is still ours)."""
-    try:
-        return os.waitpid(child_pid, os.WNOHANG) == (0, 0)
-    except ChildProcessError:
-        return False
 

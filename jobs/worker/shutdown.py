@@ -156,3 +156,11 @@ def _inside_logging(frame) -> bool:
 def _horse_sigterm(attempt, signum, frame):
     if attempt is not None:
         attempt.handoff_requested = True
+
+
+def still_running(child_pid: int) -> bool:
+    """True if our child has not exited (and not been reaped, so its pid is still ours)."""
+    try:
+        return os.waitpid(child_pid, os.WNOHANG) == (0, 0)
+    except ChildProcessError:
+        return False
