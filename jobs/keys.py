@@ -210,7 +210,7 @@ GUESS_RATE_PREFIX = PREFIX + "guess_rate"
 
 def guess_rate_scope(door: str, by: str, value: str) -> tuple[str, ...]:
     """The identifiers of one counter of failed guesses: at a door (signin, token, dashboard),
-    by client address or by the guessed secret's family."""
+    by client address or by the failing guess (a keyed digest of it)."""
     return ("guess", door, by, value)
 
 

@@ -1,6 +1,8 @@
 """Guessing is slow: failed sign-ins, unknown bearer tokens, wrong dashboard and metrics
-passwords are limited per client address and per token prefix (LEASH_GUESS_RATE): a 429 with
-Retry-After, the right secret refused too while it lasts, and one WARNING line per burst."""
+passwords are limited per client address and per failing guess (LEASH_GUESS_RATE): a 429 with
+Retry-After, the right secret refused too from a refused address, and one WARNING line per
+burst. No count is kept by user name or token prefix alone, so guessers cannot lock the
+rightful user out."""
 
 from __future__ import annotations
 
@@ -47,12 +49,34 @@ def test_bearer_guesses_from_one_address_are_refused_after_the_limit(app, caplog
     assert [_bearer_guess(other, TOKENS["bob"]).status_code for _ in range(6)] == [200] * 6
 
 
-def test_guesses_at_one_token_prefix_from_many_addresses_are_refused(app, caplog):
+def test_one_wrong_token_from_many_addresses_is_refused_but_the_right_one_with_its_prefix_gets_in(app, caplog):
     prefix = TOKENS["alice"][:8]
-    statuses = [_bearer_guess(_from(app, f"192.0.2.{n}"), prefix + f"wrong{n}").status_code for n in range(5)]
-    assert statuses == [401, 401, 401, 429, 429]
-    assert _bearer_guess(_from(app, "192.0.2.99"), "other-prefix-xyz").status_code == 401
+    statuses = [_bearer_guess(_from(app, f"192.0.2.{n}"), prefix + "wrong").status_code for n in range(5)]
+    assert statuses == [401, 401, 401, 429, 429]  # the failing guess itself, whoever sends it
     assert len(_warnings(caplog)) == 1
+    # Guesses at the known first characters, one per address: none locks the rightful token out.
+    assert [_bearer_guess(_from(app, f"192.0.2.{n}"), prefix + f"wrong{n}").status_code
+            for n in range(10, 20)] == [401] * 10
+    assert _bearer_guess(_from(app, "192.0.2.99"), TOKENS["alice"]).status_code == 200
+
+
+def test_the_rightful_operator_gets_in_while_guessers_at_their_name_are_refused(app):
+    """10 wrong passwords for the user name from one address and 1 from another: the guessers
+    are throttled, the operator with the right password from a third address is not."""
+    guesser = _from(app, "203.0.113.20")
+    statuses = [guesser.get("/rq/", headers=basic("operator", f"guess{n}")).status_code for n in range(10)]
+    assert statuses[:3] == [401] * 3 and set(statuses[3:]) == {429}
+    assert _from(app, "203.0.113.21").get("/rq/", headers=basic("operator", "guess-x")).status_code == 401
+    assert _from(app, "198.51.100.30").get("/rq/", headers=basic("operator", "pw")).status_code == 200
+    # The same for sign-ins with a token whose first characters are known.
+    prefix = TOKENS["bob"][:8]
+    for n in range(10):
+        _bearer_guess(_from(app, "203.0.113.22"), prefix + f"guess{n}")
+    browser = _from(app, "198.51.100.31")
+    page = browser.get("/signin", headers=HTML)
+    right = browser.post("/signin", headers=HTML, data={"token": TOKENS["bob"], "next": "/",
+                                                        "csrf_token": csrf_from(page.data)})
+    assert right.status_code == 303, right.status_code
 
 
 def test_failed_sign_ins_are_limited(app):

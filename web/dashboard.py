@@ -107,9 +107,10 @@ def _credentials_ok(user: str, password: str) -> bool:
         given_user, _, given_password = base64.b64decode(encoded, validate=True).decode().partition(":")
     except ValueError:  # not base64 (binascii.Error), not ASCII at all, not UTF-8 once decoded
         given_user, given_password = "", ""
-    guessing.check("dashboard", given_user, "dashboard passwords")
+    guess = f"{given_user}\0{given_password}"  # the failing guess, never the name alone (web/guessing.py)
+    guessing.check("dashboard", guess, "dashboard passwords")
     if not _matches(given_user, given_password, user, password):
-        guessing.failed("dashboard", given_user, "dashboard passwords")
+        guessing.failed("dashboard", guess, "dashboard passwords")
         return False
     return True
 

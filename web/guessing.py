@@ -1,11 +1,14 @@
 """Guessing secrets is slow: failed sign-ins, unknown bearer tokens (the API, /metrics) and
-wrong dashboard passwords are counted per client address and per what was guessed (the first
-characters of the token, or the dashboard user name; kept as a digest), in a moving window
-(``LEASH_GUESS_RATE``, the ``limits`` package on the job store's Redis, as LEASH_SUBMIT_RATE).
+wrong dashboard passwords are counted per client address and per failing guess (the whole
+secret presented, with the user name for the dashboard; kept as a keyed digest), in a moving
+window (``LEASH_GUESS_RATE``, the ``limits`` package on the job store's Redis, as
+LEASH_SUBMIT_RATE).
 
-Over it, every attempt from that address, or at that token, is a 429 with ``Retry-After`` —
-the right secret too, so a guesser learns nothing while refused — and one WARNING line says so
-per burst (the failure that crossed the limit). Only failures count: a signed-in browser or a
+Over it, every attempt from that address is a 429 with ``Retry-After`` — the right secret too,
+so a guesser learns nothing while refused — and so is that same wrong guess from anywhere; one
+WARNING line says so per burst (the failure that crossed the limit). Nothing is counted by user
+name or token prefix alone: the right secret has never failed, so guessers elsewhere cannot
+lock its owner out. Only failures count: a signed-in browser or a
 client with a good token is never slowed by its own use, and costs no Redis call: the failures
 are counted in Redis (shared by every process), the refusals they lead to are remembered in
 the process until their window frees (another process learns of one at its next failure).
@@ -17,6 +20,7 @@ The client address is the connection's peer, or the address a trusted proxy forw
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
 import math
 import time
@@ -31,10 +35,6 @@ from jobs import keys
 from jobs.config.front import web_app
 
 log = logging.getLogger(__name__)
-
-#: How much of a presented token names the family it is counted in.
-PREFIX_CHARS = 8
-
 
 class GuessingRefused(TooManyRequests):
     def __init__(self, description: str, retry_after: int):
@@ -61,13 +61,15 @@ MAX_REMEMBERED = 10_000
 
 
 def _scopes(door: str, guessed: str) -> list[tuple[str, ...]]:
-    family = hashlib.sha256(guessed[:PREFIX_CHARS].encode()).hexdigest()[:16]
+    # Keyed by the app's secret: the digest of a near-miss stored in Redis tells a reader nothing.
+    key = str(current_app.secret_key or "").encode()
+    guess = hmac.new(key, guessed.encode(errors="replace"), hashlib.sha256).hexdigest()[:24]
     return [keys.guess_rate_scope(door, "address", request.remote_addr or "unknown"),
-            keys.guess_rate_scope(door, "secret", family)]
+            keys.guess_rate_scope(door, "guess", guess)]
 
 
 def _refusal(door: str, what: str, wait: int) -> GuessingRefused:
-    return GuessingRefused(f"too many failed {what} from this address or for this {door} secret; try again in "
+    return GuessingRefused(f"too many failed {what} from this address or with this {door} secret; try again in "
                            f"{wait} s (LEASH_GUESS_RATE)", wait)
 
 
