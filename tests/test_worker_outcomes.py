@@ -16,7 +16,7 @@ from jobs.core import states
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob
 from jobs.worker.leash_worker import CANCELED_IN_RQ_VIEW
-from tests.conftest import wait_for
+from tests.conftest import ROOT, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -26,14 +26,21 @@ def final_state(conn, job_id, timeout=30):
                     timeout, message=f"job {job_id} to end")
 
 
-def test_a_job_that_always_raises_fails_after_exactly_max_attempts_with_its_traceback(conn, workers, env):
+def test_a_job_that_always_raises_fails_after_exactly_max_attempts_with_its_steps(conn, workers, env, tmp_path):
     env.setenv("LEASH_RETRY_BACKOFF", "1")  # exercised through RQ's Retry and scheduler
     job_id, _ = enqueue(conn, "boom", {}, max_attempts=3)
-    workers.start()
+    log = tmp_path / "worker.log"
+    with log.open("w") as stream:
+        workers.start(stderr=stream)
     final = final_state(conn, job_id, timeout=45)
     assert (final["state"], final["attempts"]) == ("failed", 3)
     assert final["error"].startswith("ValueError: boom on attempt 3")
-    assert "Traceback (most recent call last)" in final["error"]
+    # The owner reads the message and the failing step, no server path; the log has the traceback.
+    assert final["error"].splitlines()[-1].startswith("  tests.kinds_for_tests.boom, line ")
+    assert "jobs.runner.execute" in final["error"]
+    assert 'File "' not in final["error"] and str(ROOT) not in final["error"]
+    text = log.read_text()
+    assert "Traceback (most recent call last)" in text and "boom on attempt 3" in text and str(ROOT) in text
     history = [json.loads(e) for e in conn.lrange(keys.errors(job_id), 0, -1)]
     assert [h["attempt"] for h in history] == [1, 2, 3]
     # leash records the failure in the work-horse before RQ's own handling writes RQ's status.

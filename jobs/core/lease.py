@@ -15,7 +15,6 @@ import os
 import secrets
 import threading
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -29,7 +28,7 @@ from rq.utils import utcformat
 
 from jobs import keys
 from jobs.config import batches, settings
-from jobs.core import clock
+from jobs.core import clock, error_text
 from jobs.core.connection import is_out_of_memory
 from jobs.core.memory_wait import MemoryWait
 from jobs.core.outcome import STOPPED_BY_RQ
@@ -75,10 +74,9 @@ def _fit(costs: list[int], budget: int) -> int:
 
 
 def describe(exc: BaseException) -> str:
-    """The stored error text: the exception line first, then the truncated traceback."""
-    summary = f"{type(exc).__name__}: {exc}".strip()
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return truncate(summary + "\n" + tb)
+    """The stored error text: the exception line first, then the steps that led to it, without
+    server paths (jobs.core.error_text), truncated."""
+    return truncate(error_text.describe(exc))
 
 
 class Outcome(StrEnum):
