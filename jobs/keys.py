@@ -225,6 +225,11 @@ def submit_rate_scope(owner: str) -> tuple[str, str]:
     return ("submit", owner)
 
 
+def dry_run_rate_scope(by: str, value: str) -> tuple[str, str, str]:
+    """The identifiers of a dry-run-rate counter: by owner or by client address."""
+    return ("dry-run", by, value)
+
+
 def rq_job(job_id: str) -> str:
     return Job.key_for(job_id)
 

@@ -109,7 +109,8 @@ def submit():
     connection = redis_conn()
     try:  # with dry_run: the price before the run, every check made and nothing written
         submitted = submission.submit(connection, submission.Submission(
-            kind, payload, owner, max_attempts, queue, name, idempotency_key, webhook_url), dry_run=dry)
+            kind, payload, owner, max_attempts, queue, name, idempotency_key, webhook_url,
+            request.remote_addr or "unknown"), dry_run=dry)
     except submission.Refused as refused:
         refusal = refused.refusal
         return api_error(refusal.status, refusal.message, {"Retry-After": str(refusal.retry_after)})

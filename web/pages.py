@@ -118,7 +118,8 @@ def index():
             try:
                 submitted = submission.submit(redis_conn(), submission.Submission(
                     form.kind.data, _payload(form, items), owner, name=form.name.data,
-                    idempotency_key="form:" + form.submission.data), dry_run=estimate_only)
+                    idempotency_key="form:" + form.submission.data, address=request.remote_addr or "unknown"),
+                    dry_run=estimate_only)
             except submission.Refused as refused:
                 refusal = refused.refusal
             except submission.Invalid as exc:  # every field's problem on its field, at once

@@ -213,6 +213,7 @@ declare("LEASH_GUESS_RATE", "rate", "10/minute;100/hour",
 declare("LEASH_TRUSTED_PROXIES", "str", None,
         "`leash web`: `*` or the proxy's address: read the client address from its X-Forwarded-For")
 declare("LEASH_SUBMIT_RATE", "rate", None, "an owner's submissions per period, e.g. `60/minute` (default: none)")
+declare("LEASH_DRY_RUN_RATE", "rate", "30/minute;300/hour", "dry runs and estimates per owner, and per address")
 # A thread works on a whole request (read first), mostly waiting on Redis (LEASH_REDIS_TIMEOUT at most).
 declare("LEASH_WEB_THREADS", "int", 16, "`leash web`: threads answering requests", 1)
 # Each connection costs a socket and at most its buffered request, never a thread.
@@ -387,14 +388,3 @@ class Logs:
 def logs() -> Logs:
     return _read(Logs, {"sentry_dsn": "SENTRY_DSN"})
 
-
-@dataclass(frozen=True)
-class Admission:
-    """What an owner may submit beyond one job's limits (jobs/intake/)."""
-
-    max_queued_per_owner: int
-    submit_rate: str | None
-
-
-def admission() -> Admission:
-    return _read(Admission)

@@ -4,6 +4,9 @@
     LEASH_MAX_QUEUED_PER_OWNER   an owner's jobs waiting to run (default 1000)
     LEASH_OWNER_DAILY_TOKENS/_USD  what an owner's jobs may use per UTC day (jobs/usage/budget.py)
     LEASH_SUBMIT_RATE            an owner's submissions per period (``60/minute``; unset: none)
+    LEASH_DRY_RUN_RATE           dry runs and the form's Estimate, per owner and per client address
+                                 (``check_dry_run``: an estimate checks the whole payload, as dear
+                                 as a submission's check, and writes nothing to be capped)
 
 A refusal is a ``Refusal(status, message, retry_after)``: the web app answers it with that
 status and a ``Retry-After`` header, ``leash submit`` prints the message and exits 1.
@@ -32,7 +35,8 @@ from limits.storage import RedisStorage
 from limits.strategies import MovingWindowRateLimiter
 from redis import Redis
 
-from jobs import config, keys
+from jobs import keys
+from jobs.config import intake as intake_settings
 from jobs.intake import door
 from jobs.usage.budget import owner_over_daily, seconds_to_next_utc_day
 
@@ -72,14 +76,37 @@ def check(connection: Redis, owner: str) -> Refusal | None:
     spent = owner_over_daily(connection, owner)
     if spent:  # the owner's daily budget (LEASH_OWNER_DAILY_TOKENS / _USD) is used up until UTC midnight
         return Refusal(429, f"{spent}; it starts again at 00:00 UTC", seconds_to_next_utc_day())
-    rate = config.admission().submit_rate
-    if rate:
-        limiter = _limiter(connection)
-        scope = keys.submit_rate_scope(owner)
+    rate = intake_settings.admission().submit_rate
+    wait, item = _hit(connection, rate, [keys.submit_rate_scope(owner)])
+    if wait:
+        return Refusal(429, f"too many submissions: at most {item} per owner (LEASH_SUBMIT_RATE); "
+                            f"try again in {wait} s", wait)
+    return None
+
+
+def check_dry_run(connection: Redis, owner: str, address: str | None) -> Refusal | None:
+    """None when ``owner``, from ``address`` (None: not a web request), may ask for an estimate
+    now (and counts it), else why not. Counted before the payload is checked: a refused ask
+    costs no check."""
+    scopes = [keys.dry_run_rate_scope("owner", owner)]
+    if address:
+        scopes.append(keys.dry_run_rate_scope("address", address))
+    wait, item = _hit(connection, intake_settings.admission().dry_run_rate, scopes)
+    if wait:
+        return Refusal(429, f"too many dry runs and estimates: at most {item} per owner and per address "
+                            f"(LEASH_DRY_RUN_RATE); try again in {wait} s", wait)
+    return None
+
+
+def _hit(connection: Redis, rate: str | None, scopes: list[tuple[str, ...]]) -> tuple[int, object]:
+    """(0, None) when every scope has room under ``rate`` (each counted), else (seconds to wait,
+    the rate item that refused)."""
+    if not rate:
+        return 0, None
+    limiter = _limiter(connection)
+    for scope in scopes:
         for item in parse_many(rate):
             if not limiter.hit(item, *scope):
                 reset_at = limiter.get_window_stats(item, *scope).reset_time
-                wait = max(1, math.ceil(reset_at - time.time()))
-                return Refusal(429, f"too many submissions: at most {item} per owner (LEASH_SUBMIT_RATE); "
-                                    f"try again in {wait} s", wait)
-    return None
+                return max(1, math.ceil(reset_at - time.time())), item
+    return 0, None

@@ -4,6 +4,7 @@ read the request and how they word the answer.
 
     submit(connection, submission, dry_run=False)
       ├─ a repeat of the owner's idempotency key ─▶ the first job (nothing checked, nothing written)
+      ├─ a web dry run: its rate, owner and address ▶ Refused (LEASH_DRY_RUN_RATE)
       ├─ check the payload, once ──────────────────▶ Invalid (every field's problem, for the form)
       ├─ dry run: the estimate ───────────────────▶ Submitted(estimate=...), nothing written
       ├─ the door's refusals (``_refusal``) ─────────▶ Refused(status, message, retry_after)
@@ -45,6 +46,9 @@ class Submission(NamedTuple):
     name: str | None = None
     idempotency_key: str | None = None
     webhook_url: str | None = None  # where its completion webhook goes (jobs/webhooks/)
+    #: The client's address at a web door (None elsewhere): its dry runs are counted per owner and
+    #: per address (LEASH_DRY_RUN_RATE).
+    address: str | None = None
 
 
 class Submitted(NamedTuple):
@@ -83,6 +87,12 @@ def submit(connection: Redis, submission: Submission, dry_run: bool = False) -> 
         existing = repeat_of(connection, owner, key)
         if existing is not None:
             return Submitted(existing, False)
+    # A web door's dry run is counted before the check (the check is what it costs); the CLI
+    # and Python callers hold the job store itself, and no limit of the door binds them.
+    if dry_run and submission.address is not None:
+        refusal = admission.check_dry_run(connection, owner, submission.address)
+        if refusal is not None:
+            raise Refused(refusal)
     job = _check(submission)
     if dry_run:
         refusal = _refusal(connection, job, None, dry_run=True)
