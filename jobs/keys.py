@@ -220,14 +220,10 @@ def browser_session(session_id: str) -> str:
     return f"{PREFIX}session:{session_id}"
 
 
-def submit_rate_scope(owner: str) -> tuple[str, str]:
-    """The identifiers of an owner's submission-rate counter."""
-    return ("submit", owner)
-
-
-def dry_run_rate_scope(by: str, value: str) -> tuple[str, str, str]:
-    """The identifiers of a dry-run-rate counter: by owner or by client address."""
-    return ("dry-run", by, value)
+def rate_scope(counter: str, *values: str) -> tuple[str, ...]:
+    """The identifiers of a counter under SUBMIT_RATE_PREFIX: ``("submit", owner)`` an owner's
+    submissions, ``("dry-run", "owner" or "address", value)`` dry runs by owner or by address."""
+    return (counter, *values)
 
 
 def rq_job(job_id: str) -> str:

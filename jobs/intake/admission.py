@@ -36,7 +36,7 @@ from limits.strategies import MovingWindowRateLimiter
 from redis import Redis
 
 from jobs import keys
-from jobs.config import intake as intake_settings
+from jobs.config import quotas
 from jobs.intake import door
 from jobs.usage.budget import owner_over_daily, seconds_to_next_utc_day
 
@@ -76,8 +76,8 @@ def check(connection: Redis, owner: str) -> Refusal | None:
     spent = owner_over_daily(connection, owner)
     if spent:  # the owner's daily budget (LEASH_OWNER_DAILY_TOKENS / _USD) is used up until UTC midnight
         return Refusal(429, f"{spent}; it starts again at 00:00 UTC", seconds_to_next_utc_day())
-    rate = intake_settings.admission().submit_rate
-    wait, item = _hit(connection, rate, [keys.submit_rate_scope(owner)])
+    rate = quotas.admission().submit_rate
+    wait, item = _hit(connection, rate, [keys.rate_scope("submit", owner)])
     if wait:
         return Refusal(429, f"too many submissions: at most {item} per owner (LEASH_SUBMIT_RATE); "
                             f"try again in {wait} s", wait)
@@ -88,10 +88,10 @@ def check_dry_run(connection: Redis, owner: str, address: str | None) -> Refusal
     """None when ``owner``, from ``address`` (None: not a web request), may ask for an estimate
     now (and counts it), else why not. Counted before the payload is checked: a refused ask
     costs no check."""
-    scopes = [keys.dry_run_rate_scope("owner", owner)]
+    scopes = [keys.rate_scope("dry-run", "owner", owner)]
     if address:
-        scopes.append(keys.dry_run_rate_scope("address", address))
-    wait, item = _hit(connection, intake_settings.admission().dry_run_rate, scopes)
+        scopes.append(keys.rate_scope("dry-run", "address", address))
+    wait, item = _hit(connection, quotas.admission().dry_run_rate, scopes)
     if wait:
         return Refusal(429, f"too many dry runs and estimates: at most {item} per owner and per address "
                             f"(LEASH_DRY_RUN_RATE); try again in {wait} s", wait)

@@ -17,7 +17,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from jobs import keys
-from jobs.config import intake as intake_settings
+from jobs.config import quotas
 from jobs.core import clock
 from jobs.errors import QueueFull
 from jobs.lifecycle import scripts
@@ -31,7 +31,7 @@ QUEUED_RETRY_AFTER = 60
 
 
 def cap() -> int:
-    return intake_settings.admission().max_queued_per_owner
+    return quotas.admission().max_queued_per_owner
 
 
 def too_many_queued(owner: str, queued: int, limit: int) -> str:
