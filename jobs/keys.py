@@ -221,8 +221,7 @@ def browser_session(session_id: str) -> str:
 
 
 def rate_scope(counter: str, *values: str) -> tuple[str, ...]:
-    """The identifiers of a counter under SUBMIT_RATE_PREFIX: ``("submit", owner)`` an owner's
-    submissions, ``("dry-run", "owner" or "address", value)`` dry runs by owner or by address."""
+    """A counter under SUBMIT_RATE_PREFIX: ``("submit", owner)``, ``("dry-run", "owner"|"address", value)``."""
     return (counter, *values)
 
 
