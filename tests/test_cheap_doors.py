@@ -1,9 +1,13 @@
 """Doors that are cheap to ask and dear to answer are limited: dry runs and the form's Estimate
 count against LEASH_DRY_RUN_RATE per owner and per client address (before the payload is
-checked), a 429 with Retry-After beyond it."""
+checked), a 429 with Retry-After beyond it; "Look now" (a provider call) at most once per job
+every 30 s."""
 
 from __future__ import annotations
 
+import pytest
+
+from tests.test_batch_jobs import submit_batch, waiting
 from tests.web_support import CLASSIFY, HTML, TOKENS, bearer, csrf_from, make_app
 
 TOKEN_LIST = ",".join(f"{o}={t}" for o, t in TOKENS.items())
@@ -51,3 +55,19 @@ def test_the_public_forms_estimate_button_is_limited_per_address(conn, env):
     assert [estimate(visitor, n).status_code for n in range(2)] == [200, 200]
     refused = estimate(visitor, 2)
     assert refused.status_code == 429 and "LEASH_DRY_RUN_RATE" in refused.data.decode()
+
+
+@pytest.mark.slow
+def test_look_now_is_taken_at_most_once_per_job_every_30_seconds(conn, burst, batch_env):
+    job_id, _ = submit_batch(conn, "look", 2, owner="shared")
+    burst()
+    waiting(conn, job_id)
+    client = make_app().test_client()
+    assert client.post(f"/jobs/{job_id}/look").status_code == 202
+    again = client.post(f"/jobs/{job_id}/look")
+    assert again.status_code == 429 and 25 <= int(again.headers["Retry-After"]) <= 30
+    assert "look again in" in again.get_json()["error"]
+    other, _ = submit_batch(conn, "other", 2, owner="shared")  # another job has its own 30 s
+    burst()
+    waiting(conn, other)
+    assert client.post(f"/jobs/{other}/look").status_code == 202

@@ -39,7 +39,7 @@ from jobs.read import failure_groups, humane, job_view, listing, money, poll_sch
 from jobs.usage.budget import BUDGET_FIELD
 
 from .auth import Need, browser_owner, request_owner
-from .batch_look import look_now
+from .batch_look import look_now, too_soon
 from .confirm import confirm_page, needs_confirming
 from .error_replies import api_error, wants_html
 from .forms import BaseSubmitForm, submit_form
@@ -237,7 +237,13 @@ def look(job_id: str):
     owner = request_owner(Need.ACT)
     connection = redis_conn()
     fields = read_status(connection, job_id, owner)  # 404 unless it is the caller's job
-    if (fields.get("batch") or {}).get("phase") != "waiting" or not look_now(connection, job_id):
+    if (fields.get("batch") or {}).get("phase") != "waiting":
+        return api_error(409, "no look to move: the job is not waiting at its provider")
+    wait = too_soon(connection, job_id)
+    if wait:
+        return api_error(429, f"the provider was asked about this job less than 30 s ago; look again in {wait} s",
+                         {"Retry-After": str(wait)})
+    if not look_now(connection, job_id):
         return api_error(409, "no look to move: the job is not waiting at its provider")
     if wants_html():
         return redirect(url_for("api.job", job_id=job_id, look="requested"), 303)

@@ -77,7 +77,7 @@ def check(connection: Redis, owner: str) -> Refusal | None:
     if spent:  # the owner's daily budget (LEASH_OWNER_DAILY_TOKENS / _USD) is used up until UTC midnight
         return Refusal(429, f"{spent}; it starts again at 00:00 UTC", seconds_to_next_utc_day())
     rate = quotas.admission().submit_rate
-    wait, item = _hit(connection, rate, [keys.rate_scope("submit", owner)])
+    wait, item = hit(connection, rate, [keys.rate_scope("submit", owner)])
     if wait:
         return Refusal(429, f"too many submissions: at most {item} per owner (LEASH_SUBMIT_RATE); "
                             f"try again in {wait} s", wait)
@@ -91,16 +91,16 @@ def check_dry_run(connection: Redis, owner: str, address: str | None) -> Refusal
     scopes = [keys.rate_scope("dry-run", "owner", owner)]
     if address:
         scopes.append(keys.rate_scope("dry-run", "address", address))
-    wait, item = _hit(connection, quotas.admission().dry_run_rate, scopes)
+    wait, item = hit(connection, quotas.admission().dry_run_rate, scopes)
     if wait:
         return Refusal(429, f"too many dry runs and estimates: at most {item} per owner and per address "
                             f"(LEASH_DRY_RUN_RATE); try again in {wait} s", wait)
     return None
 
 
-def _hit(connection: Redis, rate: str | None, scopes: list[tuple[str, ...]]) -> tuple[int, object]:
-    """(0, None) when every scope has room under ``rate`` (each counted), else (seconds to wait,
-    the rate item that refused)."""
+def hit(connection: Redis, rate: str | None, scopes: list[tuple[str, ...]]) -> tuple[int, object]:
+    """(0, None) when every scope (``keys.rate_scope``) has room under ``rate`` (each counted),
+    else (seconds to wait, the rate item that refused)."""
     if not rate:
         return 0, None
     limiter = _limiter(connection)
