@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from jobs.models import cache as answer_cache
 from jobs.usage.meter import Pending
 
 if TYPE_CHECKING:
@@ -44,12 +45,13 @@ def answer_from_cache(run: BatchRun, done: dict[int, Any], again: object, chunk_
         run._store(chunk, usage)
 
 
-def keep_answer(run: BatchRun, usage: Pending, request: CallRequest, outcome: Any) -> None:
-    """A batch's answer, cached by the write that stores its chunk."""
+def keep_answer(run: BatchRun, usage: Pending, request: CallRequest, outcome: Any, value: Any, again: object) -> None:
+    """A batch's answer that its item kept (``value``: a result, not an item's error nor
+    ``again``, asked directly), cached by the write that stores its chunk. An answer thrown
+    away -- off-label, breaking the schema, cut off -- is never cached (jobs.models.cache)."""
     cache = getattr(run.backend, "cache", None)
-    if cache is not None and cache.on and hasattr(outcome, "finish") and outcome.text is not None:
-        usage.cache[cache.key(run.backend._digest(request))] = cache_encode(outcome)
-
-
-def cache_encode(answer: Any) -> str:
-    return json.dumps([answer.text, answer.finish, answer.stop_reason], separators=(",", ":"))
+    if cache is None or not cache.on or not hasattr(outcome, "finish") or not answer_cache.cacheable(outcome, request):
+        return
+    if value is again or (isinstance(value, dict) and set(value) == {"error"}):
+        return
+    usage.cache[cache.key(run.backend._digest(request))] = answer_cache.encode(outcome)

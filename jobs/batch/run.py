@@ -244,8 +244,8 @@ class BatchRun:
                 if index in done:
                     continue  # stored by an earlier look that was cut short
                 request = requests[name]
-                cached.keep_answer(self, usage, request, outcome)
                 value = self._value(index, request, outcome)
+                cached.keep_answer(self, usage, request, outcome, value, _AGAIN)
                 self._count(request, used)
                 if value is _AGAIN:
                     _add(usage, self.ctx.meter.take())  # its calls were paid for all the same

@@ -17,6 +17,13 @@ store_items_v2: ``cache_write`` in jobs/lua/_lib.lua), which also refreshes the 
 used and drops entries past ``LEASH_CACHE_DAYS`` or, past ``LEASH_CACHE_MAX_MB``, the least
 recently used -- leash's own cap, never a Redis eviction policy.
 
+Only an answer leash kept is cached: one the item used as its result (a label among the
+labels, an object that follows the schema, a completion that ended on its own). An off-label
+answer, a failed correction, an answer still invalid after its repairs, an answer cut off at
+``max_tokens`` are paid for and counted, never stored here: a re-run asks exactly those requests
+again. An entry carries the mark ``KEPT``; one without it (written before answers were judged
+first) is read as a miss, so an answer thrown away is never served, nor its entry refreshed.
+
 A request with a temperature above 0 asks for randomness; its cached answer is one sample,
 reused as it is: the request is the same, and the cache is on by the job's owner's choice (see
 docs/MODELS.md, "The request cache").
@@ -32,7 +39,7 @@ from typing import TYPE_CHECKING
 
 from jobs import keys
 from jobs.config import answer_cache
-from jobs.models.provider import Answer, CallRequest, Usage
+from jobs.models.provider import CUT_OFF, Answer, CallRequest, Usage
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -75,16 +82,29 @@ def check_settings() -> None:
         raise ValueError(f"LEASH_CACHE_SCOPE must be owner or shared, got {cached.cache_scope!r}")
 
 
+#: The mark of an entry whose answer its item kept (see the module's docstring).
+KEPT = "kept"
+
+
+def cacheable(answer: Answer, request: CallRequest) -> bool:
+    """Whether an answer may be cached once its item keeps it: it has text, it ended on its own
+    (not cut off at max_tokens), and it answers the request as asked (not a budget's shortened
+    one)."""
+    return answer.text is not None and answer.finish != CUT_OFF and not request.budget_cut
+
+
 def encode(answer: Answer) -> str:
-    return json.dumps([answer.text, answer.finish, answer.stop_reason], separators=(",", ":"))
+    return json.dumps([answer.text, answer.finish, answer.stop_reason, KEPT], separators=(",", ":"))
 
 
 def decode(raw) -> Answer | None:
     try:
-        text, finish, stop = json.loads(raw)
+        text, finish, stop, mark = json.loads(raw)
     except (TypeError, ValueError):
-        return None  # not an entry of this form: a miss
-    return Answer(text, finish, stop, NO_USAGE) if isinstance(text, str) else None
+        return None  # not an entry of this form (an older release's, unjudged): a miss
+    if mark != KEPT or not isinstance(text, str) or finish == CUT_OFF:
+        return None
+    return Answer(text, finish, stop, NO_USAGE)
 
 
 class RequestCache:

@@ -188,6 +188,7 @@ class ModelBackend(Extracting, Spending):
         first = self._chat(messages, max_tokens=budget, truncation_ok=True)
         label = match_label(first, labels)
         if label is not None:
+            self._accept()
             return label
         messages += [
             {"role": "assistant", "content": first},
@@ -199,12 +200,15 @@ class ModelBackend(Extracting, Spending):
         if label is None:
             raise ItemError(f"the model answered {first.strip()[:100]!r}, then {second.strip()[:100]!r}: "
                             f"neither is one of the labels {labels}")
+        self._accept()
         return label
 
     def complete(self, prompt: str, max_tokens: int | None = None, truncation_ok: bool = False) -> str:
         """The model's answer; one cut off at ``max_tokens`` (at most LEASH_MODEL_MAX_TOKENS)
         is an ItemError unless ``truncation_ok``."""
-        return self._chat([{"role": "user", "content": prompt}], max_tokens=max_tokens, truncation_ok=truncation_ok)
+        text = self._chat([{"role": "user", "content": prompt}], max_tokens=max_tokens, truncation_ok=truncation_ok)
+        self._accept()  # ended on its own (a cut-off answer is never offered to the cache)
+        return text
 
     def _chat(self, messages: list[dict], max_tokens: int | None = None, truncation_ok: bool = False) -> str:
         budget = self.settings.max_tokens if max_tokens is None else min(max_tokens, self.settings.max_tokens)
@@ -222,7 +226,9 @@ class ModelBackend(Extracting, Spending):
         digest = self._digest(request)
         kept = self._received.get(digest)
         if kept is not None:  # paid for and counted by an attempt that could not store it
-            return self._text(Answer(kept["text"], kept["finish"], kept.get("stop"), spending.NO_USAGE), request)
+            answer = Answer(kept["text"], kept["finish"], kept.get("stop"), spending.NO_USAGE)
+            self._offer(digest, request, answer)
+            return self._text(answer, request)
         cached = self._from_cache(digest)
         if cached is not None:  # asked before and answered: no call, no cost
             return self._text(cached, request)

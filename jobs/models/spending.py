@@ -106,16 +106,32 @@ class Spending:
 
     def _keep_answer(self, digest: str, request: CallRequest, answer: Answer) -> None:
         """Held with the call's usage until its item is stored; kept in Redis for the next
-        attempt if that write never lands (Meter.keep); and written to the request cache by
-        the item's write (not an answer a budget cut short: that is not the request's answer)."""
+        attempt if that write never lands (Meter.keep). Offered to the request cache only: the
+        item's judgement (``_accept``) decides whether it is cached (see jobs.models.cache)."""
+        self._offer(digest, request, answer)
         if self.ctx is not None and answer.text is not None:
             self.ctx.meter.answered(self.settings.name, digest, json.dumps(
                 {"text": answer.text, "finish": answer.finish, "stop": answer.stop_reason}))
-            if self.cache.on and not request.budget_cut:
-                self.ctx.meter.to_cache(self.settings.name, self.cache.key(digest), cache.encode(answer))
+
+    def _offer(self, digest: str, request: CallRequest, answer: Answer) -> None:
+        """This thread's last answer, for ``_accept``; None when it may never be cached."""
+        self._held.offer = None
+        if self.ctx is not None and self.cache.on and cache.cacheable(answer, request):
+            self._held.offer = (self.cache.key(digest), cache.encode(answer))
+
+    def _accept(self) -> None:
+        """The item kept this thread's last answer (a label, an object that follows the schema,
+        a completion): the item's write caches it. An answer never accepted -- off-label,
+        invalid after its repairs, cut off -- is paid for and counted, never cached."""
+        offer = getattr(self._held, "offer", None)
+        self._held.offer = None
+        if offer is not None and self.ctx is not None:
+            self.ctx.meter.to_cache(self.settings.name, *offer)
 
     def _from_cache(self, digest: str) -> Answer | None:
-        """The request's answer from the request cache (counted as a hit, at no cost), or None."""
+        """The request's answer from the request cache (counted as a hit, at no cost), or None.
+        Only kept answers are there, so a hit is one its item keeps."""
+        self._held.offer = None
         if self.ctx is None or not self.cache.on:
             return None
         answer = self.cache.get(digest)

@@ -238,11 +238,16 @@ class Extracting:
         repairs = self._repair_attempts()
         shape = response_format(schema)
         turns = list(messages)
+        held = getattr(self, "_held", None)
+        if held is not None:
+            held.offer = None  # a given answer (a batch's) is not this thread's last call's
         if answer is None:
             answer = self._call_shaped(turns, shape)
         for done in range(repairs + 1):
             value, problem = check_answer(answer, check)
             if problem is None:
+                # Only an answer that follows the schema is cached (jobs.models.spending).
+                getattr(self, "_accept", lambda: None)()
                 return value
             if done == repairs:
                 raise invalid_error(problem, repairs)
