@@ -29,6 +29,7 @@ from jobs.core.lease import Attempt
 from jobs.errors import Canceled, HandOff
 from jobs.usage.meter import Meter
 from jobs.usage.meter import flush as flush_usage
+from jobs.usage.meter import write_now as write_usage_now
 
 log = logging.getLogger("leash.context")
 
@@ -89,7 +90,12 @@ class JobContext:
         # The usage of the calls that produced this item rides on the same write.
         usage = self.meter.take()
         try:
-            cancel_requested = self.attempt.heartbeat(item=(index, encoded), usage=usage)
+            if usage is not None and usage.prior[0]:
+                # Some of its calls were written apart (Meter.settle): the item's own figures
+                # are given whole, as a provider batch's items' are.
+                cancel_requested = self.attempt.store_items([(index, encoded, usage.item_usage())], usage)
+            else:
+                cancel_requested = self.attempt.heartbeat(item=(index, encoded), usage=usage)
         except BaseException:
             if usage is not None:
                 self.meter.keep(usage)  # paid for: the closing flush counts it (once, if this landed)
@@ -124,10 +130,24 @@ class JobContext:
             self.attempt.store_items([(i, stored[i], "") for i in lost[start:start + RESTORE_CHUNK]], None)
         return len(lost)
 
+    def settle_answered(self, model: str) -> None:
+        """Before an item's next call (a repair, a correction): write the calls it has had
+        answered (Meter.settle). Kept for the closing flush if Redis does not take them."""
+        pending = self.meter.settle(model)
+        if pending is None:
+            return
+        try:
+            write_usage_now(self.attempt, pending)
+        except BaseException:
+            self.meter.keep(pending)
+            raise
+
     def flush_usage(self, all_threads: bool = False) -> None:
         """Write the usage of calls no item write carried (an item that failed, an attempt
         that ends): they were paid for."""
         pending = self.meter.take_all() if all_threads else [p for p in [self.meter.take()] if p]
+        for entry in pending:  # answers no item stored serve the next attempt: never paid twice
+            entry.keep_answers = True
         if pending:
             # At the attempt's end, answers it received wait for Redis as long as it takes
             # (LEASH_USAGE_HOLD_SECONDS): they were paid for.

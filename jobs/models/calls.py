@@ -307,6 +307,9 @@ class ModelBackend(Extracting, Spending):
         if self.ctx is None:
             self._wait_turn()
             return
+        # An item's next call (a repair, a correction): its answered calls are written first,
+        # so that it waits only for calls in flight -- never for room answered calls hold.
+        self.ctx.settle_answered(self.settings.name)
         input_bound = worst_case_tokens - request.max_tokens
         worst_nusd = None
         if self.price is not None:

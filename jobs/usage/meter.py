@@ -62,6 +62,9 @@ class Pending:
     hits: int = 0
     cache: dict[str, str] = field(default_factory=dict)
     touched: list[str] = field(default_factory=list)
+    #: The item's earlier calls (calls, input, output) already written apart (``Meter.settle``):
+    #: in the item's own figures, not counted again.
+    prior: tuple[int, int, int] = (0, 0, 0)
 
     def encode(self) -> str:
         """The usage JSON the scripts read."""
@@ -74,7 +77,8 @@ class Pending:
 
     def item_usage(self) -> str:
         """The item's own figures, as the item write stores them: "calls,input,output,hits"."""
-        return f"{self.calls},{self.input},{self.output},{self.hits}"
+        calls, input_tokens, output = self.prior
+        return f"{self.calls + calls},{self.input + input_tokens},{self.output + output},{self.hits}"
 
 
 class Meter:
@@ -150,6 +154,28 @@ class Meter:
         with self._lock:
             self._mine(model).cache[entry_key] = answer
 
+    def settle(self, model: str) -> Pending | None:
+        """This thread's answered calls, taken out to be written before its item's next call (a
+        repair, a correction) is admitted: their reservations settled at their real usage (their
+        answers stay with the item, kept for the next attempt if it does not end). An item's follow-up then never waits for room
+        its own item's answered calls hold, nor for room other items' answered calls hold while
+        they wait for theirs (each writes its own first) -- only for calls in flight, which
+        answer. Their figures stay with the item (``prior``), its cache entries and hits too.
+        None when the thread has no answered call of ``model``."""
+        with self._lock:
+            ident = threading.get_ident()
+            pending = self._pending.get(ident)
+            if pending is None or pending.model != model or not pending.calls:
+                return None
+            carry = Pending(model, self.kind, hits=pending.hits, cache=pending.cache, touched=pending.touched,
+                            answers=pending.answers, prior=(pending.prior[0] + pending.calls,
+                                                            pending.prior[1] + pending.input,
+                                                            pending.prior[2] + pending.output))
+            pending.hits, pending.cache, pending.touched, pending.answers = 0, {}, [], {}
+            pending.prior = (0, 0, 0)
+            self._pending[ident] = carry
+            return pending
+
     def take(self) -> Pending | None:
         """This thread's pending usage, for the write that stores its item."""
         with self._lock:
@@ -197,6 +223,15 @@ def write_args(attempt, pending: Pending | None, now: float) -> tuple[dict[str, 
     if not pending.write_id:
         pending.write_id = attempt.next_write_id()
     return (usage_keys, [pending.encode(), day, attempt.number, attempt.usage_ttl, DAY_TTL])
+
+
+def write_now(attempt, entry: Pending, now: float | None = None) -> None:
+    """Write ``entry`` (usage_record_v3: its usage, its reservations settled, its answers kept
+    when ``keep_answers``) now, riding out a blip for as long as the lease lasts; raises when
+    Redis does not take it (the caller keeps it for the attempt's closing flush)."""
+    usage_keys, args = write_args(attempt, entry, time.time() if now is None else now)
+    answers = entry.answers if entry.keep_answers else {}
+    attempt.record_usage(usage_keys, [attempt.token] + args + [json.dumps(answers) if answers else ""])
 
 
 def flush(attempt, pending: list[Pending], now: float | None = None, patience: float | None = None) -> None:
