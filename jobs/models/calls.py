@@ -307,9 +307,7 @@ class ModelBackend(Extracting, Spending):
         if self.ctx is None:
             self._wait_turn()
             return
-        # An item's next call (a repair, a correction): its answered calls are written first,
-        # so that it waits only for calls in flight -- never for room answered calls hold.
-        self.ctx.settle_answered(self.settings.name)
+        self.ctx.settle_answered(self.settings.name)  # an item's next call waits only for calls in flight
         input_bound = worst_case_tokens - request.max_tokens
         worst_nusd = None
         if self.price is not None:
@@ -356,14 +354,6 @@ class ModelBackend(Extracting, Spending):
             # The shared TPM bucket misses one answer's tokens; the answer itself is kept.
             log.warning("model %s: could not spend %d tokens on the shared TPM limit: %s",
                         self.settings.name, usage.total_tokens, exc)
-
-    def record_usage(self, usage: Usage) -> None:
-        """Count an answered call's usage on this thread's item, priced (at the batch discount
-        when ``usage.batch``: a batch's results are counted with this alone, as batches do not
-        spend the direct calls' RPM / TPM limits)."""
-        if self.ctx is not None:
-            self.ctx.meter.record(self.settings.name, usage.input_tokens, usage.output_tokens,
-                                  usage.cached_input_tokens or 0, usage.estimated, self.price, batch=usage.batch)
 
     @staticmethod
     def _text(answer: Answer, request: CallRequest) -> str:

@@ -139,6 +139,14 @@ class Spending:
             self.ctx.meter.cache_hit(self.settings.name, self.cache.key(digest))
         return answer
 
+    def record_usage(self, usage: Usage) -> None:
+        """Count an answered call's usage on this thread's item, priced (at the batch discount
+        when ``usage.batch``: a batch's results are counted with this alone, as batches do not
+        spend the direct calls' RPM / TPM limits)."""
+        if self.ctx is not None:
+            self.ctx.meter.record(self.settings.name, usage.input_tokens, usage.output_tokens,
+                                  usage.cached_input_tokens or 0, usage.estimated, self.price, batch=usage.batch)
+
     # --- what a call may cost -----------------------------------------------------------------
 
     def _worst_case(self, request: CallRequest) -> int:

@@ -157,11 +157,11 @@ class Meter:
     def settle(self, model: str) -> Pending | None:
         """This thread's answered calls, taken out to be written before its item's next call (a
         repair, a correction) is admitted: their reservations settled at their real usage (their
-        answers stay with the item, kept for the next attempt if it does not end). An item's follow-up then never waits for room
-        its own item's answered calls hold, nor for room other items' answered calls hold while
-        they wait for theirs (each writes its own first) -- only for calls in flight, which
-        answer. Their figures stay with the item (``prior``), its cache entries and hits too.
-        None when the thread has no answered call of ``model``."""
+        answers stay with the item, kept for the next attempt if it does not end). An item's
+        follow-up then never waits for room its own item's answered calls hold, nor for room
+        other items' answered calls hold while they wait for theirs (each writes its own first)
+        -- only for calls in flight, which answer. Their figures stay with the item (``prior``),
+        its cache entries and hits too. None when the thread has no answered call of ``model``."""
         with self._lock:
             ident = threading.get_ident()
             pending = self._pending.get(ident)
