@@ -11,7 +11,9 @@ from jobs import keys
 from jobs.enqueue import enqueue
 from jobs.models import cache
 from jobs.models.provider import COMPLETE, CUT_OFF, Answer, CallRequest
+from jobs.models.structured import DEFAULT_TEMPLATE
 from tests.conftest import run_burst
+from tests.fake_openai import Reply
 from tests.test_items_workers import ended, stored
 from tests.test_usage_workers import billed, counted
 
@@ -60,18 +62,18 @@ def test_off_label_answers_and_failed_corrections_are_asked_again_after_the_mode
 def test_answers_invalid_after_their_repairs_are_asked_again(conn, server, env):
     env.setenv("LEASH_REPAIR_ATTEMPTS", "1")
     items = [f"review {i} of gadget{i}" for i in range(5)]
-    server.schema_answers = "never"
+    for item in items[:4]:  # not JSON, first and repaired: four items end invalid
+        server.on(DEFAULT_TEMPLATE.replace("{item}", item), Reply("not json"), times=2)
     first = run(conn, "extract", {"items": items, "schema": SCHEMA, "max_invalid": 5})
-    assert first["state"] == "succeeded" and first["result"]["summary"]["invalid"] == 5
-    assert billed(server)[0] == 10 and entries(conn) == 0
+    assert first["state"] == "succeeded" and first["result"]["summary"]["invalid"] == 4
+    assert billed(server)[0] == 9 and entries(conn) == 1
 
-    server.schema_answers = "valid"
-    second = run(conn, "extract", {"items": items, "schema": SCHEMA, "max_invalid": 5})
-    assert second["usage"]["calls"] == 5 and second["usage"]["cache_hits"] == 0
+    second = run(conn, "extract", {"items": items, "schema": SCHEMA, "max_invalid": 5})  # the model answers now
+    assert second["usage"]["calls"] == 4 and second["usage"]["cache_hits"] == 1
     assert second["result"]["summary"] == {"items": 5, "valid": 5, "invalid": 0}
     assert entries(conn) == 5
     third = run(conn, "extract", {"items": items, "schema": SCHEMA, "max_invalid": 5})
-    assert third["usage"]["calls"] == 0 and third["usage"]["cache_hits"] == 5 and billed(server)[0] == 15
+    assert third["usage"]["calls"] == 0 and third["usage"]["cache_hits"] == 5 and billed(server)[0] == 13
 
 
 def test_a_repaired_answer_is_cached_but_the_broken_first_answer_is_not(conn, server):
