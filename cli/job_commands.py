@@ -154,13 +154,18 @@ class KindFieldsCommand(click.Command):
               help="Ask the model again for every item, even a request already answered (the request cache).")
 @click.option("--dry-run", is_flag=True,
               help="Print what the job would cost (worst case, expected, what is cached) and submit nothing.")
+@click.option("--after", "after", metavar="JOB", multiple=True,
+              help="Start once job JOB has ended (repeat for several; docs/STAGES.md).")
+@click.option("--after-policy", type=click.Choice(["cancel", "run", "wait"]), default=None,
+              help="If a job it waits for fails or is canceled: cancel this one (default), run it anyway, or wait.")
 @click.option("--webhook", "webhook_url", metavar="URL",
               help="POST a signed webhook to URL when the job ends (default: LEASH_WEBHOOK_URL; docs/WEBHOOKS.md).")
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"job_id": ..., "created": ..., "url": ...} (with --dry-run: {"estimate": ...}).')
 @click.argument("source", type=click.File("r"), default="-")
 def submit(kind, name, owner, token, idempotency_key, max_attempts, queue, item_concurrency,
-           budget_tokens, budget_usd, mode, no_cache, dry_run, webhook_url, as_json, source, **field_texts):
+           budget_tokens, budget_usd, mode, no_cache, dry_run, after, after_policy, webhook_url, as_json, source,
+           **field_texts):
     """Enqueue one job; items are read one per line from SOURCE (a file, or - for stdin).
     Prints the job id, and its web address on stderr."""
     owner = acting_owner(owner, token)
@@ -183,13 +188,14 @@ def submit(kind, name, owner, token, idempotency_key, max_attempts, queue, item_
         payload[CACHE_FIELD] = False
     conn = connect_checked()
     try:
-        submitted = submission.submit(conn, submission.Submission(kind, payload, owner, max_attempts, queue, name,
-                                                                  idempotency_key, webhook_url), dry_run=dry_run)
+        submitted = submission.submit(conn, submission.Submission(
+            kind, payload, owner, max_attempts, queue, name, idempotency_key, webhook_url=webhook_url,
+            after=list(after), after_policy=after_policy), dry_run=dry_run)
     except submission.Refused as refused:
         # Refused at the door (exit 2): nothing was enqueued; the same command may succeed later.
         raise Refused(str(refused)) from None
     except submission.Invalid as exc:
-        raise BadInput(in_flags(str(exc).replace("'webhook_url'", "--webhook"), field_texts)) from None
+        raise BadInput(in_flags(_in_options(str(exc)), field_texts)) from None
     if dry_run:
         click.echo(json.dumps({"estimate": submitted.estimate}) if as_json else estimate_text(submitted.estimate))
         return
@@ -199,6 +205,13 @@ def submit(kind, name, owner, token, idempotency_key, max_attempts, queue, item_
         return
     click.echo(job_id if created else f"{job_id} (existing job for this idempotency key)")
     click.echo(f"  {job_address(job_id)}", err=True)
+
+
+def _in_options(message: str) -> str:
+    """A refusal in the command's words: the API's option names are these options."""
+    for name, option in (("'webhook_url'", "--webhook"), ("'after_policy'", "--after-policy"), ("'after'", "--after")):
+        message = message.replace(name, option)
+    return message
 
 
 @click.command()

@@ -20,7 +20,7 @@ from rq.rate_limit import RateLimitRegistry
 
 from jobs import keys, kinds
 from jobs.config import Settings, settings
-from jobs.core import clock, payload_copy
+from jobs.core import clock, parents, payload_copy
 from jobs.core.rq_side import new_job_id, rq_job_for, rq_queue
 from jobs.errors import InvalidJob
 from jobs.intake import door, modes
@@ -60,7 +60,7 @@ def wait_for_slot(q: Queue, job, pipe, score: float) -> RateLimitRegistry:
     return registry
 
 
-def _execute_without_script_check(pipe, registry: RateLimitRegistry, concurrency: int) -> None:
+def _execute_without_script_check(pipe, registry: RateLimitRegistry | None, concurrency: int) -> None:
     """Run the enqueue's transaction in one round trip. A pipeline that carries a Lua script
     first asks Redis whether the script is loaded (SCRIPT EXISTS: a second round trip on every
     enqueue); here the promotion script's EVALSHA goes without asking. Only after Redis lost
@@ -71,7 +71,7 @@ def _execute_without_script_check(pipe, registry: RateLimitRegistry, concurrency
     pipe.scripts.clear()
     results = pipe.execute(raise_on_error=False)
     errors = [r for r in results if isinstance(r, Exception)]
-    if errors and all(isinstance(e, NoScriptError) for e in errors):
+    if errors and registry is not None and all(isinstance(e, NoScriptError) for e in errors):
         registry.acquire_and_enqueue(concurrency)
     elif errors:
         raise errors[0]
@@ -132,17 +132,22 @@ class Checked(NamedTuple):
     queue: str  # one the deployment serves
     idempotency_key: str | None = None
     webhook_url: str | None = None  # where its completion webhook goes (jobs/webhooks/)
+    after: tuple[str, ...] = ()  # the jobs it waits for (jobs/core/parents.py)
+    after_policy: str = "cancel"  # if one of them does not succeed
 
 
 def check(kind: str, payload, owner: str = "default", max_attempts: int | None = None, queue: str | None = None,
-          name: str | None = None, idempotency_key: str | None = None, webhook_url: str | None = None) -> Checked:
+          name: str | None = None, idempotency_key: str | None = None, webhook_url: str | None = None,
+          after=None, after_policy: str | None = None) -> Checked:
     """Every check ``enqueue`` makes of a submission, once, writing nothing (InvalidJob).
-    ``webhook_url``: the job's own, else LEASH_WEBHOOK_URL's (jobs/webhooks/requested.py)."""
+    ``webhook_url``: the job's own, else LEASH_WEBHOOK_URL's (jobs/webhooks/requested.py);
+    ``after``, ``after_policy``: the jobs it waits for and what if one fails (jobs/core/parents.py)."""
     s = settings()
     max_attempts = s.max_attempts if max_attempts is None else max_attempts
     total = _validate(kind, payload, owner, max_attempts, idempotency_key)
+    after, after_policy = parents.parse(after, after_policy)
     return Checked(kind, payload, owner, max_attempts, total, check_name(name), resolve_queue(queue, s.queues),
-                   idempotency_key, url_for_job(webhook_url))
+                   idempotency_key, url_for_job(webhook_url), tuple(after), after_policy)
 
 
 def validate(kind: str, payload, owner: str = "default", max_attempts: int | None = None, queue: str | None = None,
@@ -163,7 +168,8 @@ def repeat_of(connection: Redis, owner: str, idempotency_key: str | None) -> str
 def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
             max_attempts: int | None = None, idempotency_key: str | None = None,
             queue: str | None = None, now: float | None = None, name: str | None = None,
-            price: dict | None = None, webhook_url: str | None = None) -> tuple[str, bool]:
+            price: dict | None = None, webhook_url: str | None = None, after=None,
+            after_policy: str | None = None) -> tuple[str, bool]:
     """Enqueue a job; returns ``(job_id, created)``. With an idempotency key already used by
     this owner, returns the first job's id and ``created=False`` and writes nothing. The owner's
     queued cap is taken here, in one step with its check (``jobs.intake.door``: QueueFull at the
@@ -176,12 +182,14 @@ def enqueue(connection: Redis, kind: str, payload: dict, owner: str = "default",
     read the winner's id, and a submission cut short (Redis stalled, client gone) left
     nothing behind, so its retry creates the job. ``price``: the job's estimate
     (jobs/intake/estimate.py), kept in its record for the job page (the doors make it).
-    ``webhook_url``: where its completion webhook goes (jobs/webhooks/), else LEASH_WEBHOOK_URL."""
+    ``webhook_url``: where its completion webhook goes (jobs/webhooks/), else LEASH_WEBHOOK_URL.
+    ``after``: ids of the owner's jobs it waits for, ``after_policy`` what if one does not succeed
+    (jobs/core/parents.py)."""
     existing = repeat_of(connection, owner, idempotency_key)
     if existing is not None:
         return existing, False
-    return write(connection, check(kind, payload, owner, max_attempts, queue, name, idempotency_key, webhook_url),
-                 now, price)
+    return write(connection, check(kind, payload, owner, max_attempts, queue, name, idempotency_key, webhook_url,
+                                   after, after_policy), now, price)
 
 
 def write(connection: Redis, job: Checked, now: float | None = None, price: dict | None = None) -> tuple[str, bool]:
@@ -191,6 +199,7 @@ def write(connection: Redis, job: Checked, now: float | None = None, price: dict
     kind, payload, owner, max_attempts, total, name, queue_name, idempotency_key = job[:8]
     idem_key = keys.idempotency(owner, idempotency_key) if idempotency_key else None
     legacy_key = keys.legacy_idempotency(owner, idempotency_key) if idempotency_key else None
+    parents.check_owned(connection, list(job.after), owner)
     q = rq_queue(connection, queue_name)
     job_id = new_job_id()
     door.take(connection, owner, job_id)  # QueueFull at the owner's cap; else a place is held
@@ -199,6 +208,7 @@ def write(connection: Redis, job: Checked, now: float | None = None, price: dict
         for _ in range(5):
             stamp = clock.wall() if now is None else now
             with connection.pipeline() as pipe:
+                waiting_on = parents.still_running(pipe, list(job.after))  # watched: an ending restarts this
                 if idem_key:
                     pipe.watch(idem_key, legacy_key)
                     existing = pipe.get(idem_key)
@@ -213,8 +223,11 @@ def write(connection: Redis, job: Checked, now: float | None = None, price: dict
                         # The previous release's form too, so a repeat it takes (a deploy's overlap,
                         # a rollback) returns this job; never over another owner's key (nx).
                         pipe.set(legacy_key, job_id, ex=s.result_ttl, nx=True)
+                elif job.after:
+                    pipe.multi()
                 registry, concurrency = _write_job(pipe, q, job_id, kind, payload, owner, max_attempts, total,
-                                                   stamp, s, name, price, job.webhook_url)
+                                                   stamp, s, name, price, job.webhook_url,
+                                                   (job.after, job.after_policy, waiting_on))
                 door.written(pipe, owner, job_id)  # in the queued index and out of the holds at once
                 try:
                     _execute_without_script_check(pipe, registry, concurrency)
@@ -279,7 +292,7 @@ def submitted_params(payload: dict, field_names: tuple[str, ...] = ()) -> str:
 def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str,
                max_attempts: int, total: int, now: float, s: Settings,
                name: str | None = None, price: dict | None = None,
-               webhook_url: str | None = None) -> tuple[RateLimitRegistry, int]:
+               webhook_url: str | None = None, waits=((), None, ())) -> tuple[RateLimitRegistry | None, int]:
     """leash's record and RQ's rate-limited job, queued on one transaction: no crash can leave
     either alone. Returns the owner's rate-limit registry and its concurrency."""
     # Counters (attempts, token, done, handoffs, defers) start absent, meaning 0.
@@ -290,7 +303,8 @@ def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str
         # What the job may spend (model_admit_v3 reads it; a replay may raise it).
         **(budget.parse(payload.get(budget.BUDGET_FIELD)) or budget.Budget()).hash_fields(),
     } | ({"name": name} if name else {}) | ({"mode": "batch"} if modes.mode_of(payload) == "batch" else {})
-      | ({"webhook_url": webhook_url} if webhook_url else {}))
+      | ({"webhook_url": webhook_url} if webhook_url else {})
+      | ({"after": ",".join(waits[0]), "after_policy": waits[1]} if waits[0] else {}))
     if price:  # apart from the job hash, which every status poll reads
         pipe.set(keys.estimate(job_id), json.dumps(price, separators=(",", ":")), ex=s.result_ttl)
     # The copy expires like the idempotency key unless the job's end sets its record's expiry:
@@ -301,5 +315,9 @@ def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str
     pipe.zadd(keys.owner_state(owner, "queued"), {job_id: now})  # then the Lua transitions move it
     pipe.zadd(keys.ACTIVE, {job_id: now})
     pipe.sadd(q.redis_queues_keys, q.key)  # as RQ's enqueue_job does: `rq info`, dashboards
-    job = rq_job_for(q, job_id, kind, payload, owner, max_attempts, total, s)
+    job = rq_job_for(q, job_id, kind, payload, owner, max_attempts, total, s,
+                     depends_on=parents.dependency(list(waits[2]), waits[1]))
+    if waits[2]:  # a job it waits for has not ended: RQ's deferred registry holds it until then
+        parents.write_waiting(job, pipe)
+        return None, job.rate_limit_concurrency
     return wait_for_slot(q, job, pipe, score=now), job.rate_limit_concurrency

@@ -8,7 +8,8 @@ how the kind's function ended onto a fenced transition, then lets RQ do its book
                                   its item errors counted: every item, or more than
                                   max_item_errors, and it fails instead, naming them)
     PermanentError   -> fail     (failed at once)
-    Canceled         -> fail     (failed, error "canceled")
+    Canceled         -> fail     (failed, error "canceled"; also before the kind runs when a job
+                                  it waited for did not succeed: jobs.core.parents)
     other exception  -> fail     (queued again while attempts remain, else failed)
     HandOff          -> release  (front of the queue, attempt not counted)
     RetryLater(s)    -> release  (RQ's scheduler brings it back after s seconds, attempt not
@@ -36,7 +37,7 @@ from jobs.batch import canceled
 from jobs.batch import run as batch_run
 from jobs.config import settings
 from jobs.config.stores import item_errors as item_error_settings
-from jobs.core import clock, consistency, outcome
+from jobs.core import clock, consistency, outcome, parents
 from jobs.core.context import JobContext
 from jobs.core.lease import Attempt, Outcome, describe
 from jobs.errors import (
@@ -64,8 +65,11 @@ def execute(kind_name: str, payload: dict, attempt: Attempt | None = None) -> di
     if attempt is None:
         _refuse_plain_worker()
     kind = kinds.get(kind_name)
+    why_not = parents.blocked(attempt.connection, attempt.job_id)
     ctx = JobContext(attempt, payload, model_factory=backends.get_backend, batch_runner=batch_run.run)
     try:
+        if why_not:
+            raise Canceled(why_not)  # a job it waited for did not succeed (after_policy cancel)
         try:
             summary = kind.func(ctx, payload) or {}
         finally:
@@ -88,8 +92,8 @@ def execute(kind_name: str, payload: dict, attempt: Attempt | None = None) -> di
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
         _hand_back_after_redis_blip(attempt, exc)
         raise
-    except Canceled:
-        attempt.fail("canceled", permanent=True)
+    except Canceled as exc:
+        attempt.fail("canceled", permanent=True, reason=parents.cancel_reason(exc))
         raise
     except BudgetReached as exc:
         attempt.fail(str(exc), permanent=True)  # "budget reached: ..." says it all; no traceback

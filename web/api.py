@@ -45,7 +45,9 @@ bp = Blueprint("api", __name__)
 
 EXAMPLE = '{"kind": "classify", "items": ["first text", "second text"], "labels": ["positive", "negative"]}'
 #: Fields of the request body that are options, not part of the job's payload.
-OPTIONS = ("kind", "max_attempts", "queue", "name", "dry_run", "webhook_url")
+OPTIONS = ("kind", "max_attempts", "queue", "name", "dry_run", "webhook_url", "after", "after_policy")
+#: Options the submission takes by their own names.
+_PASSED = ("webhook_url", "after", "after_policy")
 _IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
 _QUOTED_FIELD = re.compile(r"'([A-Za-z_][A-Za-z0-9_]*)'")
 
@@ -65,7 +67,7 @@ class _Fail(Exception):
         self.status, self.message = status, message
 
 
-def _parse_submission() -> tuple[str, dict, Any, Any, Any, bool, Any]:
+def _parse_submission() -> tuple[str, dict, Any, Any, Any, bool, dict]:
     if not request.is_json:
         got = request.mimetype or "no Content-Type"
         raise _Fail(415, f"send the job as JSON with 'Content-Type: application/json' (got {got}), e.g. {EXAMPLE}")
@@ -92,7 +94,7 @@ def _parse_submission() -> tuple[str, dict, Any, Any, Any, bool, Any]:
     dry = body.get("dry_run", False)
     if not isinstance(dry, bool):
         raise _Fail(422, f"'dry_run' must be true or false, got {json.dumps(dry)[:60]}")
-    return kind, payload, body.get("max_attempts"), body.get("queue"), name, dry, body.get("webhook_url")
+    return kind, payload, body.get("max_attempts"), body.get("queue"), name, dry, {k: body.get(k) for k in _PASSED}
 
 
 @bp.post("/jobs")
@@ -103,14 +105,14 @@ def submit():
         return api_error(400, "the Idempotency-Key header must be 1-200 characters of letters, digits and _.:@- "
                               "(a UUID works)")
     try:
-        kind, payload, max_attempts, queue, name, dry, webhook_url = _parse_submission()
+        kind, payload, max_attempts, queue, name, dry, passed = _parse_submission()
     except _Fail as fail:
         return api_error(fail.status, fail.message)
     connection = redis_conn()
     try:  # with dry_run: the price before the run, every check made and nothing written
         submitted = submission.submit(connection, submission.Submission(
-            kind, payload, owner, max_attempts, queue, name, idempotency_key, webhook_url,
-            request.remote_addr or "unknown"), dry_run=dry)
+            kind, payload, owner, max_attempts, queue, name, idempotency_key,
+            address=request.remote_addr or "unknown", **passed), dry_run=dry)
     except submission.Refused as refused:
         refusal = refused.refusal
         return api_error(refusal.status, refusal.message, {"Retry-After": str(refusal.retry_after)})

@@ -20,13 +20,14 @@ from jobs.usage.meter import utc_day
 WAITING = "waiting"
 
 
-def cancel(connection: Redis, job_id: str, now: float | None = None) -> str:
+def cancel(connection: Redis, job_id: str, now: float | None = None, reason: str | None = None) -> str:
     """Cancel a job. Queued: failed at once with "canceled". Running: the next heartbeat
     stops it (failed, "canceled"); if it does not heartbeat within ``LEASH_CANCEL_GRACE``
     seconds the reaper sends RQ's stop command. A batch job waiting at its provider: failed at
     once (the caller then cancels its provider batch: ``jobs.batch.run.cancel_at_provider``).
     Terminal: nothing changes.
-    Returns the state the job was in, or ``WAITING`` for a batch job that was waiting."""
+    Returns the state the job was in, or ``WAITING`` for a batch job that was waiting.
+    ``reason``: its history entry's text (a job canceled because a job it waited for failed)."""
     now = clock.wall() if now is None else now
     s = settings()
     attempts, kind, before, owner, phase, reserved_day = connection.hmget(
@@ -40,7 +41,7 @@ def cancel(connection: Redis, job_id: str, now: float | None = None) -> str:
     state = transitions.cancel(
         connection, job_id, (owner or b"").decode(), (reserved_day or b"").decode() or utc_day(now), kind, now,
         [job_id, now, now + s.cancel_grace, s.result_ttl,
-         error_entry(int(attempts or 0), CANCELED, now), f"canceled:{kind}", keys.STATS_MINUTE_TTL,
+         error_entry(int(attempts or 0), reason or CANCELED, now), f"canceled:{kind}", keys.STATS_MINUTE_TTL,
          *_batch_reservations(connection, job_id)],
     )
     state = state.decode() if isinstance(state, bytes) else state

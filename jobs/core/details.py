@@ -140,6 +140,9 @@ def waiting(state: str, rq_status: str | None, retry_at: float | None, h: dict |
         limit = settings().owner_concurrency
         return (f"owner limit reached: {limit} of {limit} jobs queued or running (LEASH_OWNER_CONCURRENCY); "
                 "it starts when one of them ends")
+    if rq_status == "deferred":  # RQ holds it until the jobs it waits for end (jobs.core.parents)
+        parents = (h.get("after") or "").split(",")
+        return f"waiting for job{'s' if len(parents) > 1 else ''} {', '.join(parents)} to end (after)"
     if rq_status == "scheduled":
         when = clock.iso(retry_at) if retry_at else None
         return f"waiting to retry at {when[:19].replace('T', ' ')} UTC" if when else "waiting to retry"

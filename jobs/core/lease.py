@@ -256,8 +256,9 @@ class Attempt:
             raise LeaseLost()
         self.settle(Outcome.SUCCEEDED)
 
-    def fail(self, message: str, permanent: bool, now: float | None = None) -> str:
-        """Record this attempt's error; returns the new state (queued or failed)."""
+    def fail(self, message: str, permanent: bool, now: float | None = None, reason: str | None = None) -> str:
+        """Record this attempt's error (``reason``: its history entry's text, if another);
+        returns the new state (queued or failed)."""
         now = clock.wall() if now is None else now
         # A cancel (or RQ's stop command) ends in failed too, but is counted apart: alerts are
         # about failures.
@@ -265,7 +266,7 @@ class Attempt:
         reply, retried = self.write(
             transitions.fail, self.job_id, self.owner_name(), outcome, self.kind, now,
             [self.job_id, self.token, now, message, 1 if permanent else 0,
-             settings().result_ttl, error_entry(self.number, message, now),
+             settings().result_ttl, error_entry(self.number, reason or message, now),
              f"{outcome}:{self.kind}", keys.STATS_MINUTE_TTL],
         )
         if int(reply[0]) != 1 and retried:

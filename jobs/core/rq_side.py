@@ -85,8 +85,9 @@ def retry_intervals(max_attempts: int, backoff: list[int]) -> list[int]:
 
 
 def rq_job_for(q: Queue, job_id: str, kind: str, payload: dict, owner: str, max_attempts: int, total: int,
-               s: Settings | None = None):
-    """RQ's side of a leash job (also rebuilt by a replay when RQ's record was deleted)."""
+               s: Settings | None = None, depends_on=None):
+    """RQ's side of a leash job (also rebuilt by a replay when RQ's record was deleted);
+    ``depends_on``: the jobs it waits for (jobs.core.parents)."""
     s = s or settings()
     retry = Retry(max=max_attempts - 1, interval=retry_intervals(max_attempts, s.retry_backoff)) \
         if max_attempts > 1 else None
@@ -95,7 +96,7 @@ def rq_job_for(q: Queue, job_id: str, kind: str, payload: dict, owner: str, max_
         result_ttl=s.result_ttl, failure_ttl=s.result_ttl, retry=retry,
         rate_limit=RateLimit(keys.owner_rate_limit_key(owner), s.owner_concurrency),
         description=f"{kind} ({total} items) for {owner}",
-        meta={"leash_kind": kind, "leash_owner": owner},
+        meta={"leash_kind": kind, "leash_owner": owner}, depends_on=depends_on,
     )
 
 

@@ -49,6 +49,8 @@ class Submission(NamedTuple):
     #: The client's address at a web door (None elsewhere): its dry runs are counted per owner and
     #: per address (LEASH_DRY_RUN_RATE).
     address: str | None = None
+    after: Any = None  # job ids it waits for (jobs/core/parents.py)
+    after_policy: str | None = None
 
 
 class Submitted(NamedTuple):
@@ -133,7 +135,8 @@ def _estimate(connection: Redis, job: Checked) -> dict[str, Any]:
 def _check(submission: Submission) -> Checked:
     kind, payload, owner, max_attempts, queue, name, key = submission[:7]
     try:
-        return check(kind, payload, owner, max_attempts, queue, name, key, submission.webhook_url)
+        return check(kind, payload, owner, max_attempts, queue, name, key, submission.webhook_url,
+                     submission.after, submission.after_policy)
     except InvalidJob as exc:
         # Refused already: ask each field apart only now, so a person sees all that is wrong.
         raise Invalid(str(exc), problems(kind, payload, name) or [(None, str(exc))]) from None

@@ -1,6 +1,7 @@
-"""The webhook sweep, run by every worker beside its reaper (one worker at a time, by a shared
-throttle): for each job noted as possibly ended (``ending.note``, from jobs/core/retention.py)
-that has ended with a webhook URL, start its webhook, once per ending.
+"""The sweep of ended jobs, run by every worker beside its reaper (one worker at a time, by a
+shared throttle): for each job noted as possibly ended (``ending.note``, from
+jobs/core/retention.py) that has ended, start its webhook if it has one, once per ending, and move
+on the jobs waiting for it that RQ does not release itself (``jobs.core.parents.release``).
 
 Starting is one transaction, watched on the job's record: the ending begun in the record (a
 delivery id, ``webhook_v1`` 'begin') and the delivery's RQ job put on the job's own queue (with
@@ -21,7 +22,7 @@ from rq import Retry
 from jobs import keys
 from jobs.config import settings
 from jobs.config.webhook_settings import webhooks
-from jobs.core import rq_side, states
+from jobs.core import control, parents, rq_side, states
 from jobs.core.text import decoded
 from jobs.lifecycle import transitions
 from jobs.webhooks.delivery import TIMEOUT
@@ -70,6 +71,8 @@ def sweep(connection: Redis, limit: int = BATCH) -> int:
         state, ended_at, url, begun, queue = (decoded(v) for v in record)
         if state in ("succeeded", "failed") and ended_at and url and begun != ended_at:
             started += start(connection, job_id, ended_at, url, queue)
+        if state in ("succeeded", "failed"):
+            parents.release(connection, job_id, state, control.cancel)
     _forget(connection, noted)
     return started
 
