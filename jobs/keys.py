@@ -258,6 +258,12 @@ def rq_intermediate(queue_name: str, connection) -> str:
     return IntermediateQueue(rq_queue(queue_name), connection).key
 
 
+def rq_first_seen(queue_name: str, job_id: str, connection) -> str:
+    """RQ's marker of when a job was first seen in the intermediate list (RQ's cleanup and the
+    reaper's swallowed-job check both time from it); it must leave when the job is claimed."""
+    return IntermediateQueue(rq_queue(queue_name), connection).get_first_seen_key(job_id)
+
+
 def rq_executions(job_id: str, connection) -> str:
     return ExecutionRegistry(job_id, connection=connection).key
 

@@ -143,12 +143,23 @@ class Reaper:
             intermediate = IntermediateQueue(keys.rq_queue(queue_name), self.connection)
             for raw in self.connection.lrange(intermediate.key, 0, BATCH - 1):
                 job_id = raw.decode()
-                state, phase = self.connection.hmget(keys.job(job_id), "state", "phase")
+                state, phase, started_at, looked_at = self.connection.hmget(
+                    keys.job(job_id), "state", "phase", "started_at", "looked_at")
                 if state != b"queued" and (state, phase) != (b"running", b"waiting"):
                     continue  # claimed (its horse removes it) or not a leash job: RQ's concern
                 intermediate.set_first_seen(job_id)
                 first_seen = intermediate.get_first_seen(job_id)
-                if first_seen is None or now - first_seen.timestamp() < SWALLOWED_AFTER:
+                if first_seen is None:
+                    continue
+                # Time from the job's last claim: a marker set before it belongs to an earlier
+                # pass through the list (left by a release that did not clear it on claim, or
+                # set by RQ's cleanup in the moment before the claim), not to this one.
+                last_claim = max(float(started_at or 0), float(looked_at or 0))
+                if first_seen.timestamp() < last_claim:
+                    self.connection.delete(intermediate.get_first_seen_key(job_id))
+                    intermediate.set_first_seen(job_id)
+                    continue
+                if now - first_seen.timestamp() < SWALLOWED_AFTER:
                     continue
                 requeued += self.requeue_if_swallowed(job_id, queue_name)
         return requeued

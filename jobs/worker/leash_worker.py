@@ -284,7 +284,10 @@ class LeashWorker(Unreadable, Shutdown, FullRedis, Worker):
         """A queue entry for a job leash cannot claim: a failed job requeued with RQ's tools
         (replayed now, through its owner's limit), or a duplicate entry for a job running
         elsewhere or already ended (dropped)."""
-        self.connection.lrem(queue.intermediate_queue_key, 1, job.id)
+        with self.connection.pipeline(transaction=False) as pipe:
+            pipe.lrem(queue.intermediate_queue_key, 1, job.id)
+            pipe.delete(keys.rq_first_seen(queue.name, job.id, self.connection))
+            pipe.execute()
         state, ended_at = self.connection.hmget(keys.job(job.id), "state", "ended_at")
         state = (state or b"missing").decode()
         try:
@@ -301,6 +304,9 @@ class LeashWorker(Unreadable, Shutdown, FullRedis, Worker):
         # RQ removes the job from its intermediate list only for one-queue workers; LeashQueue
         # uses that list for any number of queues.
         super().prepare_job_execution(job, remove_from_intermediate_queue=True)
+        # Claimed: the "first seen" marker of this pass through the list goes too, or the job's
+        # next pass (a batch job's next look, a retry) would look swallowed at once (24-h marker).
+        self.connection.delete(keys.rq_first_seen(job.origin, job.id, self.connection))
 
     def _log_context(self) -> dict:
         return logs.attempt_context(self._attempt)
