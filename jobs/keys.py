@@ -72,6 +72,8 @@ REPLAY_AUDIT_MAXLEN = 1000
 ARCHIVE_DUE, ARCHIVE_STATUS, ARCHIVE_THROTTLE = (PREFIX + "archive:" + n for n in ("due", "status", "throttle"))
 #: Completion webhooks (jobs/webhooks/): jobs that may have ended (job id -> when noted), the sweep's throttle.
 WEBHOOKS_DUE, WEBHOOKS_THROTTLE = (PREFIX + "webhooks:" + n for n in ("due", "throttle"))
+PAUSED, QUIET = PREFIX + "paused", PREFIX + "quiet"  # hashes: queue / worker -> since (jobs/core/switches.py)
+WAITING_BUDGET, WAITING_PROVIDER = PREFIX + "waiting:budget", PREFIX + "waiting:provider"  # jobs/core/deferrals.py
 
 
 def job(job_id: str) -> str:
@@ -124,9 +126,8 @@ def legacy_idempotency(owner: str, key: str) -> str:
 
 
 def payload(job_id: str) -> str:
-    """The payload as submitted (JSON): leash's copy, from which a replay rebuilds RQ's side of
-    a job deleted behind leash's back. Expires with the job, or LEASH_RESULT_TTL after its
-    submission or replay at the latest (the previous release's workers do not know it)."""
+    """The payload as submitted (JSON), from which a replay rebuilds RQ's side of a deleted job. Expires
+    with the job, or LEASH_RESULT_TTL after its submission or replay at the latest (0.2 does not)."""
     return f"{PREFIX}payload:{job_id}"
 
 
@@ -142,9 +143,8 @@ def model_rate(scope: str, bucket: str) -> str:
 
 
 def model_concurrency(scope: str) -> str:
-    """Hash of the adaptive concurrency limit shared by every job calling one model: limit,
-    epoch, clean answers since the last change, the level of the last overload, and counts of
-    answers, 429s and timeouts (see jobs/lua/model_concurrency_v1.lua)."""
+    """Hash of the adaptive concurrency limit shared by every job calling one model: limit, epoch, clean
+    answers since the last change, the last overload's level, answers, 429s, timeouts (its Lua script)."""
     return f"{PREFIX}model_concurrency:{scope}"
 
 #: Set of model names that have an adaptive concurrency hash (what /metrics reports on).
@@ -256,12 +256,6 @@ def rq_canceled(queue_name: str, connection) -> str:
 def rq_intermediate(queue_name: str, connection) -> str:
     """RQ's list of jobs a worker took off the queue and has not yet started."""
     return IntermediateQueue(rq_queue(queue_name), connection).key
-
-
-def rq_first_seen(queue_name: str, job_id: str, connection) -> str:
-    """RQ's marker of when a job was first seen in the intermediate list (RQ's cleanup and the
-    reaper's swallowed-job check both time from it); it must leave when the job is claimed."""
-    return IntermediateQueue(rq_queue(queue_name), connection).get_first_seen_key(job_id)
 
 
 def rq_executions(job_id: str, connection) -> str:
@@ -391,7 +385,7 @@ PERMANENT = (
     LEASES, CANCELS, FAILED_INDEX, ACTIVE, BATCH_LOOKS, SWEEP_CURSOR, SWEEP_ROTATION, SWEEP_QUEUES_SEEN,
     SWEEP_OWNERS_SEEN, REJECTED_WRITES, RECLAIMS, STATS_TOTALS, REPLAY_AUDIT, MODELS, model_concurrency("*"),
     usage_model("*"), reservation_owners(), STATE_INDEX_READY, SCHEMA, CACHE_INDEX, CACHE_SIZES, CACHE_BYTES,
-    WEBHOOKS_DUE,
+    WEBHOOKS_DUE, PAUSED, QUIET, WAITING_BUDGET, WAITING_PROVIDER,
 )
 
 

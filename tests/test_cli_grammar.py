@@ -98,7 +98,8 @@ def test_no_command_exits_with_a_bare_number():
 #: Arguments that get each command as far as asking Redis.
 NEEDS_REDIS = [("submit", "--labels", "a,b", "-"), ("status", "x"), ("watch", "x"), ("results", "x"),
                ("cancel", "x"), ("jobs",), ("failures",), ("alert", "--max-failures", "1"), ("replay", "x"),
-               ("replay-log",), ("usage",), ("doctor",), ("archive", "status")]
+               ("replay-log",), ("usage",), ("doctor",), ("archive", "status"), ("pause", "leash"),
+               ("resume", "leash"), ("quiet", "--all"), ("workers",), ("queue",)]
 
 
 def test_the_walk_and_the_redis_list_cover_the_same_commands():

@@ -321,10 +321,11 @@ def test_a_first_seen_marker_older_than_the_jobs_last_claim_is_an_earlier_pass_n
     conn.lmove(keys.rq_queue("leash"), intermediate, "LEFT", "RIGHT")
     # A marker from an earlier pass (left by a worker that did not clear it on claim), then the
     # job's last claim (its previous attempt), then this pass: the job is back in the list now.
-    conn.set(keys.rq_first_seen("leash", job_id, conn), time.time() - 600)
+    marker = IntermediateQueue(keys.rq_queue("leash"), conn).get_first_seen_key(job_id)
+    conn.set(marker, time.time() - 600)
     conn.hset(keys.job(job_id), "started_at", time.time() - 60)
     reaper = Reaper(conn, "test-reaper", interval=1, queue_names=("leash",))
     assert reaper.requeue_swallowed(now=time.time()) == 0
-    assert float(conn.get(keys.rq_first_seen("leash", job_id, conn))) > time.time() - 5, "timed afresh"
+    assert float(conn.get(marker)) > time.time() - 5, "timed afresh"
     assert reaper.requeue_swallowed(now=time.time() + 6) == 1, "still unclaimed 5 s after: swallowed"
-    assert not conn.exists(keys.rq_first_seen("leash", job_id, conn))
+    assert not conn.exists(marker)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from rq.intermediate_queue import IntermediateQueue
 
 from jobs import keys
 from jobs.core import lease, states
@@ -66,4 +67,4 @@ def test_batch_jobs_through_many_looks_raise_no_swallowed_alarm_and_are_dequeued
         assert taken.count(job_id) >= 3  # created its batch, then looked at least twice
     # The provider read once a pass (the create's own read, then a look each): nothing extra.
     assert sum(batch.polls for batch in server.batches.batches.values()) == len(taken)
-    assert not conn.keys(keys.rq_first_seen("*", "*", conn))
+    assert not conn.keys(IntermediateQueue(keys.rq_queue("*"), conn).get_first_seen_key("*"))

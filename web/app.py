@@ -37,6 +37,7 @@ from jobs import kinds
 from jobs.archive import database as archive_database
 from jobs.config import redis_settings
 from jobs.config.front import web_app
+from jobs.core import clock, switches
 from jobs.core.connection import check_settings, configured_url, connect
 from jobs.read.redis_health import eviction_warning, readiness
 
@@ -148,9 +149,12 @@ def create_app(test_config: dict | None = None) -> Flask:
         """Readiness, for monitoring: 503 with what is wrong when Redis refuses writes or no
         worker is registered (docs/OPERATIONS.md, "Health checks")."""
         problems = readiness(app.extensions["leash_redis"])  # unreachable -> the 503 handler
+        # A paused queue is the operator's choice, not a fault: said, never a 503.
+        paused = {queue: clock.iso(since) for queue, since in switches.paused(app.extensions["leash_redis"]).items()}
+        said = {"paused": paused} if paused else {}
         if problems:
-            return jsonify(ok=False, error="; ".join(problems), problems=problems), 503
-        return jsonify(ok=True)
+            return jsonify(ok=False, error="; ".join(problems), problems=problems, **said), 503
+        return jsonify(ok=True, **said)
 
     return app
 

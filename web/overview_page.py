@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from flask import Blueprint, make_response, render_template
 
-from jobs.core import clock
+from jobs.core import clock, switches
 from jobs.read import humane, money, overview
 from jobs.usage.report import cost_text, days_back, owner_usage, unpriced_models
 
@@ -97,6 +97,7 @@ def overview_page():
     response = make_response(render_template(
         "overview.html", charts=overview_charts(connection, owner), workers=overview.workers(connection, owner),
         running=overview.running(connection, owner), days=cost_per_day(connection, owner),
+        paused={queue: clock.iso(since) for queue, since in switches.paused(connection).items()},
         refresh=REFRESH_SECONDS, ago=humane.relative, money_cell=money.cost_cell, utc=humane.utc,
         now=humane.utc(clock.iso(clock.wall()))))
     response.headers["Cache-Control"] = "no-cache, private"

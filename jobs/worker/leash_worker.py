@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 
 import redis
-from rq.exceptions import InvalidJobOperation, StopRequested
+from rq.exceptions import StopRequested
 from rq.job import Job, JobStatus
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
@@ -35,7 +35,7 @@ from rq.worker import Worker
 from jobs import deadletter, keys, runner
 from jobs.archive import sweep as archive_sweep
 from jobs.config import settings
-from jobs.core import clock, consistency, lease, retention, state_index
+from jobs.core import clock, lease, retention, state_index
 from jobs.core.connection import follow_primary
 from jobs.core.lease import Outcome
 from jobs.core.outcome import STOPPED_BY_RQ
@@ -47,6 +47,7 @@ from jobs.observability import logs
 from jobs.usage import budget
 from jobs.webhooks import outbox as webhook_outbox
 from jobs.worker import scheduler_locks
+from jobs.worker.controls import Controls
 from jobs.worker.dequeue import LeashQueue
 from jobs.worker.full_redis import FullRedis, refused_for_memory
 from jobs.worker.log import log_not_a_failure, quiet_ridden_out_errors
@@ -74,7 +75,7 @@ class LeashJob(NoResultStreamJob):
         return super()._execute()
 
 
-class LeashWorker(Unreadable, Shutdown, FullRedis, Worker):
+class LeashWorker(Controls, Unreadable, Shutdown, FullRedis, Worker):
     queue_class = LeashQueue  # every dequeue goes through an intermediate list (dequeue.py)
     job_class = LeashJob
     # RQ doubles its wait up to 60 s while Redis is down; this worker reaps for all: back within seconds.
@@ -236,6 +237,8 @@ class LeashWorker(Unreadable, Shutdown, FullRedis, Worker):
             # (Shutdown.request_stop): the job goes back to the front of its queue, unclaimed.
             self.reaper.requeue_if_swallowed(job.id, queue.name, why="taken by a worker that was stopping")
             raise StopRequested()
+        if self._turned_back(job, queue):  # taken while this worker went quiet or its queue paused
+            return
         # The work-horse asks the Sentinels afresh when it connects: claim where it will write.
         self._follow_primary()
         attempt = self._claim(job, queue)
@@ -279,34 +282,6 @@ class LeashWorker(Unreadable, Shutdown, FullRedis, Worker):
                 continue
             self.memory_wait.accepted()
             return attempt
-
-    def _not_claimable(self, job: Job, queue: Queue) -> None:
-        """A queue entry for a job leash cannot claim: a failed job requeued with RQ's tools
-        (replayed now, through its owner's limit), or a duplicate entry for a job running
-        elsewhere or already ended (dropped)."""
-        with self.connection.pipeline(transaction=False) as pipe:
-            pipe.lrem(queue.intermediate_queue_key, 1, job.id)
-            pipe.delete(keys.rq_first_seen(queue.name, job.id, self.connection))
-            pipe.execute()
-        state, ended_at = self.connection.hmget(keys.job(job.id), "state", "ended_at")
-        state = (state or b"missing").decode()
-        try:
-            rq_status = getattr(job.get_status(refresh=True), "value", None)
-        except InvalidJobOperation:  # RQ's record is gone too (deleted, or lost in a failover)
-            rq_status = None
-        if consistency.requeued_by_rq(state, rq_status, float(ended_at) if ended_at else None, clock.wall()):
-            if deadletter.adopt_requeues(self.connection, [job.id], source="rq requeue"):
-                return
-        retention.retain(self.connection, job.id)  # an ended job's RQ record goes with it
-        log.info("job %s is not claimable (%s); dropped this queue entry", job.id, state)
-
-    def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
-        # RQ removes the job from its intermediate list only for one-queue workers; LeashQueue
-        # uses that list for any number of queues.
-        super().prepare_job_execution(job, remove_from_intermediate_queue=True)
-        # Claimed: the "first seen" marker of this pass through the list goes too, or the job's
-        # next pass (a batch job's next look, a retry) would look swallowed at once (24-h marker).
-        self.connection.delete(keys.rq_first_seen(job.origin, job.id, self.connection))
 
     def _log_context(self) -> dict:
         return logs.attempt_context(self._attempt)
