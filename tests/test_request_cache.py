@@ -170,3 +170,36 @@ def test_batch_and_direct_share_the_cache_and_an_all_cached_batch_job_creates_no
     assert server.batches.created == 1 and len(server.requests) == 4
     assert final["usage"]["calls"] == 0 and final["usage"]["cache_hits"] == 12 and final["cost_usd"] in (0, None)
     assert stored(conn, again) == stored(conn, direct_id)
+
+
+def test_a_shared_cache_does_not_let_a_dry_run_probe_other_owners_inputs(conn, worker, env):
+    env.setenv("LEASH_CACHE_SCOPE", "shared")
+    run(conn, items(0, 10), owner="dana")  # dana's inputs are now in the shared cache
+    guesses = {"items": items(0, 10) + items(100, 10), "template": TEMPLATE}
+    figures = dry_run(conn, "prompt", guesses, owner="erin")
+    assert figures["cached_items"] == 0 and figures["calls"] == 20  # no guess is confirmed
+    assert "LEASH_CACHE_SCOPE=shared" in figures["note"]
+    done = run(conn, items(0, 10), owner="erin")  # the run itself still reuses them: that is the setting
+    assert done["usage"]["cache_hits"] == 10
+
+
+def test_anonymous_visitors_of_a_public_form_share_no_cache(conn, worker):
+    from jobs.core import payload_copy
+    from tests.web_support import HTML, csrf_from, make_app
+
+    app = make_app(LEASH_PUBLIC_SUBMIT=True, LEASH_API_TOKENS="alice=alice-token-0123456789abcdef")
+    visitor = app.test_client()
+    token = csrf_from(visitor.get("/", headers=HTML).data)
+    form = {"kind": "prompt", "template": TEMPLATE, "items": "\n".join(items(0, 3)), "csrf_token": token}
+    first = visitor.post("/", headers=HTML, data={**form, "submission": "visitor-0001"})
+    assert first.status_code == 303, first.data[:300]
+    job_id = first.headers["Location"].rsplit("/", 1)[1]
+    assert payload_copy.decode(conn.get(keys.payload(job_id)))["cache"] is False
+    run_burst()
+    assert ended(conn, job_id)["usage"]["calls"] == 3
+    # Another visitor's Estimate of the same text learns nothing of the first one's.
+    other = app.test_client()
+    token = csrf_from(other.get("/", headers=HTML).data)
+    page = other.post("/", headers=HTML, data={**form, "csrf_token": token, "submission": "visitor-0002",
+                                               "estimate": "1"}).data.decode()
+    assert "3 calls, 0 answered from" in page, page[page.find("estimate"):][:400]

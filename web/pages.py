@@ -38,7 +38,7 @@ from jobs.models.cache import CACHE_FIELD
 from jobs.read import failure_groups, humane, job_view, listing, money, poll_schedule, results
 from jobs.usage.budget import BUDGET_FIELD
 
-from .auth import Need, browser_owner, request_owner
+from .auth import PUBLIC_OWNER, Need, browser_owner, request_owner
 from .batch_look import look_now, too_soon
 from .confirm import confirm_page, needs_confirming
 from .error_replies import api_error, wants_html
@@ -85,13 +85,14 @@ def _field_for(message: str, form: BaseSubmitForm) -> str:
     return name
 
 
-def _payload(form: BaseSubmitForm, items: list[str]) -> dict:
+def _payload(form: BaseSubmitForm, items: list[str], owner: str) -> dict:
     payload: dict = {"items": items, **form.payload_fields()}
     if form.budget():
         payload[BUDGET_FIELD] = form.budget()
     if form.mode.data == "batch":
         payload[MODE_FIELD] = "batch"
-    if form.no_cache.data:
+    if form.no_cache.data or owner == PUBLIC_OWNER:
+        # Anonymous visitors share one owner: a cache between them would tell one what another asked.
         payload[CACHE_FIELD] = False
     return payload
 
@@ -117,7 +118,7 @@ def index():
             estimate_only = bool(request.form.get("estimate"))  # the Estimate button: the price, nothing written
             try:
                 submitted = submission.submit(redis_conn(), submission.Submission(
-                    form.kind.data, _payload(form, items), owner, name=form.name.data,
+                    form.kind.data, _payload(form, items, owner), owner, name=form.name.data,
                     idempotency_key="form:" + form.submission.data, address=request.remote_addr or "unknown"),
                     dry_run=estimate_only)
             except submission.Refused as refused:

@@ -72,6 +72,11 @@ def estimate(connection: Redis, kind_name: str, payload: dict, owner: str, now: 
         hits = cache.RequestCache(connection, owner, payload).get_many(digests)
     except ValueError as exc:
         raise InvalidJob(f"no estimate: {exc}") from None
+    if cache.shared_scope():
+        # A shared cache holds other owners' answers: counting its hits would let a dry run test
+        # guesses of their inputs for free. The worst case counts every item as a call.
+        hits = [None] * len(digests)
+        out["note"] = "the request cache is shared (LEASH_CACHE_SCOPE=shared): an estimate counts no cached answers"
     todo = [r for r, hit in zip(requests, hits, strict=True) if hit is None]
     day_fields = ("input_tokens", "output_tokens", "cost_nusd", "reserved_tokens", "reserved_nusd")
     with connection.pipeline(transaction=False) as pipe:

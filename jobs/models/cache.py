@@ -67,10 +67,14 @@ def enabled(payload: dict | None) -> bool:
     return not (payload is not None and payload.get(CACHE_FIELD) is False)
 
 
+def shared_scope() -> bool:
+    """Whether every owner's requests reuse everyone's answers (LEASH_CACHE_SCOPE=shared)."""
+    return str(answer_cache().cache_scope).strip().lower() == "shared"
+
+
 def scope_of(owner: str) -> str:
     """The key scope of ``owner``'s requests (LEASH_CACHE_SCOPE)."""
-    shared = str(answer_cache().cache_scope).strip().lower() == "shared"
-    return keys.cache_scope(None if shared else owner)
+    return keys.cache_scope(None if shared_scope() else owner)
 
 
 def check_settings() -> None:
