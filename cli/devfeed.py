@@ -61,7 +61,8 @@ def _event(before: tuple | None, fields: dict[str, Any]) -> str | None:
             return f"{who} back from the provider"
         return f"{who} running, attempt {fields['attempts']} of {fields['max_attempts']}"
     took = humane.duration(fields.get("elapsed_seconds"))
-    spent = money.spend_text(fields) if (fields.get("usage") or {}).get("calls") else "no model answer billed"
+    usage = fields.get("usage") or {}
+    spent = money.spend_text(fields) if usage.get("calls") or usage.get("cache_hits") else "no model answer billed"
     if view == outcome.SUCCEEDED:
         return f"{who} succeeded: {fields['done']} of {fields['total']} items in {took}; {spent}"
     if view == outcome.WITH_ITEM_ERRORS:

@@ -15,7 +15,7 @@ import click
 from jobs import deadletter
 from jobs.archive import restore as archive_restore
 from jobs.core import clock
-from jobs.deadletter import alerts, durations, failures
+from jobs.deadletter import alerts, durations, errored, failures
 from jobs.read.failure_groups import with_status
 from jobs.usage.budget import Budget
 
@@ -136,18 +136,40 @@ def alert_command(window, old_window, max_failures, max_ratio, kind, webhook, in
               help="Run the replayed jobs under this token budget (e.g. larger, after 'budget reached').")
 @click.option("--budget-usd", type=click.FloatRange(min=0, min_open=True),
               help="Run the replayed jobs under this USD budget.")
+@click.option("--errored-items", is_flag=True,
+              help="Ask only the items of JOB_IDS that ended in an error again (a job that succeeded with item "
+                   "errors too); their answered items stay and cost nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
-def replay_command(job_ids, kind, error_contains, since, dry_run, yes, actor, budget_tokens, budget_usd, as_json):
+def replay_command(job_ids, kind, error_contains, since, dry_run, yes, actor, budget_tokens, budget_usd, errored_items,
+                   as_json):
     """Put failed jobs back to queued with attempts 0; their checkpoints and error history are
     kept. Select by JOB_IDS and/or --kind, --error-contains, --since. Job ids can start
     with "-": put them after "--" (leash replay --yes -- ID...)."""
     if not (job_ids or kind or error_contains or since):
         raise BadInput("say which jobs: give job ids, or --kind, --error-contains or --since")
+    if errored_items and not job_ids:
+        raise BadInput("--errored-items asks the errored items of the jobs given: give their ids")
     conn = connect_checked()
+    if errored_items and dry_run:
+        for job_id in job_ids:
+            n = len(errored.errored_items(conn, job_id))
+            click.echo(f"would ask {n} errored item{'s' if n != 1 else ''} of {job_id} again")
+        return
+    reopened: list[tuple[str, str]] = []
+    if errored_items and not dry_run:
+        try:
+            deadletter.select(conn, job_ids)  # unknown ids: nothing is changed
+        except deadletter.UnknownJobs as exc:
+            raise BadInput(f"{exc}; nothing was replayed") from None
+        job_ids, reopened = errored.reopen(conn, list(job_ids), restore=archive_restore.restore)
+        if not job_ids:
+            _print_replay(as_json, "replayed", [], reopened)
+            sys.exit(exit_codes.FAILED)
     try:
         selection = deadletter.select(conn, job_ids, kind=kind, error_contains=error_contains, since=since)
     except deadletter.UnknownJobs as exc:
         raise BadInput(f"{exc}; nothing was replayed") from None
+    selection.skipped[:0] = reopened
     matched = selection.matched
     if dry_run:
         _print_replay(as_json, "would replay", matched, selection.skipped, dry_run=True)
@@ -163,8 +185,8 @@ def replay_command(job_ids, kind, error_contains, since, dry_run, yes, actor, bu
             click.echo("nothing replayed", err=True)
             sys.exit(exit_codes.FAILED)
     # The ids given are the replayed ones plus the skipped ones, both in the entry: count them here.
-    selector = {"ids_given": len(job_ids), "kind": kind, "error_contains": error_contains,
-                "since": "all" if since == ALL else since}
+    selector = {"ids_given": len(job_ids) + len(reopened), "kind": kind, "error_contains": error_contains,
+                "since": "all" if since == ALL else since} | ({"errored_items": True} if errored_items else {})
     budget = None
     if budget_tokens is not None or budget_usd is not None:
         budget = Budget(budget_tokens, budget_usd)

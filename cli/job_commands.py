@@ -25,7 +25,7 @@ from jobs.core import control, outcome, states
 from jobs.core.items import CONCURRENCY_FIELD
 from jobs.core.text import printable
 from jobs.errors import NoSuchJob
-from jobs.intake import submission
+from jobs.intake import files, submission
 from jobs.intake.estimate import text as estimate_text
 from jobs.intake.modes import MODE_FIELD, MODES
 from jobs.models.backends import get_backend
@@ -162,17 +162,21 @@ class KindFieldsCommand(click.Command):
               help="POST a signed webhook to URL when the job ends (default: LEASH_WEBHOOK_URL; docs/WEBHOOKS.md).")
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"job_id": ..., "created": ..., "url": ...} (with --dry-run: {"estimate": ...}).')
-@click.argument("source", type=click.File("r"), default="-")
+@click.argument("source", type=click.File("rb"), default="-")
 def submit(kind, name, owner, token, idempotency_key, max_attempts, queue, item_concurrency,
            budget_tokens, budget_usd, mode, no_cache, dry_run, after, after_policy, webhook_url, as_json, source,
            **field_texts):
-    """Enqueue one job; items are read one per line from SOURCE (a file, or - for stdin).
-    Prints the job id, and its web address on stderr."""
+    """Enqueue one job; items are read from SOURCE (a file, or - for stdin) as the form reads an
+    upload: UTF-8, one per line, or a .csv's text column. Prints the job id, and its web address
+    on stderr."""
     owner = acting_owner(owner, token)
     if source.isatty():
         click.echo("reading items from the terminal, one per line; end with Ctrl-D "
                    "(or give a file: leash submit items.txt)", err=True)
-    items = [line.rstrip("\n") for line in source if line.strip()]
+    try:
+        items = files.read_items(source.read(), getattr(source, "name", "") or "")
+    except files.FileProblem as exc:
+        raise BadInput(f"{getattr(source, 'name', 'the items')}: {exc}") from None
     payload: dict = {"items": items}
     for field, _ in kinds.fields():
         if field_texts.get(field.name) is not None:

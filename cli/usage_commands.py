@@ -30,7 +30,7 @@ def _line(label: str, figures: dict) -> str:
     approx = "~" if usage["estimated"] else ""
     cost = "cost unknown" if figures["cost_usd"] is None else (money(figures["cost_usd"]) if usage["calls"] else "$0")
     return (f"{label:<32} {usage['calls']:>8,} {approx}{usage['input_tokens']:>13,} "
-            f"{approx}{usage['output_tokens']:>13,}  {cost}")
+            f"{approx}{usage['output_tokens']:>13,} {usage['cache_hits']:>12,}  {cost}")
 
 
 @click.command("usage")
@@ -44,8 +44,9 @@ def _line(label: str, figures: dict) -> str:
               help="One JSON object: the days, each split by model and kind, and the total.")
 def usage_command(owner, token, since, days, month, as_json):
     """Tokens and cost of an owner's jobs per UTC day, split by model and kind
-    ("~": the server reported no usage, so the figure is an estimate), or with --month a month's
-    ended jobs by kind, from the archive."""
+    ("~": the server reported no usage, so the figure is an estimate; "cache (free)": requests
+    the request cache answered, no call, no cost), or with --month a month's ended jobs by kind,
+    from the archive."""
     kept = reading.usage_days_kept()  # 400 days, or 40 with an archive: it keeps the months
     if days is None:
         days = max(1, math.ceil(since / 86400)) if since != float("inf") else kept
@@ -60,7 +61,8 @@ def usage_command(owner, token, since, days, month, as_json):
     if as_json:
         click.echo(json.dumps(report))
         return
-    click.echo(f"{'day / model / kind':<32} {'calls':>8} {'input tokens':>13} {'output tokens':>13}  cost")
+    click.echo(f"{'day / model / kind':<32} {'calls':>8} {'input tokens':>13} {'output tokens':>13} "
+               f"{'cache (free)':>12}  cost")
     for day in report["days"]:
         click.echo(_line(day["day"], day))
         for part in day["by"]:

@@ -46,7 +46,7 @@ def facts(fields: dict) -> str:
         parts.append(f"ETA {clock_text(fields.get('eta_seconds'))}")
     if fields.get("elapsed_seconds") is not None:
         parts.append(f"elapsed {clock_text(fields['elapsed_seconds'])}")
-    if (fields.get("usage") or {}).get("calls"):
+    if (fields.get("usage") or {}).get("calls") or (fields.get("usage") or {}).get("cache_hits"):
         parts.append(money.spend_text(fields))
     if fields["attempts"] > 1:
         parts.append(f"attempt {fields['attempts']}/{fields['max_attempts']}")

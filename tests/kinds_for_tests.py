@@ -144,10 +144,16 @@ def _(payload):
 @kind("answers")
 def answers(ctx, payload):
     """Each item upper-cased, except that an item starting with "bad" ends in an item error
-    (what a built-in kind stores for an item the model could not answer)."""
+    (what a built-in kind stores for an item the model could not answer) until the key
+    ``test:answers:fixed`` exists; every computation is counted per item."""
+
+    conn = connect()
 
     def one(item):
-        return {"error": f"cannot answer {item.split()[0]!r}"} if item.startswith("bad") else item.upper()
+        conn.hincrby(_calls_key(ctx.job_id), str(payload["items"].index(item)), 1)
+        if item.startswith("bad") and not conn.exists("test:answers:fixed"):
+            return {"error": f"cannot answer {item.split()[0]!r}"}
+        return item.upper()
 
     results = ctx.for_each(payload["items"], one)
     return {"items": len(results)}

@@ -120,3 +120,35 @@ def test_the_outcome_texts_are_the_ones_leash_and_rq_store():
 
     assert outcome.CANCELED == CANCELED and outcome.STOPPED_BY_RQ == ENDED_BY_RQ["stopped"]
     assert ENDED_BY_RQ["canceled"].startswith(outcome.CANCELED_IN_RQ)
+
+
+def test_retrying_the_errored_items_asks_only_those_again(conn, burst, kinds_env):
+    from tests.kinds_for_tests import item_calls
+    from tests.test_items_workers import stored
+
+    final = run(conn, burst, ["one", "bad two", "three", "bad four"])
+    job_id = final["job_id"]
+    page = make_app().test_client().get(f"/jobs/{job_id}", headers=HTML).data.decode()
+    assert 'id="retry-errored-button"' in page and "Retry the 2 errored items" in page
+    assert "would ask 2 errored items" in cli("replay", "--errored-items", "--dry-run", job_id).output
+    conn.set("test:answers:fixed", 1)  # the model answers them now
+    out = cli("replay", "--errored-items", job_id)
+    assert out.exit_code == 0 and "replayed 1 job" in out.output, out.output
+    burst()
+    again = ended(conn, job_id)
+    assert (again["outcome"], again["item_errors"], again["done"]) == ("succeeded", 0, 4), again["error"]
+    assert item_calls(conn, job_id) == {0: 1, 1: 2, 2: 1, 3: 2}  # the answered items were not asked again
+    assert stored(conn, job_id) == {0: "ONE", 1: "BAD TWO", 2: "THREE", 3: "BAD FOUR"}
+    nothing = cli("replay", "--errored-items", job_id)
+    assert nothing.exit_code == 1 and "no item of it ended in an error" in nothing.output
+
+
+def test_a_job_failed_by_its_item_errors_retries_them_through_the_api(conn, burst, kinds_env):
+    final = run(conn, burst, ["bad one", "bad two"])
+    assert final["state"] == "failed"
+    conn.set("test:answers:fixed", 1)
+    response = make_app().test_client().post(f"/jobs/{final['job_id']}/replay", json={"errored_items": True})
+    assert response.status_code == 202, response.get_json()
+    burst()
+    again = ended(conn, final["job_id"])
+    assert again["outcome"] == "succeeded" and again["done"] == 2

@@ -16,6 +16,9 @@ ACTIONS = {
     "replay": ("Replay this job?", "Replay job", "primary",
                "It runs again from its checkpoint with its attempts counted from 0: items already done stay done; "
                "model calls for the rest are made, and paid for, again."),
+    "replay_errored": ("Retry the errored items?", "Retry the errored items", "primary",
+                       "Only the items that ended in an error are asked again (model calls made, and paid for, "
+                       "again); the answered items stay as they are and cost nothing."),
 }
 
 
@@ -24,10 +27,11 @@ def needs_confirming() -> bool:
     return wants_html() and request.form.get("confirm") != "yes"
 
 
-def confirm_page(action: str, fields: dict, endpoint: str):
+def confirm_page(action: str, fields: dict, endpoint: str, **args):
     title, button, style, explained = ACTIONS[action]
     response = make_response(render_template(
         "confirm.html", action=action, title=title, button=button, style=style, explained=explained, job=fields,
-        action_url=url_for(endpoint, job_id=fields["job_id"]), back=url_for("api.job", job_id=fields["job_id"])))
+        action_url=url_for(endpoint, job_id=fields["job_id"], **args),
+        back=url_for("api.job", job_id=fields["job_id"])))
     response.headers["Cache-Control"] = "no-store"
     return response

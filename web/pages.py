@@ -29,6 +29,7 @@ from jobs import deadletter, keys, kinds
 from jobs.archive import restore as archive_restore
 from jobs.core import clock, outcome, states
 from jobs.core.text import printable
+from jobs.deadletter import errored
 from jobs.enqueue import check_name
 from jobs.errors import InvalidJob
 from jobs.intake import admission, submission
@@ -276,14 +277,21 @@ def replay(job_id: str):
     owner = request_owner(Need.ACT)
     connection = redis_conn()
     fields = read_status(connection, job_id, owner)  # 404 unless it is the caller's job
+    only_errored = _asks_errored_items()
     if needs_confirming():
-        return confirm_page("replay", fields, "pages.replay")
+        return confirm_page("replay_errored" if only_errored else "replay", fields, "pages.replay",
+                            **({"errored_items": 1} if only_errored else {}))
+    if only_errored:  # only the items that ended in an error are asked again; the rest stay
+        ready, skipped = errored.reopen(connection, [job_id], restore=archive_restore.restore)
+        if not ready:
+            return api_error(409, f"not replayed: {skipped[0][1]}")
     selection = deadletter.select(connection, [job_id])
     if not selection.matched:
         reason = selection.skipped[0][1] if selection.skipped else "only failed jobs can be replayed"
         return api_error(409, f"not replayed: {reason}")
     replayed = deadletter.replay(connection, selection.matched, f"web:{owner}",
-                                {"ids_given": 1, "kind": None, "error_contains": None, "since": None},
+                                {"ids_given": 1, "kind": None, "error_contains": None, "since": None}
+                                | ({"errored_items": True} if only_errored else {}),
                                 skipped=selection.skipped, restore=archive_restore.restore)
     if replayed.left_failed:  # its owner is at the queued cap: the same replay works once some start
         return api_error(429, f"not replayed: {replayed.left_failed[0][1]}",
@@ -296,6 +304,14 @@ def replay(job_id: str):
                        url=url_for("api.job", job_id=job_id))
     response.status_code = 202
     return response
+
+
+def _asks_errored_items() -> bool:
+    """``errored_items``: in the query, the form, or a JSON body (true)."""
+    if request.values.get("errored_items", "").lower() in ("1", "true", "yes", "on"):
+        return True
+    body = request.get_json(silent=True) if request.is_json else None
+    return isinstance(body, dict) and body.get("errored_items") is True
 
 
 #: The jobs list's filter names where the view's own name is not words.
@@ -311,7 +327,7 @@ def _row(job: dict) -> dict:
     return dict(job, percent=_percent(job), view=listing.view_of(job), view_words=outcome.words(job),
                 shown_error=shown_error, error_cut=cut,
                 created_ago=humane.relative(job["created_at"]), created_utc=humane.utc(job["created_at"]),
-                tokens=money.tokens_text(job), cost=money.cost_cell(job),
+                tokens=money.tokens_text(job), cost=money.cost_cell(job), cached=money.cache_text(job),
                 duration=humane.duration(job["elapsed_seconds"]) if job.get("elapsed_seconds") is not None else "—")
 
 

@@ -28,11 +28,13 @@ from redis import Redis
 
 from jobs import kinds
 from jobs.enqueue import Checked, check, check_name, repeat_of, write
-from jobs.errors import InvalidJob, LeashError, QueueFull
+from jobs.errors import InvalidJob, LeashError, PermanentError, QueueFull
 from jobs.intake import admission, estimate, limits
 from jobs.intake.admission import Refusal
 from jobs.intake.modes import check_mode
 from jobs.models import backends
+from jobs.models.calls import ModelSettings
+from jobs.usage import prices
 
 
 class Submission(NamedTuple):
@@ -96,6 +98,9 @@ def submit(connection: Redis, submission: Submission, dry_run: bool = False) -> 
         if refusal is not None:
             raise Refused(refusal)
     job = _check(submission)
+    unpriced = _unpriced_usd_budget(job)
+    if unpriced:  # the worker would stop it at its first call: refused here instead
+        raise Invalid(unpriced, [("budget_usd", unpriced)])
     if dry_run:
         refusal = _refusal(connection, job, None, dry_run=True)
         if refusal is not None:
@@ -126,6 +131,25 @@ def _refusal(connection: Redis, job: Checked, price: dict | None, dry_run: bool)
     if dry_run:
         return None
     return admission.check(connection, job.owner)
+
+
+def _unpriced_usd_budget(job: Checked) -> str | None:
+    """Why a USD budget cannot be kept (no known price for the deployment's model), or None."""
+    budget = job.payload.get("budget")
+    if not isinstance(budget, dict) or budget.get("usd") is None:
+        return None
+    try:
+        backend = backends.backend_class()
+        if not hasattr(backend, "default_url"):
+            return None  # the offline backend calls no provider: nothing to pay
+        settings = ModelSettings.from_env()
+        url = settings.url or backend.default_url
+        if prices.price_for(settings.name, url) is not None:
+            return None
+    except (PermanentError, ValueError):
+        return None  # no model configured here: the job's estimate says so, the worker decides
+    return (f"a budget in USD needs the model's price, and there is none: {prices.why_no_price(settings.name, url)}; "
+            "or give the budget in tokens (budget.tokens, --budget-tokens)")
 
 
 def _estimate(connection: Redis, job: Checked) -> dict[str, Any]:

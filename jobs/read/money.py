@@ -55,13 +55,23 @@ def no_calls_text(fields: dict[str, Any]) -> str:
     return "no model calls yet"
 
 
+def cache_text(fields: dict[str, Any]) -> str | None:
+    """"3 of 10 answered from the request cache (free)", or None when none was."""
+    hits = int((fields.get("usage") or {}).get("cache_hits") or 0)
+    if not hits:
+        return None
+    return f"{hits:,} of {max(int(fields.get('total') or 0), hits):,} answered from the request cache (free)"
+
+
 def spend_text(fields: dict[str, Any]) -> str:
     """What a job's calls used and cost, in one short phrase: "1,234 tokens (1,000 in / 234
-    out, 5 calls), $0.0012"; "~" marks estimated figures; the budget beside it when it has one."""
+    out, 5 calls), $0.0012"; "~" marks estimated figures; the budget beside it when it has one;
+    then the items the request cache answered, free."""
     usage = fields.get("usage") or {}
     calls = usage.get("calls") or 0
+    cached = cache_text(fields)
     if not calls:
-        return no_calls_text(fields)
+        return f"no model calls: {cached}" if cached else no_calls_text(fields)
     approx = "~" if usage.get("estimated") else ""
     text = (f"{approx}{tokens_of(fields):,} tokens ({usage.get('input_tokens', 0):,} in / "
             f"{usage.get('output_tokens', 0):,} out, {calls:,} call{'s' if calls != 1 else ''}), "
@@ -71,4 +81,4 @@ def spend_text(fields: dict[str, Any]) -> str:
         limits = [f"{budget['tokens']:,} tokens" if "tokens" in budget else None,
                   money(budget["usd"]) if "usd" in budget else None]
         text += f" of a budget of {' / '.join(x for x in limits if x)}"
-    return text
+    return f"{text}; {cached}" if cached else text
