@@ -65,9 +65,11 @@ def main() -> None:
               help="--no-tracebacks: an error's traceback is its last line (leash dev's quiet terminal).")
 def worker(queues, burst, name, scheduler, log_level, imports, tracebacks):
     """Run a worker (RQ Worker with leases, reaping and deploy hand-off)."""
+    from jobs.archive import answers as archive_answers
     from jobs.archive import database as archive_database
     from jobs.config import settings
     from jobs.kinds import import_kinds
+    from jobs.models import cache as request_cache
     from jobs.read.redis_health import eviction_warning
     from jobs.worker.leash_worker import LeashWorker
 
@@ -89,6 +91,7 @@ def worker(queues, burst, name, scheduler, log_level, imports, tracebacks):
         raise exit_codes.BadInput(str(exc)) from None
     names = [q.strip() for spec in (queues or settings().queues) for q in spec.split(",") if q.strip()]
     w = LeashWorker(names, connection=conn, name=name)  # names: it builds its own LeashQueue objects
+    request_cache.archived = archive_answers.lookup  # answers that left Redis, from the archive
     for warning in (eviction_warning(conn), archive_database.startup_warning()):
         if warning:
             logging.getLogger("leash.worker").warning(warning)

@@ -162,3 +162,37 @@ def test_without_an_archive_the_days_stay_400_days_and_a_month_says_there_is_no_
     assert conn.ttl(day_key) > 399 * 86400 and reading.usage_days_kept() == 400
     result = CliRunner().invoke(main, ["usage", "--owner", "mo", "--month", "2026-12"])
     assert result.exit_code == 2 and "no archive" in result.output
+
+
+def test_cached_answers_move_to_the_archive_and_are_still_never_paid_for_twice(
+        conn, model_server, env, archive_url, monkeypatch):
+    import time
+
+    from jobs.archive import answers
+    from jobs.intake.submission import dry_run
+    from jobs.models import cache
+    from tests.test_usage_workers import billed
+
+    monkeypatch.setattr(cache, "archived", answers.lookup)  # as `leash worker` and the web app set it
+    env.setenv("LEASH_MODEL_PRICES", PRICES)
+    payload = {"items": [f"line {n}" for n in range(6)], "template": "Say it back: {item}"}
+    first, _ = enqueue(conn, "prompt", payload, owner="cas")
+    run_burst()
+    assert billed(model_server)[0] == 6 and conn.zcard(keys.CACHE_INDEX) == 6
+    assert sweep.sweep(conn) == 1 and conn.zcard(keys.CACHE_INDEX) == 6  # used within the keep time: stay
+    assert answers.retire(conn, database.engine(), now=time.time() + 3601) == 6  # the keep time has passed
+    assert conn.zcard(keys.CACHE_INDEX) == 0 and not list(conn.scan_iter("leash:cache:*"))
+    assert int(conn.get(keys.CACHE_BYTES) or 0) == 0
+    with database.engine().connect() as sql:
+        assert list(sql.execute(text("SELECT count(*) FROM leash_answers"))) == [(6,)]
+    assert dry_run(conn, "prompt", payload, owner="cas")["cached_items"] == 6
+    second, _ = enqueue(conn, "prompt", payload, owner="cas")
+    run_burst()
+    status = states.status(conn, second)
+    assert status["state"] == "succeeded" and billed(model_server)[0] == 6  # not one call more
+    assert status["usage"]["cache_hits"] == 6 and status["cost_usd"] == 0
+    assert [r[2] for r in results.iter_results(conn, second)] == [r[2] for r in results.iter_results(conn, first)]
+    monkeypatch.setattr(cache, "archived", None)  # without the archive's answers: asked again
+    third, _ = enqueue(conn, "prompt", payload, owner="cas")
+    run_burst()
+    assert billed(model_server)[0] == 12

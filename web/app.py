@@ -34,11 +34,13 @@ from flask_wtf.csrf import CSRFProtect
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from jobs import kinds
+from jobs.archive import answers as archive_answers
 from jobs.archive import database as archive_database
 from jobs.config import redis_settings
 from jobs.config.front import web_app
 from jobs.core import clock, switches
 from jobs.core.connection import check_settings, configured_url, connect
+from jobs.models import cache as request_cache
 from jobs.read.redis_health import eviction_warning, readiness
 
 from . import api, auth, dashboard, error_replies, failures_page, metrics, overview_page, pages, request_logs, signin
@@ -113,6 +115,7 @@ def create_app(test_config: dict | None = None) -> Flask:
                     "(development only)")
     if (no_archive := archive_database.startup_warning()) and not app.config["LEASH_DEV"]:
         log.warning(no_archive)
+    request_cache.archived = archive_answers.lookup  # a dry run's price counts answers in the archive
     kinds.import_kinds()
     app.extensions["leash_redis"] = guarded_connection(app.config["REDIS_URL"], app.config["LEASH_REDIS_TIMEOUT"])
     _warn_if_redis_may_evict(app.config["REDIS_URL"])

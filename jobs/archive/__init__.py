@@ -10,8 +10,10 @@ LEASH_RESULT_TTL, while Redis keeps live work.
                      ▼
     reads ──▶ Redis while it holds the items, else reading.* from the archive
 
-    tables.py   the schema (leash_jobs, leash_items); migrations/ its Alembic versions
+    tables.py   the schema (leash_jobs, leash_items, leash_answers); migrations/ its Alembic versions
     database.py the engine, migrations run by ``leash archive migrate`` and before first use
+    restore.py  an archived failed job's payload, results and usage back in Redis for a replay
+    answers.py  the request cache's answers unused in Redis for the keep time, served from SQL
 Without an archive nothing changes: results stay in Redis for LEASH_RESULT_TTL.
 """
 

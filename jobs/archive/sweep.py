@@ -19,7 +19,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from jobs import keys
-from jobs.archive import database, pending, tables, writing
+from jobs.archive import answers, database, pending, tables, writing
 from jobs.config import settings
 
 log = logging.getLogger("leash.archive")
@@ -68,6 +68,7 @@ def sweep(connection: Redis, limit: int = BATCH, budget: float = TIME_BUDGET, no
         if time.monotonic() - started > budget:
             break
     pending.done(connection, seen)
+    answers.retire(connection, engine, now)  # the request cache's answers unused for the keep time
     expire(engine, now)
     pending.record_ok(connection, time.time() if now is None else now)
     return written
@@ -80,7 +81,9 @@ def expire(engine, now: float | None = None) -> int:
     with engine.begin() as connection:
         old = select(tables.jobs.c.job_id).where(tables.jobs.c.ended_at < before)
         connection.execute(delete(tables.items).where(tables.items.c.job_id.in_(old)))
-        return connection.execute(delete(tables.jobs).where(tables.jobs.c.ended_at < before)).rowcount
+        gone = connection.execute(delete(tables.jobs).where(tables.jobs.c.ended_at < before)).rowcount
+    answers.expire(engine, now)
+    return gone
 
 
 def backfill(connection: Redis, batch: int = 500) -> int:

@@ -7,6 +7,8 @@ database is often the app's too). Changed only by a migration in migrations/vers
                   them on both engines), and what reads need to show it as Redis did (its record,
                   error and attempt history, usage, estimate and payload, as JSON text)
     leash_items   one row per item: its input, its result or item error, its calls and tokens
+    leash_answers the request cache's answers that left Redis, by entry (its scope and request
+                  digest), with their last use (kept LEASH_CACHE_DAYS from it)
 """
 
 from __future__ import annotations
@@ -68,4 +70,12 @@ items = Table(
     Column("result", Text),
     Column("error", Text),
     Column("usage", String(100)),
+)
+
+answers = Table(
+    "leash_answers", metadata,
+    Column("entry", String(300), primary_key=True),
+    Column("answer", Text, nullable=False),
+    Column("used_at", DateTime(timezone=True), nullable=False),
+    Index("leash_answers_used", "used_at"),
 )

@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from jobs import keys
@@ -43,6 +43,11 @@ from jobs.models.provider import CUT_OFF, Answer, CallRequest, Usage
 
 if TYPE_CHECKING:
     from redis import Redis
+
+#: Where an answer that left Redis is looked up: {entry key: raw answer} of the entries asked
+#: for (jobs.archive.answers.lookup, set by ``leash worker`` and the web app at start: the models
+#: sit below the archive). None: Redis only.
+archived: Callable[[list[str]], dict[str, str]] | None = None
 
 #: CallRequest fields leash keeps for itself: never sent to the provider, so not in the key.
 NOT_SENT = frozenset({"truncation_ok", "budget_cut"})
@@ -124,12 +129,17 @@ class RequestCache:
         return keys.cache_entry(self.scope, digest)
 
     def get(self, digest: str) -> Answer | None:
-        if not self.on:
-            return None
-        return decode(self.connection.get(self.key(digest)))
+        return self.get_many([digest])[0]
 
     def get_many(self, digests: Sequence[str]) -> list[Answer | None]:
-        """Each request's cached answer (None: a miss), in one round trip."""
+        """Each request's cached answer (None: a miss), in one round trip (and one archive query
+        for those that left Redis)."""
         if not self.on or not digests:
             return [None] * len(digests)
-        return [None if raw is None else decode(raw) for raw in self.connection.mget([self.key(d) for d in digests])]
+        names = [self.key(d) for d in digests]
+        raws = self.connection.mget(names)
+        missed = [name for name, raw in zip(names, raws, strict=True) if raw is None]
+        if missed and archived is not None:
+            found = archived(missed)
+            raws = [found.get(name) if raw is None else raw for name, raw in zip(names, raws, strict=True)]
+        return [None if raw is None else decode(raw) for raw in raws]
