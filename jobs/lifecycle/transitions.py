@@ -8,8 +8,8 @@ the failed and active indexes) or of RQ's queues and registries. The other scrip
 job and are run from their own modules, keys passed by name too: room held before a call or a
 submission (``door_take``, ``model_admit``, ``reservations_sweep``), shared limits
 (``model_rate``, ``model_concurrency``), RQ's own records (``compact_finished_rq_job``,
-``release_stale_lock``) and a read that drops failed-index entries whose jobs are no longer
-failed (``failure_heads``).
+``release_stale_lock``), a read that drops failed-index entries whose jobs are no longer
+failed (``failure_heads``) and the request cache's entries the archive took (``cache_retire``).
 
 Callers build ARGV (what the script is told); the keys are built here from the job's id, its
 owner and queue. Every function returns the script's reply; ``pipeline`` queues it instead.
