@@ -8,6 +8,8 @@ import sys
 
 import click
 
+from jobs.read.money import money
+
 from . import exit_codes
 from .exit_codes import BadInput
 from .redis_target import connect_checked
@@ -103,6 +105,6 @@ def months(owner, as_json):
         return
     click.echo(f"{'month':<8} {'owner':<24} {'jobs':>6} {'calls':>8} {'input tokens':>13} {'output tokens':>13}  cost")
     for row in found:
-        cost = "unknown" if row["cost_usd"] is None else f"${row['cost_usd']:.4f}"
+        cost = money(row["cost_usd"])
         click.echo(f"{row['month']:<8} {row['owner'][:24]:<24} {row['jobs']:>6} {row['calls']:>8,} "
                    f"{row['input_tokens']:>13,} {row['output_tokens']:>13,}  {cost}")

@@ -29,7 +29,7 @@ def submit(*items, name=None):
 
 
 @pytest.mark.parametrize(("usd", "text"), [
-    (None, "unknown"), (0, "$0"), (0.000037, "$0.000037"), (0.0000037, "$0.0000037"), (0.01234, "$0.012"),
+    (None, "unknown"), (0, "$0"), (0.000037, "$0.000037"), (0.0000037, "$0.0000037"), (0.01234, "$0.01234"), (0.002019, "$0.002019"),
     (0.42, "$0.42"), (1.5, "$1.50"), (1234.5, "$1,234.50"),
 ])
 def test_an_amount_keeps_its_significant_digits_and_an_unknown_one_says_so(usd, text):

@@ -311,16 +311,16 @@ def test_the_cli_and_the_page_show_tokens_and_cost_beside_progress(conn, env, cl
                                                    nusd=Price(1, 2).nano_usd(1200, 34)))
     runner = CliRunner()
     status = runner.invoke(main, ["status", job_id])
-    assert "1,234 tokens (1,200 in / 34 out, 2 calls), $0.0013 of a budget of 5,000 tokens" in status.output
+    assert "1,234 tokens (1,200 in / 34 out, 2 calls), $0.001268 of a budget of 5,000 tokens" in status.output
     listed = runner.invoke(main, ["jobs"])
     [row] = [line for line in listed.output.splitlines() if job_id in line]
-    assert row.split()[-2:] == ["1,234", "$0.0013"]  # the TOKENS and COST columns
+    assert row.split()[-2:] == ["1,234", "$0.001268"]  # the TOKENS and COST columns
     usage = runner.invoke(main, ["usage", "--days", "1"])
     assert usage.exit_code == 0 and "m / classify" in usage.output and "1,200" in usage.output
     assert json.loads(runner.invoke(main, ["usage", "--json"]).output)["total"]["usage"]["calls"] == 2
     assert runner.invoke(main, ["usage", "--days", "0"]).exit_code == 2
     page = client.get(f"/jobs/{job_id}", headers={"Accept": "text/html"}).data.decode()
-    assert "1,234 tokens" in page and "$0.0013" in page
+    assert "1,234 tokens" in page and "$0.001268" in page
 
 
 def test_the_form_takes_a_budget_and_names_a_bad_one(client, conn):

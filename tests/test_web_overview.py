@@ -66,4 +66,4 @@ def test_the_overview_draws_the_owners_tokens_per_day_and_what_they_cost(client,
                                                                                    input=99, output=1))
     html = client.get("/overview", headers=HTML).data.decode()
     assert bar_values(html, "tokens-per-day") == [0] * 13 + [1234]
-    assert "1,234 tokens in 3 model calls over the last 14 days, $0.0015" in html
+    assert "1,234 tokens in 3 model calls over the last 14 days, $0.001468" in html

@@ -21,13 +21,15 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from jobs import keys
 from jobs.config import settings
 from jobs.core import clock, effects
 from jobs.core.items import CONCURRENCY_FIELD, ItemRun, NotStarted, Renewer, StopReason
 from jobs.core.lease import Attempt
 from jobs.errors import Canceled, HandOff
-from jobs.usage.meter import Meter
+from jobs.usage.meter import Meter, follow_ups_field, utc_day
 from jobs.usage.meter import flush as flush_usage
 from jobs.usage.meter import write_now as write_usage_now
 
@@ -141,6 +143,11 @@ class JobContext:
         except BaseException:
             self.meter.keep(pending)
             raise
+        try:  # how often this kind needs one: the price before the next run counts it (jobs.intake.estimate)
+            self.connection.hincrby(keys.usage_owner_day(self.attempt.owner_name(), pending.day or utc_day()),
+                                    follow_ups_field(model, self.attempt.kind), 1)
+        except RedisError as exc:
+            log.warning("job %s: could not count a repair or correction for the estimates: %s", self.job_id, exc)
 
     def flush_usage(self, all_threads: bool = False) -> None:
         """Write the usage of calls no item write carried (an item that failed, an attempt

@@ -38,7 +38,10 @@ from redis import Redis
 from jobs import keys
 from jobs.config import quotas
 from jobs.intake import door
-from jobs.usage.budget import owner_over_daily, seconds_to_next_utc_day
+from jobs.usage import prices
+from jobs.usage.budget import owner_daily_limits, owner_over_daily, seconds_to_next_utc_day
+from jobs.usage.meter import utc_day
+from jobs.usage.prices import money
 
 QUEUED_RETRY_AFTER = door.QUEUED_RETRY_AFTER
 
@@ -110,3 +113,32 @@ def hit(connection: Redis, rate: str | None, scopes: list[tuple[str, ...]]) -> t
                 reset_at = limiter.get_window_stats(item, *scope).reset_time
                 return max(1, math.ceil(reset_at - time.time())), item
     return 0, None
+
+
+def owner_day_room(connection: Redis, owner: str, price: dict | None) -> Refusal | None:
+    """Why a job priced ``price`` (jobs.intake.estimate) cannot make even one call within what
+    ``owner``'s UTC day has left (LEASH_OWNER_DAILY_TOKENS / _USD): its cheapest call
+    (``one_call_tokens_min``, ``one_call_usd_min``) does not fit what the day has not used --
+    accepted, it would fail at its first call. None when it fits, the day has no limit, or the
+    job makes no call (every request cached, no model configured here)."""
+    limit_tokens, limit_nusd = owner_daily_limits()
+    if (not limit_tokens and not limit_nusd) or not price or not price.get("one_call_tokens_min"):
+        return None
+    day = utc_day()
+    used_in, used_out, used_nusd = connection.hmget(keys.usage_owner_day(owner, day), "input_tokens",
+                                                    "output_tokens", "cost_nusd")
+    needed = int(price["one_call_tokens_min"])
+    left = limit_tokens - int(used_in or 0) - int(used_out or 0)
+    if limit_tokens and left < needed:
+        why = (f"budget reached: owner {owner!r} has {max(0, left):,} tokens left of its daily budget of "
+               f"{limit_tokens:,} today (UTC {day}, LEASH_OWNER_DAILY_TOKENS), fewer than one call of this job "
+               f"needs ({needed:,})")
+        return Refusal(429, f"{why}; it starts again at 00:00 UTC", seconds_to_next_utc_day())
+    needed_usd = price.get("one_call_usd_min")
+    left_nusd = limit_nusd - int(used_nusd or 0)
+    if limit_nusd and needed_usd is not None and left_nusd < prices.nano(needed_usd):
+        why = (f"budget reached: owner {owner!r} has {money(prices.usd(max(0, left_nusd)))} left of its daily budget "
+               f"of {money(prices.usd(limit_nusd))} today (UTC {day}, LEASH_OWNER_DAILY_USD), less than one call of "
+               f"this job costs ({money(needed_usd)})")
+        return Refusal(429, f"{why}; it starts again at 00:00 UTC", seconds_to_next_utc_day())
+    return None

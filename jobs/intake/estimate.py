@@ -9,7 +9,13 @@ every tokenizer, plus every output token it may ask for). The requests the reque
 answers cost nothing and are left out of every figure but ``cached_items``. Prices come from
 jobs/usage/prices.py, as the worker's do. ``cost_usd_expected`` uses the output tokens per call
 this owner's jobs of the kind were billed on the same model over the last
-``EXPECTED_FROM_DAYS`` days (None when there were none).
+``EXPECTED_FROM_DAYS`` days (None when there were none), and as many repairs (``extract``) or
+corrections (``classify``) per item as those jobs needed (``follow_ups_per_item``: an item's
+next calls, counted as the worker writes them: ``jobs.core.context.JobContext.settle_answered``),
+at the batch rate in batch mode (the first calls go in the provider's batch; repairs are direct).
+``one_call_tokens_min`` / ``one_call_usd_min``: the least one call of the job can cost (its
+smallest prompt and ``MIN_OUTPUT_TOKENS``) -- the door refuses a job its owner's day has not
+that much left for (``jobs.intake.admission.owner_day_room``).
 
 Redis: one MGET for the cache and one pipelined read of the owner's days; nothing is written.
 A kind that makes no one call per item (no ``BatchSpec``) has no estimate (``calls`` None).
@@ -24,11 +30,13 @@ from redis import Redis
 
 from jobs import keys, kinds
 from jobs.errors import InvalidJob, PermanentError
+from jobs.intake.modes import mode_of
 from jobs.models import backends, cache
 from jobs.models.calls import ModelSettings
-from jobs.models.provider import TOKENS_PER_MESSAGE, TOKENS_PER_PROMPT, estimate_text_tokens
+from jobs.models.provider import TOKENS_PER_MESSAGE, estimate_text_tokens
 from jobs.usage import budget, prices
-from jobs.usage.meter import utc_day
+from jobs.usage.meter import follow_ups_field, utc_day
+from jobs.usage.prices import money
 from jobs.usage.report import days_back
 
 DRY_RUN_FIELD = "dry_run"
@@ -47,7 +55,8 @@ def estimate(connection: Redis, kind_name: str, payload: dict, owner: str, now: 
     out: dict[str, Any] = {"items": len(items), "calls": None, "cached_items": 0, "input_tokens": None,
                            "output_tokens_max": None, "cost_usd_max": None, "cost_usd_batch_max": None,
                            "cost_usd_expected": None, "budget_covers_worst_case": None,
-                           "owner_day_covers_worst_case": None}
+                           "owner_day_covers_worst_case": None, "follow_ups_per_item": None,
+                           "one_call_tokens_min": None, "one_call_usd_min": None}
     spec = definition.batch
     if spec is None:
         out["note"] = f"kind {kind_name!r} does not make one model call per item: no estimate"
@@ -66,6 +75,7 @@ def estimate(connection: Redis, kind_name: str, payload: dict, owner: str, now: 
     except (PermanentError, ValueError) as exc:
         raise InvalidJob(f"no estimate: {exc}") from None
     requests = [spec.request(payload, item, settings.max_tokens) for item in items]
+    batch = mode_of(payload) == "batch"
     digests = [cache.request_digest(backend.name, settings.url or backend.default_url, settings.name,
                                     settings.temperature, r) for r in requests]
     try:
@@ -84,22 +94,31 @@ def estimate(connection: Redis, kind_name: str, payload: dict, owner: str, now: 
         for day in days_back(EXPECTED_FROM_DAYS, now):
             pipe.hmget(keys.usage_owner_day(owner, day), [f"by|{settings.name}|{kind_name}|calls",
                                                           f"by|{settings.name}|{kind_name}|output_tokens",
-                                                          f"by|{settings.name}|{kind_name}|estimated_calls"])
+                                                          f"by|{settings.name}|{kind_name}|estimated_calls",
+                                                          follow_ups_field(settings.name, kind_name)])
         today, *history = pipe.execute()
     input_tokens = sum(r.input_bound() for r in todo)
     output_max = sum(r.max_tokens for r in todo)
     out.update(calls=len(todo), cached_items=len(items) - len(todo), input_tokens=input_tokens,
                output_tokens_max=output_max)
-    seen_calls = sum(int(c or 0) - int(e or 0) for c, _, e in history)
-    seen_output = sum(int(o or 0) for _, o, _ in history)
+    seen_calls = sum(int(c or 0) - int(e or 0) for c, _, e, _ in history)
+    seen_output = sum(int(o or 0) for _, o, _, _ in history)
+    seen_follow_ups = min(sum(int(f or 0) for *_, f in history), max(0, seen_calls - 1))
+    follow_ups = seen_follow_ups / (seen_calls - seen_follow_ups) if seen_calls > seen_follow_ups else 0.0
     worst_nusd = None if price is None else sum(price.nano_usd(r.input_bound(), r.max_tokens) for r in todo)
+    if todo:
+        smallest = min(r.input_bound() for r in todo)
+        least_output = min(budget.MIN_OUTPUT_TOKENS, min(r.max_tokens for r in todo))
+        out["one_call_tokens_min"] = smallest + least_output
+        if price is not None:
+            out["one_call_usd_min"] = _usd(price.nano_usd(smallest, least_output))
     if price is not None:
         out["cost_usd_max"] = _usd(worst_nusd)
         out["cost_usd_batch_max"] = _usd(sum(price.nano_usd(r.input_bound(), r.max_tokens, batch=True) for r in todo))
         if seen_calls > 0:
             per_call = math.ceil(seen_output / seen_calls)
-            out["cost_usd_expected"] = _usd(sum(price.nano_usd(_likely_input(r), min(r.max_tokens, per_call))
-                                                for r in todo))
+            out["follow_ups_per_item"] = round(follow_ups, 3)
+            out["cost_usd_expected"] = _usd(sum(_expected_nusd(price, r, per_call, follow_ups, batch) for r in todo))
     else:
         out["note"] = "cost unknown: " + prices.why_no_price(settings.name)
     worst_tokens = input_tokens + output_max
@@ -108,10 +127,26 @@ def estimate(connection: Redis, kind_name: str, payload: dict, owner: str, now: 
     return out
 
 
+#: The tokens a repair's or correction's request adds to the first one besides its answer
+#: (the words that ask again, the chat template's per message).
+FOLLOW_UP_WORDS = 40
+
+
+def _expected_nusd(price, request, per_call: int, follow_ups: float, batch: bool) -> int:
+    """One item's likely cost: its first call (at the batch rate in batch mode) and its share
+    of follow-ups (direct calls that carry the first prompt and its answer)."""
+    output = min(request.max_tokens, per_call)
+    first_input = _likely_input(request)
+    first = price.nano_usd(first_input, output, batch=batch)
+    follow_up = price.nano_usd(first_input + output + FOLLOW_UP_WORDS + 2 * TOKENS_PER_MESSAGE, output)
+    return first + math.ceil(follow_ups * follow_up)
+
+
 def _likely_input(request) -> int:
-    """The input tokens a request probably costs (a tokenizer's likely count, not the bound)."""
-    overhead = TOKENS_PER_MESSAGE * len(request.messages) + TOKENS_PER_PROMPT
-    return min(request.input_bound(), estimate_text_tokens(request.prompt_text) + overhead)
+    """The input tokens a request probably costs: a tokenizer's likely count and a few tokens a
+    message for the chat template -- not the bound (which adds TOKENS_PER_PROMPT in case)."""
+    template = TOKENS_PER_MESSAGE * len(request.messages)
+    return min(request.input_bound(), estimate_text_tokens(request.prompt_text) + template)
 
 
 def _covers(job_budget, worst_tokens: int, worst_nusd: int | None) -> bool | None:
@@ -145,9 +180,7 @@ def _day_covers(today, worst_tokens: int, worst_nusd: int | None) -> bool | None
 
 
 def _money(usd: float | None) -> str:
-    if usd is None:
-        return "unknown"
-    return f"${usd:.4f}" if usd >= 0.0001 or usd == 0 else f"${usd:.6f}"
+    return money(usd)
 
 
 def text(figures: dict[str, Any]) -> str:
@@ -159,7 +192,10 @@ def text(figures: dict[str, Any]) -> str:
              f"worst case: {figures['input_tokens']:,} input + {figures['output_tokens_max']:,} output tokens, "
              f"{_money(figures['cost_usd_max'])} (batch mode {_money(figures['cost_usd_batch_max'])})"]
     if figures.get("cost_usd_expected") is not None:
-        lines.append(f"expected (from the answers your jobs of this kind got): {_money(figures['cost_usd_expected'])}")
+        repairs = figures.get("follow_ups_per_item") or 0
+        also = f", with {repairs:.2f} repairs or corrections an item as they needed" if repairs else ""
+        lines.append(f"expected (from the answers your jobs of this kind got{also}): "
+                     f"{_money(figures['cost_usd_expected'])}")
     for field, what in (("budget_covers_worst_case", "the job's budget"),
                         ("owner_day_covers_worst_case", "what is left of your daily budget")):
         if figures.get(field) is not None:

@@ -116,6 +116,9 @@ def submit(connection: Redis, submission: Submission, dry_run: bool = False) -> 
         price = _estimate(connection, job)
     except InvalidJob:  # no estimate here (no model configured): the job goes without one
         price = None
+    refusal = admission.owner_day_room(connection, job.owner, price)
+    if refusal is not None:  # its owner's day has not room for one call: it would fail at its first
+        raise Refused(refusal)
     try:
         job_id, created = write(connection, job, price=price)
     except QueueFull as exc:  # the place was taken by a submission racing this one

@@ -37,6 +37,7 @@ from jobs.errors import InvalidJob, PermanentError, RetryLater
 from jobs.lifecycle import scripts
 from jobs.usage import prices
 from jobs.usage.meter import DAY_TTL, utc_day
+from jobs.usage.prices import money
 
 BUDGET_FIELD = "budget"
 #: Far beyond any real job, small enough to stay an exact integer everywhere.
@@ -117,8 +118,8 @@ def owner_over_daily(connection: Redis, owner: str, now: float | None = None) ->
         return (f"budget reached: owner {owner!r} used {used_tokens:,} tokens today (UTC {day}), its daily budget "
                 f"is {limit_tokens:,} (LEASH_OWNER_DAILY_TOKENS)")
     if limit_nusd and int(used_nusd or 0) >= limit_nusd:
-        return (f"budget reached: owner {owner!r} spent ${prices.usd(int(used_nusd or 0)):.4f} today (UTC {day}), "
-                f"its daily budget is ${prices.usd(limit_nusd):.2f} (LEASH_OWNER_DAILY_USD)")
+        return (f"budget reached: owner {owner!r} spent {money(prices.usd(int(used_nusd or 0)))} today (UTC {day}), "
+                f"its daily budget is {money(prices.usd(limit_nusd))} (LEASH_OWNER_DAILY_USD)")
     return None
 
 
@@ -271,14 +272,14 @@ def refusal_text(owner: str, what: str, used: str, reserved: str, limit: str, wo
                 f"tokens) would pass its budget of {limit_n:,} tokens -- raise it with "
                 f"`leash replay --budget-tokens N -- <job id>`")
     if what == "job_usd":
-        return (f"budget reached: the job spent ${prices.usd(used_n):.6f}; its next call would pass its budget of "
-                f"${prices.usd(limit_n):.4f} -- raise it with `leash replay --budget-usd X -- <job id>`")
+        return (f"budget reached: the job spent {money(prices.usd(used_n))}; its next call would pass its budget of "
+                f"{money(prices.usd(limit_n))} -- raise it with `leash replay --budget-usd X -- <job id>`")
     if what in ("job_usd_unpriced", "owner_usd_unpriced"):
         whose = "the job's" if what.startswith("job") else f"owner {owner!r}'s daily"
-        return (f"budget reached: {whose} budget is in USD (${prices.usd(limit_n):.4f}) but "
+        return (f"budget reached: {whose} budget is in USD ({money(prices.usd(limit_n))}) but "
                 f"{prices.why_no_price(model)} -- or give a budget in tokens")
     if what == "owner_tokens":
         return (f"budget reached: owner {owner!r} used {used_n:,} tokens today (UTC {day}){in_flight}; the next call "
                 f"would pass its daily budget of {limit_n:,} tokens (LEASH_OWNER_DAILY_TOKENS)")
-    return (f"budget reached: owner {owner!r} spent ${prices.usd(used_n):.6f} today (UTC {day}); the next call would "
-            f"pass its daily budget of ${prices.usd(limit_n):.2f} (LEASH_OWNER_DAILY_USD)")
+    return (f"budget reached: owner {owner!r} spent {money(prices.usd(used_n))} today (UTC {day}); the next call "
+            f"would pass its daily budget of {money(prices.usd(limit_n))} (LEASH_OWNER_DAILY_USD)")

@@ -31,6 +31,12 @@ def utc_day(now: float | None = None) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(time.time() if now is None else now))
 
 
+def follow_ups_field(model: str, kind: str) -> str:
+    """The owner's day hash field counting, for ``model`` and ``kind``, the calls items made
+    after their first (a repair, a correction): the price before a run expects as many."""
+    return f"by|{model}|{kind}|follow_ups"
+
+
 @dataclass
 class Pending:
     """Calls of one model not yet written: what they used, cost, and the reservations they were

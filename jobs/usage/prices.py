@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
@@ -178,3 +179,23 @@ def usd(nano: int | None) -> float | None:
 
 def nano(dollars: float) -> int:
     return round(dollars * NANO_PER_USD)
+
+
+#: Significant digits an amount under a dollar keeps (trailing zeros dropped): $0.002019 is
+#: not $0.0020, and an owner's day budget of $0.006 is not "$0.01".
+SIGNIFICANT = 4
+
+
+def money(usd: float | None) -> str:
+    """``$0.000037``, ``$0.002019``, ``$0.012``, ``$0.42``, ``$12.30``, ``$1,234.50``; ``$0``
+    for nothing; ``unknown`` for None."""
+    if usd is None:
+        return "unknown"
+    if usd == 0:
+        return "$0"
+    if abs(usd) >= 1:
+        return f"${usd:,.2f}"
+    decimals = max(2, SIGNIFICANT - 1 - math.floor(math.log10(abs(usd))))
+    whole, _, fraction = f"{usd:.{decimals}f}".partition(".")
+    fraction = fraction.rstrip("0")
+    return f"${whole}.{fraction.ljust(2, '0')}"

@@ -4,14 +4,13 @@ per UTC day, a model's all-time totals, and each item's. No model code, no SDK."
 from __future__ import annotations
 
 import calendar
-import math
 import time
 from typing import Any
 
 from redis import Redis
 
 from jobs import keys
-from jobs.usage.prices import usd, why_no_price
+from jobs.usage.prices import SIGNIFICANT, money, usd, why_no_price  # noqa: F401 (money: read here too)
 
 TOTALS = ("calls", "input_tokens", "output_tokens", "cached_input_tokens", "cost_nusd", "unpriced_calls",
           "estimated_calls", "cache_hits")
@@ -146,23 +145,6 @@ def model_totals(connection: Redis) -> dict[str, dict[str, int]]:
         rows = pipe.execute()
     return {model: dict(zip(TOTALS, (_int(v) for v in row), strict=True))
             for model, row in zip(models, rows, strict=True) if any(row)}
-
-
-#: Significant digits an amount under a dollar keeps.
-SIGNIFICANT = 2
-
-
-def money(usd: float | None) -> str:
-    """``$0.000037``, ``$0.012``, ``$0.42``, ``$12.30``, ``$1,234.50``; ``$0`` for nothing;
-    ``unknown`` for None."""
-    if usd is None:
-        return "unknown"
-    if usd == 0:
-        return "$0"
-    if abs(usd) >= 1:
-        return f"${usd:,.2f}"
-    decimals = max(2, SIGNIFICANT - 1 - math.floor(math.log10(abs(usd))))
-    return f"${usd:.{decimals}f}"
 
 
 def cost_text(cost_usd: float | None, calls: int, models: list[str] | tuple[str, ...] = ()) -> str:
