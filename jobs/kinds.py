@@ -20,6 +20,8 @@ A kind whose payload is not items plus declared fields writes its own validator:
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -139,9 +141,13 @@ def import_from_env() -> None:
 
 
 def import_kinds(modules: list[str] | tuple[str, ...] | None = None) -> None:
-    """Import the modules that register job kinds (``--import`` / ``LEASH_IMPORTS``)."""
+    """Import the modules that register job kinds (``--import`` / ``LEASH_IMPORTS``), found
+    from the current directory too, as ``rq worker`` finds them: ``leash worker --import
+    myapp.kinds`` run beside ``myapp/`` works without installing it."""
     if modules is None:
         modules = [config.settings().imports]
+    if any(name.strip() for spec in modules for name in spec.split(",")) and os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())  # last: a module of the current directory never shadows an installed one
     for spec in modules:
         for name in spec.split(","):
             if name.strip():

@@ -91,7 +91,8 @@ def _redis_base_url() -> str:
     from cli.devserver import start_redis, stop
 
     workdir = Path(tempfile.mkdtemp(prefix="leash-test-redis-"))
-    proc, url = start_redis(workdir)
+    # It ends with this process however this process ends: Ctrl-C on `pytest -n 4` leaves no redis-server.
+    proc, url = start_redis(workdir, die_with_parent=True)
 
     def stop_redis() -> None:
         stop([proc], grace=5)
