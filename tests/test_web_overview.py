@@ -41,7 +41,7 @@ def test_the_overview_counts_jobs_and_failures_per_hour_and_the_queue_depth(clie
     # Queue depth is RQ's list, every owner's: the canceled job left it; the failing one was
     # claimed here without a worker's dequeue, so RQ still lists it.
     [depth] = overview.queue_depths(conn)
-    assert bar_values(html, "queue-depth") == [depth.waiting, depth.retrying] == [3, 0]
+    assert bar_values(html, "queue-depth") == [depth.waiting, depth.retrying, depth.at_provider] == [3, 0, 0]
     assert "<script" not in html.split("<main")[1], "charts need no JavaScript"
     assert 'role="img" aria-label="Jobs submitted per hour, last 24 hours"' in html
     assert bar_values(html, "tokens-per-day") == [0] * 14, "no model calls: zero tokens, not a made-up figure"

@@ -38,7 +38,7 @@ def test_the_form_page_has_the_fields_and_a_csrf_token(client, conn):
     assert page.status_code == 200
     for name in (b'name="kind"', b'name="labels"', b'name="items"', b'name="items_file"', b'name="csrf_token"'):
         assert name in page.data
-    assert b'<option value="classify"' in page.data
+    assert b'<option selected value="classify"' in page.data  # the first kind, chosen
 
 
 def test_a_valid_submission_is_a_303_to_the_job_page(browser, conn):

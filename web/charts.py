@@ -32,25 +32,46 @@ def _nice_max(value: int) -> int:
     return top
 
 
+#: Roughly how wide a character of an axis label is (11 px sans-serif), to leave room for the
+#: widest label: a label cut at the chart's left edge reads as a smaller number.
+CHAR_WIDTH = 7
+
+
+def short(value: float) -> str:
+    """An axis figure in at most four characters: 0, 50, 2.5k, 200k, 1.5M."""
+    for size, suffix in ((1_000_000_000, "G"), (1_000_000, "M"), (1000, "k")):
+        if value >= size:
+            return f"{value / size:.3g}{suffix}"
+    return f"{value:g}"
+
+
 def bars(label: str, names: list[str], values: list[int], css: str, tick_every: int = 1,
          unit: str = "jobs") -> Markup:
     """A vertical bar chart: one bar per name; every ``tick_every``-th name is written below."""
     top = _nice_max(max(values, default=0))
-    plot_w, plot_h = WIDTH - LEFT - 4, HEIGHT - BOTTOM - TOP
+    ticks = [(fraction, short(top * fraction)) for fraction in (0, 0.5, 1)]
+    left = max(LEFT, 8 + CHAR_WIDTH * max(len(text) for _, text in ticks))
+    plot_w, plot_h = WIDTH - left - 4, HEIGHT - BOTTOM - TOP
     slot = plot_w / max(len(values), 1)
     parts = [f'<svg class="chart {css}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(label)}" '
              f'preserveAspectRatio="xMidYMid meet" xmlns="http://www.w3.org/2000/svg">']
-    for fraction in (0, 0.5, 1):
+    for fraction, text in ticks:
         y = TOP + plot_h * (1 - fraction)
-        parts.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - 4}" y1="{y:.1f}" y2="{y:.1f}"/>')
-        parts.append(f'<text class="axis" x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{top * fraction:g}</text>')
+        parts.append(f'<line class="grid" x1="{left}" x2="{WIDTH - 4}" y1="{y:.1f}" y2="{y:.1f}"/>')
+        parts.append(f'<text class="axis" x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">{text}</text>')
     for n, (name, value) in enumerate(zip(names, values, strict=True)):
         h = plot_h * value / top if top else 0
-        x = LEFT + n * slot + slot * 0.15
+        x = left + n * slot + slot * 0.15
         parts.append(f'<rect class="bar" x="{x:.1f}" y="{TOP + plot_h - h:.1f}" width="{slot * 0.7:.1f}" '
                      f'height="{h:.1f}" data-value="{value}"><title>{escape(name)}: {value} {unit}</title></rect>')
         if n % tick_every == 0:
-            parts.append(f'<text class="axis" x="{x + slot * 0.35:.1f}" y="{HEIGHT - 6}" text-anchor="middle">'
-                         f'{escape(name.split("–")[0])}</text>')
+            # Kept inside the chart: the first and last names are anchored to their own edge.
+            centre = x + slot * 0.35
+            text = name.split("–")[0]
+            half = CHAR_WIDTH * len(text) / 2
+            anchor = "start" if centre - half < 0 else "end" if centre + half > WIDTH else "middle"
+            at = {"start": max(centre - slot * 0.35, 0), "end": min(centre + slot * 0.35, WIDTH), "middle": centre}
+            parts.append(f'<text class="axis" x="{at[anchor]:.1f}" y="{HEIGHT - 6}" text-anchor="{anchor}">'
+                         f'{escape(text)}</text>')
     parts.append("</svg>")
     return Markup("".join(parts))

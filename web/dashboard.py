@@ -213,12 +213,31 @@ def content_security_policy(page: str) -> str:
             "base-uri 'none'; object-src 'none'")
 
 
+#: Put into rq-dashboard's pages: a way back to leash on every page, and what its layout needs on
+#: a phone (its intro paragraph has a fixed height that the table then overlaps at 390 px).
+BACK_BAR = ('<nav class="leash-back" aria-label="leash"><a href="/overview">&larr; Back to leash</a>'
+            '<a href="/failures">Failures</a><a href="/jobs">My jobs</a></nav>')
+PHONE_STYLE = ("<style>.leash-back{display:flex;flex-wrap:wrap;gap:.3rem 1.2rem;padding:.6rem 1rem;"
+               "background:#eef2fb;border-bottom:1px solid #d5dcea;font:15px/1.4 system-ui,sans-serif}"
+               ".leash-back a{color:#2854c5;text-decoration:none;font-weight:600}"
+               "p.fixed.intro{height:auto}"
+               "@media (max-width:600px){.section{padding:1em .6em}.container{padding:0 .3rem}"
+               "h1{font-size:1.7rem}#rq-instances{max-width:100%}}</style>")
+
+
+def _with_way_back(page: str) -> str:
+    page = page.replace("</head>", PHONE_STYLE + "</head>", 1)
+    return re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + BACK_BAR, page, count=1)
+
+
 def _protect_pages(response: Response) -> Response:
     if request.blueprint != BLUEPRINT:
         return response
     _escape_data(response)
     if response.mimetype == "text/html" and not response.direct_passthrough:
-        response.headers["Content-Security-Policy"] = content_security_policy(response.get_data(as_text=True))
+        page = _with_way_back(response.get_data(as_text=True))
+        response.set_data(page)
+        response.headers["Content-Security-Policy"] = content_security_policy(page)
     return response
 
 

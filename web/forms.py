@@ -57,6 +57,24 @@ class BaseSubmitForm(FlaskForm):
         self.kind.choices = [(name, name) for name in sorted(kinds.KINDS)]
         if not self.submission.data:
             self.submission.data = secrets.token_urlsafe(16)
+        if not self.is_submitted():
+            self.kind.data = self.chosen_kind()  # ?kind=extract preselects it
+
+    def chosen_kind(self) -> str:
+        """The kind whose fields the form shows: the one submitted, else ``?kind=`` (the kind
+        links work without JavaScript), else the first."""
+        from flask import request
+
+        for wanted in (self.kind.data if self.is_submitted() else None, request.args.get("kind")):
+            if wanted in kinds.KINDS:
+                return wanted
+        return "classify" if "classify" in kinds.KINDS else sorted(kinds.KINDS)[0]
+
+    def shows(self, kind_names: list[str]) -> bool:
+        """Whether a field taken by ``kind_names`` is shown for the chosen kind (every field
+        is, for a kind that declares none: it reads whatever is filled)."""
+        chosen = kinds.KINDS.get(self.chosen_kind())
+        return chosen is None or not chosen.fields or chosen.name in kind_names
 
     def budget(self) -> dict | None:
         """The payload's ``budget``, or None when neither figure is given."""

@@ -34,11 +34,13 @@ def overview_charts(connection, owner: str) -> list[charts.Chart]:
     depths = overview.queue_depths(connection)
     hourly = overview.hourly(connection, owner)
     hours = [_hour(start) for start in hourly.starts]
-    names = [f"{d.queue}: waiting" for d in depths] + [f"{d.queue}: retrying" for d in depths]
-    values = [d.waiting for d in depths] + [d.retrying for d in depths]
+    names = ([f"{d.queue}: waiting" for d in depths] + [f"{d.queue}: retrying" for d in depths]
+             + [f"{d.queue}: at provider" for d in depths])
+    values = [d.waiting for d in depths] + [d.retrying for d in depths] + [d.at_provider for d in depths]
     return [
         charts.Chart("queue-depth", "Queue depth now", charts.bars("Jobs waiting per queue", names, values, "depth"),
-                     "All owners' jobs: waiting for a worker, and waiting for a retry."),
+                     "All owners' jobs: waiting for a worker, waiting for a retry, and batch jobs waiting at "
+                     "their provider (no worker held)."),
         charts.Chart("jobs-per-hour", "Your jobs per hour",
                      charts.bars("Jobs submitted per hour, last 24 hours", hours, hourly.submitted, "jobs",
                                  tick_every=6),

@@ -204,6 +204,7 @@ def job_page(job_id: str):
     waiting_at_provider = (fields.get("batch") or {}).get("phase") == "waiting"
     attempts = job_view.marked_attempts(fields["history"])
     batch = job_view.batch_details(connection, fields)
+    look_requested = waiting_at_provider and request.args.get("look") == "requested"
     return _page(render_template(
         "job.html", job=fields, stale_text=STALE_LOOK_TEXT if waiting_at_provider else STALE_TEXT,
         terminal=terminal, table=_results_table(connection, job_id, fields),
@@ -216,11 +217,33 @@ def job_page(job_id: str):
         traceback=_traceback(fields["error"]), duration=humane.duration, money=money.money,
         replay_command=f"leash replay {job_id}", spend_text=money.spend_text, ago=humane.relative,
         cancel_requested=not terminal and request.args.get("cancel") == "requested",
-        look_requested=waiting_at_provider and request.args.get("look") == "requested",
+        look_requested=look_requested, waiting_text=_waiting_text(fields, look_requested),
         summary=fields["result"]["summary"] if fields["result"] else None,
         estimate=_estimate(connection, job_id),
         failure_group=_failure_group(fields),
+        schema=_schema_text(connection, job_id, fields),
     ))
+
+
+def _schema_text(connection, job_id: str, fields: dict) -> dict | None:
+    """An extract job's schema, indented for reading on its page, and its fields' names."""
+    kind = kinds.KINDS.get(fields["kind"])
+    if kind is None or not any(f.name == "schema" for f in kind.fields):
+        return None
+    schema = results.job_schema(connection, job_id)
+    if schema is None:
+        return None
+    props = schema.get("properties")
+    return {"text": json.dumps(schema, indent=2, ensure_ascii=False),
+            "fields": [str(name) for name in props] if isinstance(props, dict) else []}
+
+
+def _waiting_text(fields: dict, look_requested: bool) -> str | None:
+    """Why the job waits; after Look now, "a worker looks within seconds", not the look's old time."""
+    text = fields.get("waiting")
+    if look_requested and text and "; leash looks next at" in text:
+        return text.split("; leash looks next at")[0] + "; a worker looks within seconds (no worker held)"
+    return text
 
 
 def _failure_group(fields: dict) -> str | None:

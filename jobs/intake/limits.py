@@ -179,15 +179,43 @@ def schema_from_text(text: str) -> Any:
         return text
 
 
+#: json's messages in words a person reads.
+_JSON_PROBLEMS = {
+    "Expecting value": "a value is missing or is not JSON (text needs double quotes; true, false and null "
+                       "are lower case)",
+    "Expecting property name enclosed in double quotes": "a property name needs double quotes "
+                                                         "(or a comma is left before a closing brace)",
+    "Expecting ',' delimiter": "a comma is missing",
+    "Expecting ':' delimiter": "a colon is missing after a property name",
+    "Extra data": "there is more after the schema's closing brace",
+    "Unterminated string starting at": "a text is not closed with a double quote",
+    "Invalid control character at": "a text holds a line break or tab (write \\n or \\t)",
+}
+
+
+def _json_problem(exc: json.JSONDecodeError) -> str:
+    return _JSON_PROBLEMS.get(exc.msg, exc.msg[:1].lower() + exc.msg[1:])
+
+
+def _near(text: str, pos: int) -> str:
+    """The text around a position, quoted on one line: where to look."""
+    shown = text[max(0, pos - 15):pos + 15].replace("\n", " ").strip()
+    return f"near {shown!r}" if shown else "at the end"
+
+
 def check_schema(payload: dict) -> dict:
     schema = payload.get("schema")
     if schema is None:
         raise InvalidJob("missing field 'schema': give the JSON Schema each answer must follow")
     if isinstance(schema, str):
+        if not schema.strip():
+            raise InvalidJob("'schema' is empty: give the JSON Schema each answer must follow")
         try:
             json.loads(schema)
-        except ValueError as exc:
-            raise InvalidJob(f"'schema' is not JSON: {exc}") from None
+        except json.JSONDecodeError as exc:
+            # In words, at the spot: "Expecting value: line 1 column 1 (char 0)" says neither.
+            raise InvalidJob(f"'schema' is not JSON: {_json_problem(exc)} at line {exc.lineno}, "
+                             f"column {exc.colno} ({_near(schema, exc.pos)})") from None
         raise InvalidJob("'schema' must be a JSON object (a JSON Schema), not a string")
     limit = limits()
     size = json_size(schema) if isinstance(schema, dict) else 0

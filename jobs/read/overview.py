@@ -28,6 +28,9 @@ class QueueDepth:
     queue: str
     waiting: int  #: in RQ's queue, for a worker
     retrying: int  #: scheduled by RQ's Retry, waiting for its time
+    #: batch jobs waiting at their provider: RQ holds their next look as scheduled, but they
+    #: are not retrying (no attempt failed) and hold no worker
+    at_provider: int = 0
 
 
 @dataclass
@@ -41,12 +44,22 @@ class Hourly:
 
 def queue_depths(connection: Redis) -> list[QueueDepth]:
     names = settings().queues
+    looks = [member.decode() for member in connection.zrange(keys.BATCH_LOOKS, 0, -1)]
     with connection.pipeline(transaction=False) as pipe:
         for name in names:
             pipe.llen(keys.rq_queue(name))
             pipe.zcard(keys.rq_scheduled(name, connection))
+            if looks:
+                pipe.zmscore(keys.rq_scheduled(name, connection), looks)
+            else:
+                pipe.echo("")
         replies = pipe.execute()
-    return [QueueDepth(name, replies[2 * n], replies[2 * n + 1]) for n, name in enumerate(names)]
+    depths = []
+    for n, name in enumerate(names):
+        waiting, scheduled, scores = replies[3 * n:3 * n + 3]
+        at_provider = sum(score is not None for score in scores) if looks else 0
+        depths.append(QueueDepth(name, waiting, scheduled - at_provider, at_provider))
+    return depths
 
 
 def hourly(connection: Redis, owner: str, now: float | None = None, hours: int = HOURS) -> Hourly:
@@ -103,9 +116,13 @@ class Running:
     jobs: list[dict]  #: the owner's running jobs' status fields, newest first (at most ``limit``)
     total: int
     items_per_minute: float  #: the sum of their current speeds
+    #: of ``total``, the batch jobs waiting at their provider (running, but holding no worker)
+    at_provider: int = 0
 
 
 def running(connection: Redis, owner: str, limit: int = 10) -> Running:
     found = listing.find(connection, owner, 0, limit, listing.Filters(view="running"))
     rate = sum(job.get("items_per_second") or 0 for job in found.jobs)
-    return Running(found.jobs, found.total, round(rate * 60, 1))
+    looks = [member.decode() for member in connection.zrange(keys.BATCH_LOOKS, 0, -1)]
+    scores = connection.zmscore(keys.owner_state(owner, "running"), looks) if looks else []
+    return Running(found.jobs, found.total, round(rate * 60, 1), sum(score is not None for score in scores))

@@ -190,6 +190,14 @@ ERROR_COLUMN = "error"
 def result_columns(connection: Redis, job_id: str) -> list[str]:
     """The properties results are shown in, one column each: the top-level properties of an
     ``extract`` job's schema, in its order; [] for a job whose results are text or one value."""
+    schema = job_schema(connection, job_id)
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    return [str(name) for name in props] if isinstance(props, dict) else []
+
+
+def job_schema(connection: Redis, job_id: str) -> dict | None:
+    """The JSON Schema an ``extract`` job was submitted with (from its payload copy, or the
+    archive's once that copy has left Redis); None for a job without one."""
     raw = connection.get(keys.payload(job_id))
     payload = None
     if raw is not None:
@@ -200,8 +208,7 @@ def result_columns(connection: Redis, job_id: str) -> list[str]:
     if payload is None and connection.hexists(keys.job(job_id), "archived_at"):
         payload = reading.payload(job_id, connection, with_items=False)
     schema = payload.get("schema") if isinstance(payload, dict) else None
-    props = schema.get("properties") if isinstance(schema, dict) else None
-    return [str(name) for name in props] if isinstance(props, dict) else []
+    return schema if isinstance(schema, dict) else None
 
 
 def csv_header(columns: list[str] | tuple = ()) -> list[str]:

@@ -1,7 +1,21 @@
-// The submission form: a JSON Schema box (extract) shows the fields each answer will have, as
-// it is typed or pasted; a schema file chosen for upload is read into the box. Without
-// JavaScript the upload still works (the server reads it) and the job page shows the fields.
+// The submission form: choosing a kind shows its fields only (the server renders the chosen
+// kind's; without JavaScript the kind links below the choice reload the form for another); a
+// JSON Schema box (extract) shows the fields each answer will have, as it is typed or pasted; a
+// schema file chosen for upload is read into the box. Without JavaScript the upload still works
+// (the server reads it) and the job page shows the schema.
 "use strict";
+
+function showKindFields(kind) {
+  document.querySelectorAll(".kind-field[data-kinds]").forEach(function (field) {
+    var kinds = field.getAttribute("data-kinds").split(" ");
+    field.hidden = kinds.indexOf(kind) < 0;
+  });
+  if (window.history && window.history.replaceState) {
+    var url = new URL(window.location.href);
+    url.searchParams.set("kind", kind);
+    window.history.replaceState(null, "", url.pathname + url.search);
+  }
+}
 
 function describeSchema(text) {
   if (!text.trim()) return "";
@@ -25,6 +39,21 @@ function describeSchema(text) {
 }
 
 document.addEventListener("DOMContentLoaded", function () {
+  var select = document.querySelector("select[data-kind-select]");
+  if (select) {
+    // A kind that declares no fields of its own reads every box: the server shows them all then.
+    var declared = {};
+    document.querySelectorAll(".kind-field[data-kinds]").forEach(function (field) {
+      field.getAttribute("data-kinds").split(" ").forEach(function (k) { declared[k] = true; });
+    });
+    select.addEventListener("change", function () {
+      if (declared[select.value]) {
+        showKindFields(select.value);
+      } else {
+        document.querySelectorAll(".kind-field").forEach(function (field) { field.hidden = false; });
+      }
+    });
+  }
   document.querySelectorAll("textarea[data-fields]").forEach(function (box) {
     var shown = document.getElementById(box.getAttribute("data-fields"));
     if (!shown) return;
