@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from jobs import keys
 from jobs.core import lease, states
 from jobs.enqueue import enqueue
 from tests.conftest import wait_for
@@ -21,6 +22,7 @@ WIDTHS = (1280, 390)
 def failed(conn, error: str, name: str | None = None) -> str:
     job_id, _ = enqueue(conn, "classify", {"items": ["a", "b"], "labels": ["yes", "no"]}, owner="shared",
                         max_attempts=3, name=name)
+    conn.lrem(keys.rq_queue("leash"), 0, job_id)  # dequeued, as a worker's dequeue leaves it: RQ does not list it
     assert lease.claim(conn, job_id, "leash", "w").fail(error + "\nTraceback ...", permanent=True) == "failed"
     return job_id
 

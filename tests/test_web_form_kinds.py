@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from jobs import kinds
 from tests.web_support import HTML, csrf_from
 
 SCHEMA = {"type": "object", "properties": {"product": {"type": "string"}, "stars": {"type": "integer"}},
@@ -30,18 +31,24 @@ def hidden_fields(html: str) -> set[str]:
                                             html)}
 
 
+def declared(kind: str) -> set[str]:
+    return {f.name for f in kinds.KINDS[kind].fields}
+
+
 def test_the_form_shows_the_first_kinds_fields_and_each_kind_its_own(client, conn):
     first = client.get("/", headers=HTML).data.decode()
-    assert shown_fields(first) == {"labels"} and {"template", "schema", "max_invalid"} <= hidden_fields(first)
+    assert shown_fields(first) == declared("classify") and "labels" in declared("classify")
+    assert {"template", "schema"} <= hidden_fields(first)
     extract = client.get("/?kind=extract", headers=HTML).data.decode()
-    assert shown_fields(extract) == {"schema", "template", "max_invalid"} and "labels" in hidden_fields(extract)
+    assert shown_fields(extract) == declared("extract") and {"schema", "template"} <= declared("extract")
+    assert "labels" in hidden_fields(extract)
     assert '<option selected value="extract">' in extract
     prompt = client.get("/?kind=prompt", headers=HTML).data.decode()
-    assert shown_fields(prompt) == {"template"}
+    assert shown_fields(prompt) == declared("prompt") and "schema" in hidden_fields(prompt)
     # Without JavaScript, links choose the kind.
     links = re.search(r'<noscript><p class="hint kind-links".*?</noscript>', extract, re.S).group(0)
     assert 'href="/?kind=prompt"' in links and 'href="/?kind=extract" aria-current="true"' in links
-    assert shown_fields(client.get("/?kind=nonsense", headers=HTML).data.decode()) == {"labels"}
+    assert shown_fields(client.get("/?kind=nonsense", headers=HTML).data.decode()) == declared("classify")
 
 
 def submit(browser, **fields):
@@ -51,7 +58,7 @@ def submit(browser, **fields):
 
 def test_a_refused_submission_keeps_showing_the_kind_it_was_for(browser, conn):
     html = submit(browser, kind="extract", schema="").data.decode()
-    assert shown_fields(html) == {"schema", "template", "max_invalid"}
+    assert shown_fields(html) == declared("extract")
     assert 'id="schema-error"' in html and "The schema is empty" in html
     assert "Expecting value" not in html
 
