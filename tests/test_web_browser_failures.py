@@ -10,8 +10,8 @@ import re
 import pytest
 
 from jobs import keys
-from jobs.core import lease, states
-from jobs.enqueue import enqueue
+from jobs.core import states
+from jobs.deadletter.synthetic import FailedJob, write_failed_jobs
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.slow
@@ -20,10 +20,11 @@ WIDTHS = (1280, 390)
 
 
 def failed(conn, error: str, name: str | None = None) -> str:
-    job_id, _ = enqueue(conn, "classify", {"items": ["a", "b"], "labels": ["yes", "no"]}, owner="shared",
-                        max_attempts=3, name=name)
-    conn.lrem(keys.rq_queue("leash"), 0, job_id)  # dequeued, as a worker's dequeue leaves it: RQ does not list it
-    assert lease.claim(conn, job_id, "leash", "w").fail(error + "\nTraceback ...", permanent=True) == "failed"
+    """A failed job as a worker leaves it: leash's record and RQ's (in its failed registry)."""
+    [job_id] = write_failed_jobs(conn, [FailedJob(kind="classify", error=error + "\nTraceback ...", owner="shared",
+                                                  payload={"items": ["a", "b"], "labels": ["yes", "no"]})])
+    if name:
+        conn.hset(keys.job(job_id), "name", name)
     return job_id
 
 
