@@ -1,6 +1,6 @@
 """``leash usage``: what an owner's jobs used and cost, per UTC day, model and kind (Redis keeps
-the days: 400 of them, 40 with an archive), or in one month by kind (``--month``: the archive's
-ended jobs, kept as long as LEASH_RESULT_TTL)."""
+the days: LEASH_USAGE_DAYS_KEPT of them, 400 unless set, 40 with an archive), or in one month by
+kind (``--month``: the archive's ended jobs, kept as long as LEASH_RESULT_TTL)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from jobs.archive import reading
 from jobs.read.money import money
-from jobs.usage.meter import DAYS_KEPT
+from jobs.usage.meter import days_kept
 from jobs.usage.prices import why_no_price
 from jobs.usage.report import owner_usage, unpriced_models
 
@@ -36,8 +36,9 @@ def _line(label: str, figures: dict) -> str:
 @click.command("usage")
 @owner_option
 @click.option("--since", default="30d", show_default=True, type=DURATION,
-              help=f"How far back, in whole UTC days with today counted: 1d, 7d, 2w (at most {DAYS_KEPT}d).")
-@click.option("--days", type=click.IntRange(1, DAYS_KEPT), hidden=True, deprecated="use --since 30d")
+              help="How far back, in whole UTC days with today counted: 1d, 7d, 2w (at most "
+                   "LEASH_USAGE_DAYS_KEPT, 400 days unless set; 40 with an archive).")
+@click.option("--days", type=click.IntRange(1), hidden=True, deprecated="use --since 30d")
 @click.option("--month", metavar="YYYY-MM",
               help="One UTC month from the archive: the owner's jobs that ended in it, by kind, and their cost.")
 @click.option("--json", "as_json", is_flag=True,
@@ -47,12 +48,13 @@ def usage_command(owner, token, since, days, month, as_json):
     ("~": the server reported no usage, so the figure is an estimate; "cache (free)": requests
     the request cache answered, no call, no cost), or with --month a month's ended jobs by kind,
     from the archive."""
-    kept = reading.usage_days_kept()  # 400 days, or 40 with an archive: it keeps the months
+    kept = reading.usage_days_kept()  # LEASH_USAGE_DAYS_KEPT, or 40 with an archive: it keeps the months
     if days is None:
         days = max(1, math.ceil(since / 86400)) if since != float("inf") else kept
     if days > kept:
         raise BadInput(f"--since reaches {days} days back; usage per day is kept {kept} days"
-                       + (" (older months: --month YYYY-MM reads the archive)" if kept < DAYS_KEPT else ""))
+                       + (" (older months: --month YYYY-MM reads the archive)" if kept < days_kept()
+                          else " (LEASH_USAGE_DAYS_KEPT)"))
     owner = acting_owner(owner, token)
     if month is not None:
         _month(owner, month, as_json)

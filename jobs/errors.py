@@ -10,8 +10,9 @@ an ``except LeashError`` never swallows one. Both derive from ``Exception``.
 - ``HandOff``: the worker is shutting down (a deploy); the job goes back to the queue without
   counting an attempt.
 - ``Parked``: a batch job's batch is at its provider; the worker is given back until the next look.
-- ``RetryLater`` (and ``jobs.usage.budget.WaitingForRoom``): the job comes back later, no attempt
-  counted (a 429, room in a budget that calls in flight hold).
+- ``RetryLater`` (and ``jobs.usage.budget.WaitingForRoom``, ``ProviderDown``): the job comes back
+  later, no attempt counted (a 429, room in a budget that calls in flight hold, a provider that
+  fails every call: an outage, waited out up to LEASH_PROVIDER_OUTAGE_MAX).
 - ``Canceled``: the owner asked to stop; the job ends canceled, which leash neither counts nor
   reports as a failure.
 - ``LeaseLost``: another attempt owns the job now; this one stops and writes nothing.
@@ -99,6 +100,11 @@ class RetryLater(Signal):
     def __init__(self, seconds: float, message: str | None = None):
         super().__init__(message or f"retry after {seconds:g}s")
         self.seconds = seconds
+
+
+class ProviderDown(RetryLater):
+    """The model provider failed every call (connection errors, 5xx, 529 overloaded): an outage,
+    not this job's fault. The job waits for the provider with backoff, no attempt counted."""
 
 
 class NeedsDirect(Signal):

@@ -14,6 +14,9 @@ how the kind's function ended onto a fenced transition, then lets RQ do its book
     HandOff          -> release  (front of the queue, attempt not counted)
     RetryLater(s)    -> release  (RQ's scheduler brings it back after s seconds, attempt not
                                   counted; after LEASH_MAX_DEFERS deferrals it counts as a failure)
+    ProviderDown     -> release  (the provider failed every call: back after 2 s, 4 s ... 60 s,
+                                  attempt not counted, until the outage has lasted
+                                  LEASH_PROVIDER_OUTAGE_MAX; then it counts as a failure)
     Parked           -> park     (a batch job's batch is at its provider: running, waiting; RQ's
                                   scheduler brings it back for a look, which is not an attempt)
     Redis went away  -> release  (front of the queue, attempt not counted: a failover is not
@@ -36,8 +39,9 @@ from jobs import keys, kinds
 from jobs.batch import canceled
 from jobs.batch import run as batch_run
 from jobs.config import settings
+from jobs.config.operations import operations
 from jobs.config.stores import item_errors as item_error_settings
-from jobs.core import clock, consistency, outcome, parents
+from jobs.core import clock, consistency, deferrals, outcome, parents
 from jobs.core.context import JobContext
 from jobs.core.lease import Attempt, Outcome, describe
 from jobs.errors import (
@@ -48,6 +52,7 @@ from jobs.errors import (
     Parked,
     PermanentError,
     PlainWorker,
+    ProviderDown,
     RetryLater,
     TooManyItemErrors,
 )
@@ -66,6 +71,7 @@ def execute(kind_name: str, payload: dict, attempt: Attempt | None = None) -> di
         _refuse_plain_worker()
     kind = kinds.get(kind_name)
     why_not = parents.blocked(attempt.connection, attempt.job_id)
+    deferrals.clear(attempt.connection, attempt.job_id)  # running again: what it waited for is back
     ctx = JobContext(attempt, payload, model_factory=backends.get_backend, batch_runner=batch_run.run)
     try:
         if why_not:
@@ -85,6 +91,8 @@ def execute(kind_name: str, payload: dict, attempt: Attempt | None = None) -> di
     except HandOff:
         attempt.release()
         raise
+    except ProviderDown as exc:
+        return _wait_for_provider(attempt, exc)
     except RetryLater as exc:
         return _defer(attempt, exc)
     except Parked as exc:
@@ -193,8 +201,42 @@ def _defer(attempt: Attempt, exc: RetryLater) -> Retry:
         raise LeaseLost()
     if not counted:
         attempt.connection.hincrby(keys.job(attempt.job_id), "defers", -1)
+        deferrals.note(attempt.connection, attempt.job_id, "budget", clock.wall())
     log.info("job %s deferred %ds: %s", attempt.job_id, math.ceil(exc.seconds), exc)
     return Retry(max=_rq_retries() + limit + 1, interval=max(1, math.ceil(exc.seconds)))
+
+
+#: A job waiting for its provider comes back after 2 s, then twice as long each time, at most 60 s.
+OUTAGE_FIRST, OUTAGE_STEP_MAX = 2.0, 60.0
+
+
+def _wait_for_provider(attempt: Attempt, exc: ProviderDown) -> Retry:
+    """The provider failed every call: an outage. The job keeps its checkpoint and frees its
+    worker; no attempt and no deferral is counted until the outage has lasted
+    LEASH_PROVIDER_OUTAGE_MAX. An outage starts again once the job stored items after it."""
+    connection, key, now = attempt.connection, keys.job(attempt.job_id), clock.wall()
+    since, done_then, tries, done = connection.hmget(key, "provider_down_since", "provider_down_done",
+                                                      "provider_down_tries", "done")
+    same = since is not None and int(done or 0) <= int(done_then or 0)
+    since, tries = (float(since), int(tries or 0)) if same else (now, 0)
+    longest = operations().provider_outage_max
+    if now - since >= longest:
+        error = RuntimeError(f"the model provider failed every call for {now - since:.0f}s "
+                             f"(LEASH_PROVIDER_OUTAGE_MAX={longest:g}); last: {exc}")
+        attempt.fail(describe(error), permanent=False)
+        raise error
+    if attempt.release(requeue=False) == 0:
+        raise LeaseLost()
+    seconds = min(OUTAGE_STEP_MAX, OUTAGE_FIRST * 2 ** tries, max(1.0, since + longest - now))
+    with connection.pipeline(transaction=False) as pipe:
+        pipe.hincrby(key, "defers", -1)  # an outage is not the job's deferral: LEASH_MAX_DEFERS is for those
+        pipe.hset(key, mapping={"provider_down_since": since, "provider_down_done": int(done or 0),
+                                "provider_down_tries": tries + 1})
+        pipe.execute()
+    deferrals.note(connection, attempt.job_id, "provider", since)
+    log.warning("job %s waits for its model provider (down since %s, every call failed): back in %ds, "
+                "no attempt counted: %s", attempt.job_id, clock.iso(since), math.ceil(seconds), exc)
+    return Retry(max=_rq_retries() + settings().max_defers + 1, interval=max(1, math.ceil(seconds)))
 
 
 def _rq_retries() -> int:

@@ -195,6 +195,7 @@ class FakeOpenAI:
         self.requests: list[Seen] = []
         self.rules: list[list] = []  # [item, behaviour, times left]
         self.answer = default_answer
+        self.down: Error | None = None  # set: every call answers this error (the provider is down)
         self.schema_answers = "valid"  # "break_first" or "never": see answer_for
         self.structured_asked: dict[str, int] = {}  # item -> structured answers given about it
         self.stopping = threading.Event()
@@ -293,6 +294,8 @@ class FakeOpenAI:
     def behaviour(self, seen: Seen, direct: bool):
         """How the server answers ``seen``: the provider's refusal, else the item's rule, else
         a reply (after ``latency``, for a direct call). Batches answer by the same rules."""
+        if self.down is not None:  # an outage: every request answers this
+            return self.down
         refusal = self.invalid(seen.body)
         if refusal is not None:
             return refusal

@@ -118,17 +118,17 @@ def test_429_with_a_long_retry_after_reschedules_the_job_without_counting_an_att
     assert len(provider_server.seen("a")) == 1, "the rescheduled job started over instead of resuming"
 
 
-def test_500_then_success_retries_the_attempt_and_resumes_at_the_first_undone_item(conn, burst, provider_server):
+def test_a_500_is_sent_again_in_place_and_the_job_goes_on(conn, burst, provider_server):
     provider_server.on("b", Error(500, "upstream exploded"))
     job_id, _ = enqueue(conn, "prompt", {"items": ["a", "b", "c"], "template": "{item}"}, max_attempts=3)
     burst()
     final = ended(conn, job_id)
 
     assert final["state"] == "succeeded", final["error"]
-    assert final["attempts"] == 2
-    [entry] = error_history(conn, job_id)
-    assert "ModelUnavailable" in entry["error"] and "failed (HTTP 500): upstream exploded" in entry["error"]
-    assert [len(provider_server.seen(x)) for x in "abc"] == [1, 2, 1]
+    assert final["attempts"] == 1 and error_history(conn, job_id) == []
+    refused, answered = provider_server.seen("b")
+    assert answered.at - refused.at >= 1.0  # sent again after a second
+    assert [len(provider_server.seen(x)) for x in "ac"] == [1, 1]
 
 
 def test_400_context_length_fails_at_once_with_the_servers_message(conn, burst, provider_server):

@@ -16,9 +16,10 @@ from jobs import keys
 from jobs.core import control, lease
 from jobs.core.context import JobContext
 from jobs.enqueue import enqueue
-from jobs.errors import Canceled, InvalidJob, LeaseLost, PermanentError
+from jobs.errors import Canceled, InvalidJob, LeaseLost, PermanentError, ProviderDown
 from jobs.models import backends
 from jobs.models.openai_backend import ModelUnavailable, OpenAIBackend, match_label, retry_after_seconds
+from jobs.models.outage import OutageWatch
 from jobs.models.rate import ACQUIRED, PAUSED, TOKENS_SPENT, ModelRateLimit
 from tests.conftest import REDIS_URL, ROOT, wait_for
 from tests.fake_openai import Error
@@ -119,13 +120,29 @@ def test_anthropics_own_words_for_a_long_prompt_and_a_wrong_url_say_what_to_fix(
 
 
 @pytest.mark.parametrize("status", [500, 503, 504])
-def test_server_errors_and_refused_connections_are_retryable(conn, provider_server, env, status):
+def test_server_errors_are_sent_again_then_waited_out_as_an_outage(conn, provider_server, status):
     provider_server.on("x", Error(status, "overloaded"))
-    with pytest.raises(ModelUnavailable, match=f"failed \\(HTTP {status}\\): overloaded"):
+    assert backends.get_backend().complete("x") == "echo: x"  # sent again after a second
+    provider_server.on("x", Error(status, "overloaded"), times=3)
+    with pytest.raises(ProviderDown, match=f"every call failed: .*failed \\(HTTP {status}\\): overloaded"):
         backends.get_backend().complete("x")
+    assert len(provider_server.seen("x")) == 5
+
+
+def test_a_refused_connection_every_time_is_an_outage(conn, provider_server, env):
     env.setenv("LEASH_MODEL_URL", "http://127.0.0.1:9/v1")  # nothing listens on port 9
-    with pytest.raises(ModelUnavailable, match="cannot reach the model server"):
+    with pytest.raises(ProviderDown, match="cannot reach the model server"):
         backends.get_backend().complete("x")
+
+
+def test_a_call_that_keeps_failing_while_others_are_answered_fails_its_attempt():
+    watch = OutageWatch()
+    assert watch.failed("boom", 1, ModelUnavailable) == 1.0
+    watch.answered()  # another item's call was answered meanwhile
+    assert watch.failed("boom", 2, ModelUnavailable) == 2.0
+    watch.answered()
+    with pytest.raises(ModelUnavailable, match="boom"):
+        watch.failed("boom", 3, ModelUnavailable)
 
 
 def test_anthropics_529_overloaded_waits_like_a_429_and_halves_the_limit(conn, anthropic_server, env):

@@ -19,8 +19,8 @@ TRANSITIONS = {"archived", "batch_note", "cancel", "claim", "end_outside", "fail
                "owner_index_expiry", "park", "reclaim", "release", "reopen", "replay", "requeue_swallowed", "retain",
                "store_items", "usage_record", "webhook"}
 #: The scripts that change no job, run from their own modules.
-OTHERS = {"cache_retire", "compact_finished_rq_job", "door_take", "failure_heads", "model_admit", "model_concurrency",
-          "model_rate", "release_stale_lock", "reservations_sweep"}
+OTHERS = {"cache_retire", "cache_sweep", "compact_finished_rq_job", "door_take", "failure_heads", "model_admit",
+          "model_concurrency", "model_rate", "release_stale_lock", "reservations_sweep"}
 
 
 def family(name: str) -> str:

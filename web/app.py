@@ -38,6 +38,7 @@ from jobs.archive import answers as archive_answers
 from jobs.archive import database as archive_database
 from jobs.config import redis_settings
 from jobs.config.front import web_app
+from jobs.config.operations import operations
 from jobs.core import clock, switches
 from jobs.core.connection import check_settings, configured_url, connect
 from jobs.models import cache as request_cache
@@ -76,6 +77,7 @@ def _config_from_env() -> dict:
         "LEASH_METRICS_PUBLIC": web.metrics_public,
         "LEASH_TRUSTED_USER_HEADER": web.trusted_user_header,
         "LEASH_PUBLIC_SUBMIT": web.public_submit,
+        "LEASH_ACCESS_LOG": operations().access_log,
     }
 
 

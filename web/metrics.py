@@ -37,10 +37,12 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from werkzeug.exceptions import Forbidden, Unauthorized
 
 from jobs import keys
+from jobs.archive import pending as archive_pending
 from jobs.config import settings
 from jobs.config.front import web_app
-from jobs.core import clock
+from jobs.core import clock, deferrals, switches
 from jobs.models import concurrency as model_concurrency
+from jobs.read import fleet
 from jobs.usage.prices import usd
 from jobs.usage.report import model_totals
 
@@ -83,6 +85,7 @@ class RedisCollector:
             running, stale, failed_index, totals, reclaims, rejected = rest
             models = model_concurrency.snapshot(self.connection)
             spent = model_totals(self.connection)
+            operations = _operations(self.connection, self.queues, now)
         except redis.exceptions.RedisError:
             yield GaugeMetricFamily("leash_redis_up", "1 if Redis answered this scrape.", value=0)
             return
@@ -126,6 +129,35 @@ class RedisCollector:
                                   value=int(rejected or 0))
         yield from _model_families(models)
         yield from _usage_families(spent)
+        yield from operations
+
+
+def _operations(connection: redis.Redis, queues: list[str], now: float) -> list:
+    """What an operator alerts on: workers by state, the oldest queued job's age and the paused
+    queues, jobs deferred while they wait (for room in a budget, for their provider), and how
+    far the archive is behind."""
+    workers = GaugeMetricFamily("leash_workers", "Workers registered, by state (busy, idle, quiet: finishing "
+                                "its job and taking no new one, suspended: `rq suspend`).", labels=["state"])
+    for state, count in fleet.worker_states(connection).items():
+        workers.add_metric([state], count)
+    oldest = GaugeMetricFamily("leash_queue_oldest_age_seconds", "Seconds the oldest job ready to run has waited "
+                               "in the queue (0 when it is empty).", labels=["queue"])
+    paused_now = switches.paused(connection)
+    paused = GaugeMetricFamily("leash_queue_paused", "1 while an operator has paused the queue (leash pause).",
+                               labels=["queue"])
+    for queue, age in fleet.oldest_ages(connection, queues, now).items():
+        oldest.add_metric([queue], round(age or 0.0, 1))
+        paused.add_metric([queue], 1 if queue in paused_now else 0)
+    waiting = GaugeMetricFamily("leash_jobs_waiting", "Jobs deferred until something outside them frees up: room "
+                                "in a budget (budget), their model provider back (provider).", labels=["for"])
+    for reason, count in deferrals.counts(connection).items():
+        waiting.add_metric([reason], count)
+    behind = archive_pending.behind(connection, now)
+    archive_jobs = GaugeMetricFamily("leash_archive_backlog_jobs", "Ended jobs waiting to be written to the SQL "
+                                     "archive.", value=behind["waiting"])
+    archive_lag = GaugeMetricFamily("leash_archive_lag_seconds", "Seconds the oldest ended job has waited to be "
+                                    "archived (0 when none waits).", value=behind["oldest_seconds"])
+    return [workers, oldest, paused, waiting, archive_jobs, archive_lag]
 
 
 def _usage_families(spent: dict[str, dict[str, int]]):

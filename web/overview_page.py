@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from flask import Blueprint, make_response, render_template
 
-from jobs.core import clock, switches
+from jobs.core import clock, deferrals, switches
 from jobs.read import humane, money, overview
 from jobs.usage.report import cost_text, days_back, owner_usage, unpriced_models
 
@@ -92,6 +92,11 @@ def cost_per_day(connection, owner: str) -> list[dict]:
              "estimated": day["usage"]["estimated"], "cost": money.money(day["cost_usd"])} for day in report["days"]]
 
 
+def _provider_wait(connection) -> dict | None:
+    count, since = deferrals.oldest(connection, "provider")
+    return {"count": count, "since": clock.iso(since)} if count and since else None
+
+
 @bp.get("/overview")
 def overview_page():
     owner = browser_owner(Need.LIST)
@@ -100,6 +105,7 @@ def overview_page():
         "overview.html", charts=overview_charts(connection, owner), workers=overview.workers(connection, owner),
         running=overview.running(connection, owner), days=cost_per_day(connection, owner),
         paused={queue: clock.iso(since) for queue, since in switches.paused(connection).items()},
+        provider_wait=_provider_wait(connection),
         refresh=REFRESH_SECONDS, ago=humane.relative, money_cell=money.cost_cell, utc=humane.utc,
         now=humane.utc(clock.iso(clock.wall()))))
     response.headers["Cache-Control"] = "no-cache, private"

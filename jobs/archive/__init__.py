@@ -18,5 +18,5 @@ Without an archive nothing changes: results stay in Redis for LEASH_RESULT_TTL.
 """
 
 #: Days an owner's daily usage stays in Redis once the jobs of those days are archived (writing.py
-#: shortens the 400 days jobs.usage.meter gives them): the archive keeps the months.
+#: shortens the LEASH_USAGE_DAYS_KEPT days jobs.usage.meter gives them): the archive keeps the months.
 USAGE_DAYS_KEPT = 40

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from jobs.archive import USAGE_DAYS_KEPT, database, tables
-from jobs.usage.meter import DAYS_KEPT
+from jobs.usage.meter import days_kept
 
 
 def engine_for(connection) -> Any:
@@ -20,9 +20,9 @@ def engine_for(connection) -> Any:
 
 def usage_days_kept(connection=None) -> int:
     """Days back an owner's daily usage can be read from Redis: 40 where an archive keeps the
-    months (``month_by_kind``), else the 400 the usage ledger gives them."""
+    months (``month_by_kind``), else the LEASH_USAGE_DAYS_KEPT (400) the usage ledger gives them."""
     archived = database.configured_url() or getattr(connection, "leash_archive_url", None)
-    return USAGE_DAYS_KEPT if archived else DAYS_KEPT
+    return min(USAGE_DAYS_KEPT, days_kept()) if archived else days_kept()
 
 
 def page(job_id: str, offset: int, limit: int, connection=None) -> list[tuple[int, Any, str | None, str | None]]:

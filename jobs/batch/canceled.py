@@ -42,7 +42,7 @@ from jobs.batch.looks import LOOK_AGAIN
 from jobs.config import batches, settings
 from jobs.core import clock, rq_side
 from jobs.lifecycle import transitions
-from jobs.usage.meter import DAY_TTL, Meter, utc_day
+from jobs.usage.meter import Meter, day_ttl, utc_day
 
 log = logging.getLogger("leash.batch")
 
@@ -141,7 +141,7 @@ def _count(connection: Redis, backend: Any, job_id: str, batch_id: str) -> int:
     day = utc_day(clock.wall())
     transitions.batch_usage_record(
         connection, job_id, owner, day, model,
-        [batch_id, pending.encode(), day, attempts or 0, settings().result_ttl + 24 * 3600, DAY_TTL])
+        [batch_id, pending.encode(), day, attempts or 0, settings().result_ttl + 24 * 3600, day_ttl()])
     return pending.calls
 
 

@@ -108,18 +108,18 @@ declare("LEASH_RESULT_TTL", "int", 6 * WEEK, "how long results and failures are 
 declare("LEASH_ARCHIVE_URL", "str", None, "where ended jobs are archived: an SQLAlchemy URL (`sqlite:///...`, ...)")
 declare("DATABASE_URL", "str", None, "the platform's database: the archive when LEASH_ARCHIVE_URL is unset")
 declare("LEASH_REDIS_KEEP", "int", 3600, "seconds an archived job's items, answers and usage stay in Redis", 0)
-# RQ's hard cap on one attempt. Hangs are caught by the lease long before this.
 declare("LEASH_JOB_TIMEOUT", "int", 6 * 3600, "RQ's hard cap on one attempt (seconds)", 1)
 declare("LEASH_HANDOFF_GRACE", "float", 20.0, "seconds a job gets to hand off on SIGTERM", 0.0)
-# A work-horse that holds paid answers Redis has not taken (an outage) waits this long for it.
 declare("LEASH_USAGE_HOLD_SECONDS", "float", 900.0,
         "how long an ending attempt keeps trying to write the usage of answers it received", 0.0)
 declare("LEASH_CANCEL_GRACE", "float", 10.0, "seconds before a cancel falls back to RQ's stop command", 0.0)
 declare("LEASH_MAX_DEFERS", "int", 10, "`RetryLater` deferrals before they count as failures", 0)
+declare("LEASH_PROVIDER_OUTAGE_MAX", "float", 3600.0, "seconds a job waits for a provider failing every call", 0.0)
+declare("LEASH_USAGE_DAYS_KEPT", "int", 400, "UTC days Redis keeps each owner's daily usage", 1)
+declare("LEASH_ACCESS_LOG", "str", "auto", "a JSON line per request: `auto` (on in production), `1`, `0`")
 declare("LEASH_ITEM_CONCURRENCY", "int", 8,
         "items of one job in flight at once; the ceiling of each model's adaptive limit", 1)
 declare("LEASH_LOCAL_DELAY_MS", "int", 0, "per-item latency of the offline backend", 0)
-# A stored error's head and tail of the traceback, small enough for the job's hash and every status.
 declare("LEASH_ERROR_MAX_CHARS", "int", 1000, "a stored error's length, in bytes as JSON", 200)
 declare("LEASH_IMPORTS", "str", "", "modules that register job kinds (comma-separated)")
 declare("LEASH_MAX_ITEM_ERRORS", "str", None, "item errors a job may end with and succeed: `3` or `10%`")
@@ -263,6 +263,7 @@ class Settings:
     max_defers: int
     item_concurrency: int
     usage_hold_seconds: float
+    usage_days_kept: int
     imports: str
 
     @property

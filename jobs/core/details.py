@@ -143,6 +143,11 @@ def waiting(state: str, rq_status: str | None, retry_at: float | None, h: dict |
     if rq_status == "deferred":  # RQ holds it until the jobs it waits for end (jobs.core.parents)
         parents = (h.get("after") or "").split(",")
         return f"waiting for job{'s' if len(parents) > 1 else ''} {', '.join(parents)} to end (after)"
+    if h.get("waiting_for") == "provider" and h.get("provider_down_since"):
+        since = clock.iso(_float(h.get("provider_down_since")))[:19].replace("T", " ")
+        later = f"; next try at {clock.iso(retry_at)[11:19]} UTC" if retry_at else ""
+        return (f"waiting for the model provider since {since} UTC: it failed every call (connection errors, "
+                f"5xx, 529){later}; no attempt is counted")
     if rq_status == "scheduled":
         when = clock.iso(retry_at) if retry_at else None
         return f"waiting to retry at {when[:19].replace('T', ' ')} UTC" if when else "waiting to retry"

@@ -111,7 +111,8 @@ class AnthropicBackend(AnthropicBatches, ModelBackend):
     def _failure(self, exc: Exception) -> Failure | None:
         if isinstance(exc, anthropic.APIStatusError):
             if exc.status_code in (429, OVERLOADED):
-                return Failure(RATE_LIMITED, wait=retry_after_seconds(exc.response.headers))
+                return Failure(RATE_LIMITED, wait=retry_after_seconds(exc.response.headers),
+                               overloaded=exc.status_code == OVERLOADED)
             message = _server_message(exc)
             return status_failure(exc.status_code, message, model=self.settings.name,
                                   where=self.settings.url or self.default_url,

@@ -15,7 +15,9 @@ Reading an entry is one GET (a batch job's items: one MGET); a hit is counted (`
 and costs nothing. Writing rides on the write that stores the item (heartbeat_v4,
 store_items_v2: ``cache_write`` in jobs/lua/_lib.lua), which also refreshes the entries hits
 used and drops entries past ``LEASH_CACHE_DAYS`` or, past ``LEASH_CACHE_MAX_MB``, the least
-recently used -- leash's own cap, never a Redis eviction policy.
+recently used -- leash's own cap, never a Redis eviction policy. Workers also ``sweep`` the
+expired entries out of the index and the byte count every SWEEP_EVERY seconds, so a cache nobody
+writes to does not go on counting answers Redis no longer holds.
 
 Only an answer leash kept is cached: one the item used as its result (a label among the
 labels, an object that follows the schema, a completion that ended on its own). An off-label
@@ -39,6 +41,8 @@ from typing import TYPE_CHECKING
 
 from jobs import keys
 from jobs.config import answer_cache
+from jobs.core import clock
+from jobs.lifecycle import scripts
 from jobs.models.provider import CUT_OFF, Answer, CallRequest, Usage
 
 if TYPE_CHECKING:
@@ -143,3 +147,19 @@ class RequestCache:
             found = archived(missed)
             raws = [found.get(name) if raw is None else raw for name, raw in zip(names, raws, strict=True)]
         return [None if raw is None else decode(raw) for raw in raws]
+
+
+
+#: How often each worker sweeps expired entries out of the cache's index (seconds), and at most
+#: how many one sweep drops (the next takes the rest).
+SWEEP_EVERY, SWEEP_MOST = 60.0, 1000
+
+
+def sweep(connection: Redis, now: float | None = None) -> int:
+    """Drop the entries whose last use is older than LEASH_CACHE_DAYS from the cache's index,
+    sizes and byte total (cache_sweep_v1); returns how many."""
+    now = clock.wall() if now is None else now
+    ttl = max(1, round(answer_cache().cache_days * 86400))
+    return int(scripts.run(connection, "cache_sweep_v1", keys={
+        "cache_index": keys.CACHE_INDEX, "cache_sizes": keys.CACHE_SIZES, "cache_bytes": keys.CACHE_BYTES},
+        args=[now, ttl, SWEEP_MOST]))

@@ -23,24 +23,14 @@ retries, because only the queue knows which items are checkpointed):
     RATE_LIMITED, wait <= LEASH_MODEL_MAX_INLINE_WAIT -> every caller of the model pauses, this
                                                          call waits in place (lease renewed), again
     RATE_LIMITED, a longer wait or 5 in a row         -> RetryLater: rescheduled, no attempt counted
-    UNAVAILABLE, TIMED_OUT                            -> ModelUnavailable: the attempt fails and the
-                                                         job is retried with backoff
+    UNAVAILABLE (sent again in place), TIMED_OUT      -> ModelUnavailable: the attempt fails and the job
+                                                         is retried; every call failing: outage.py
     PERMANENT                                         -> PermanentError saying what to fix
     RESEND                                            -> the provider changed its request (e.g. the
                                                          token-limit field), sent again at once
 
-The two hooks, the only places the loop looks at the cost of a call:
-
-``_before_call(request, worst_case_tokens)``
-    Runs before every send, holding the call's concurrency slot; ``worst_case_tokens`` is the
-    prompt estimate (about four characters a token) plus the ``max_tokens`` the call asks for,
-    computed once per call by ``CallRequest.worst_case_tokens()``. Today it waits for the rate turn;
-    it is where a budget reservation goes. Raising here sends nothing.
-``_after_call(request, usage)``
-    Runs exactly once after every send that ``_before_call`` let through: with the call's
-    ``Usage`` when it answered (also when the answer is then thrown away: it was paid for), with
-    None when the send raised. Today it spends the answer's tokens on the shared TPM limit; it is
-    where usage accounting and settling a reservation go.
+The two hooks, the only places the loop looks at the cost of a call, ``_before_call(request,
+worst_case_tokens)`` and ``_after_call(request, usage)``: docs/ARCHITECTURE.md ("the two hooks").
 """
 
 from __future__ import annotations
@@ -63,6 +53,7 @@ from jobs.models.concurrency import RATE_LIMITED as GATE_RATE_LIMITED
 from jobs.models.concurrency import TIMED_OUT as GATE_TIMED_OUT
 
 # match_label: the provider modules import it from here.
+from jobs.models.outage import OutageWatch, overloaded_out
 from jobs.models.prompts import CLASSIFY_MAX_TOKENS, classify_messages, match_label  # noqa: F401
 from jobs.models.provider import (
     CUT_OFF,
@@ -155,6 +146,7 @@ class ModelBackend(Extracting, Spending):
         self.limit = ModelRateLimit(connection, s.name, rpm=s.rpm, tpm=s.tpm)
         self.gate = ConcurrencyGate(SharedLimit(connection, s.name, _item_concurrency()), ctx.job_id if ctx else "")
         self._held = threading.local()  # per thread: the call being sent and the reservation it holds
+        self.outage = OutageWatch()
         self._init_spending(connection)
         try:
             self.daily_limits = budget.owner_daily_limits()  # read once per attempt: every call checks them
@@ -233,7 +225,7 @@ class ModelBackend(Extracting, Spending):
         if cached is not None:  # asked before and answered: no call, no cost
             return self._text(cached, request)
         wait = DEFAULT_RETRY_AFTER
-        sends_429 = 0
+        sends_429 = overloaded = unavailable = 0
         room_wait = waited = 0.0  # > 0: waiting for calls in flight to free room in a budget
         while sends_429 <= MAX_INLINE_429:
             if room_wait:
@@ -277,6 +269,7 @@ class ModelBackend(Extracting, Spending):
                         wait = DEFAULT_RETRY_AFTER if failure.wait is None else failure.wait
                         self.limit.pause(wait)  # every worker calling this model waits too
                         sends_429 += 1
+                        overloaded += failure.overloaded
                         continue
                     if failure.kind == RESEND:
                         sends_429 += 1
@@ -287,13 +280,17 @@ class ModelBackend(Extracting, Spending):
                         self.record_usage(self._abandoned_usage(request))
                         raise ModelUnavailable(f"the model call timed out after {self.settings.timeout:g}s "
                                                f"(LEASH_MODEL_TIMEOUT); counted as an estimate") from exc
-                    if failure.kind == UNAVAILABLE:
-                        raise ModelUnavailable(failure.message) from exc
+                    if failure.kind == UNAVAILABLE:  # raises for an outage or this call's last send
+                        unavailable += 1
+                        self._sleep(self.outage.failed(failure.message, unavailable, ModelUnavailable))
+                        continue
                     raise PermanentError(failure.message) from exc
                 outcome = OK
+                self.outage.answered()
             finally:
                 self.gate.release(epoch, outcome)
             return self._text(answer, request)
+        overloaded_out(overloaded, sends_429)
         raise RetryLater(wait, f"the model server kept answering 429 (last Retry-After {wait:g}s)")
 
     def _before_call(self, request: CallRequest, worst_case_tokens: int) -> None:

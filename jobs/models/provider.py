@@ -106,6 +106,7 @@ class Failure:
     kind: str
     message: str = ""
     wait: float | None = None
+    overloaded: bool = False  #: a 529: the provider is overloaded for everyone (an outage if it lasts)
 
 
 def status_failure(status: int, message: str, *, model: str, where: str, too_long: bool, url_hint: str) -> Failure:

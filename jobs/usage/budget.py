@@ -36,7 +36,7 @@ from jobs.core.text import decoded
 from jobs.errors import InvalidJob, PermanentError, RetryLater
 from jobs.lifecycle import scripts
 from jobs.usage import prices
-from jobs.usage.meter import DAY_TTL, utc_day
+from jobs.usage.meter import day_ttl, utc_day
 from jobs.usage.prices import money
 
 BUDGET_FIELD = "budget"
@@ -210,8 +210,8 @@ def admit(connection: Redis, rate_keys: list[str], ms_per_request: float, ms_per
               "reservation_records": keys.owner_reservation_records(owner),
               "model_usage": keys.usage_model(call.model or "-"), "reservation_owners": keys.reservation_owners()},
         args=["" if now_ms is None else now_ms, ms_per_request, ms_per_token, int(max_pause * 1000), attempt.token,
-              int(worst_tokens), "" if worst_nusd is None else int(worst_nusd), day, limit_tokens, limit_nusd, DAY_TTL,
-              now, reservation, now + hold, PRUNED_PER_ADMISSION, call.input_tokens, call.input_nusd,
+              int(worst_tokens), "" if worst_nusd is None else int(worst_nusd), day, limit_tokens, limit_nusd,
+              day_ttl(), now, reservation, now + hold, PRUNED_PER_ADMISSION, call.input_tokens, call.input_nusd,
               call.model, attempt.kind, "" if call.max_output is None else call.max_output, owner, *extend],
     )
     code = int(reply[0])

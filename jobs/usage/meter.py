@@ -15,16 +15,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from jobs import keys
-from jobs.config import answer_cache
+from jobs.config import answer_cache, settings
 
 if TYPE_CHECKING:
     from jobs.usage.prices import Price
 
 log = logging.getLogger("leash.usage")
 
-#: How long an owner's daily usage is kept (``leash usage`` reads back this far).
-DAYS_KEPT = 400
-DAY_TTL = DAYS_KEPT * 24 * 3600
+def days_kept() -> int:
+    """How many UTC days an owner's daily usage is kept (LEASH_USAGE_DAYS_KEPT; ``leash usage``
+    reads back this far). ~730 bytes an owner-day: docs/OPERATIONS.md's sizing table."""
+    return settings().usage_days_kept
+
+
+def day_ttl() -> int:
+    return days_kept() * 24 * 3600
 
 
 def utc_day(now: float | None = None) -> str:
@@ -228,7 +233,7 @@ def write_args(attempt, pending: Pending | None, now: float) -> tuple[dict[str, 
                   "reservation_records": keys.owner_reservation_records(owner)}
     if not pending.write_id:
         pending.write_id = attempt.next_write_id()
-    return (usage_keys, [pending.encode(), day, attempt.number, attempt.usage_ttl, DAY_TTL])
+    return (usage_keys, [pending.encode(), day, attempt.number, attempt.usage_ttl, day_ttl()])
 
 
 def write_now(attempt, entry: Pending, now: float | None = None) -> None:

@@ -42,7 +42,7 @@ from jobs.core.outcome import STOPPED_BY_RQ
 from jobs.core.reaper import Reaper, release_rate_limit_slot
 from jobs.core.rq_side import EXECUTE
 from jobs.errors import CANCELED
-from jobs.models import backends
+from jobs.models import backends, cache
 from jobs.observability import logs
 from jobs.usage import budget
 from jobs.webhooks import outbox as webhook_outbox
@@ -80,6 +80,7 @@ class LeashWorker(Controls, Unreadable, Shutdown, FullRedis, Worker):
     job_class = LeashJob
     # RQ doubles its wait up to 60 s while Redis is down; this worker reaps for all: back within seconds.
     max_connection_wait_time = 5.0
+    _cache_swept_at = float("-inf")
     scheduler_check_seconds = 5.0
 
     def __init__(self, *args, **kwargs):
@@ -180,6 +181,9 @@ class LeashWorker(Controls, Unreadable, Shutdown, FullRedis, Worker):
             self.reaper.tick()
             archive_sweep.tick(self.connection)  # ended jobs to SQL; an unreachable archive is logged
             webhook_outbox.tick(self.connection)  # ended jobs' webhooks: an RQ job each (jobs/webhooks/)
+            if clock.monotonic() >= self._cache_swept_at + cache.SWEEP_EVERY:
+                self._cache_swept_at = clock.monotonic()
+                cache.sweep(self.connection)  # expired answers leave the request cache's index
         except redis.exceptions.RedisError as exc:
             if not self.noted_full(exc):
                 log.warning("reaper skipped a round: %s", exc)
