@@ -9,18 +9,12 @@ from __future__ import annotations
 
 import fnmatch
 
+from rq import registry as rq_registry
 from rq.executions import ExecutionRegistry
 from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job
 from rq.queue import Queue
 from rq.rate_limit import RateLimitRegistry
-from rq.registry import (
-    CanceledJobRegistry,
-    FailedJobRegistry,
-    FinishedJobRegistry,
-    ScheduledJobRegistry,
-    StartedJobRegistry,
-)
 from rq.results import Result
 from rq.scheduler import RQScheduler
 from rq.worker import Worker
@@ -74,6 +68,9 @@ ARCHIVE_DUE, ARCHIVE_STATUS, ARCHIVE_THROTTLE = (PREFIX + "archive:" + n for n i
 WEBHOOKS_DUE, WEBHOOKS_THROTTLE = (PREFIX + "webhooks:" + n for n in ("due", "throttle"))
 PAUSED, QUIET = PREFIX + "paused", PREFIX + "quiet"  # hashes: queue / worker -> since (jobs/core/switches.py)
 WAITING_BUDGET, WAITING_PROVIDER = PREFIX + "waiting:budget", PREFIX + "waiting:provider"  # jobs/core/deferrals.py
+#: Hash (at, peer, path; expires): the last request that came without X-Forwarded-For while every
+#: peer is trusted as a proxy (LEASH_TRUSTED_PROXIES=*): web/proxy_check.py writes it, leash doctor reads it.
+DIRECT_REQUEST = PREFIX + "web:direct_request"
 
 
 def job(job_id: str) -> str:
@@ -234,23 +231,23 @@ def rq_queue(queue_name: str) -> str:
 
 
 def rq_started(queue_name: str, connection) -> str:
-    return StartedJobRegistry(queue_name, connection=connection).key
+    return rq_registry.StartedJobRegistry(queue_name, connection=connection).key
 
 
 def rq_failed(queue_name: str, connection) -> str:
-    return FailedJobRegistry(queue_name, connection=connection).key
+    return rq_registry.FailedJobRegistry(queue_name, connection=connection).key
 
 
 def rq_finished(queue_name: str, connection) -> str:
-    return FinishedJobRegistry(queue_name, connection=connection).key
+    return rq_registry.FinishedJobRegistry(queue_name, connection=connection).key
 
 
 def rq_scheduled(queue_name: str, connection) -> str:
-    return ScheduledJobRegistry(queue_name, connection=connection).key
+    return rq_registry.ScheduledJobRegistry(queue_name, connection=connection).key
 
 
 def rq_canceled(queue_name: str, connection) -> str:
-    return CanceledJobRegistry(queue_name, connection=connection).key
+    return rq_registry.CanceledJobRegistry(queue_name, connection=connection).key
 
 
 def rq_intermediate(queue_name: str, connection) -> str:

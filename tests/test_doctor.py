@@ -164,3 +164,22 @@ def test_readiness_reports_a_full_redis_and_no_workers_while_liveness_stays_200(
     finally:
         conn.config_set("maxmemory", 0)
     assert client.get("/readyz").status_code == 200
+
+
+def test_doctor_warns_when_every_peer_is_trusted_and_a_request_came_without_the_routers_header(conn, env, caplog):
+    env.setenv("LEASH_TRUSTED_PROXIES", "*")
+    client = make_app().test_client()
+    assert client.get("/jobs", headers={"X-Forwarded-For": "198.51.100.7"}).status_code == 200
+    assert client.get("/healthz").status_code == 200  # the platform's own probe: not counted
+    ok = json.loads(doctor("--json").stdout)
+    [proxies] = [c for c in ok["checks"] if c["name"] == "trusted proxies"]
+    assert proxies["verdict"] == "ok"
+    with caplog.at_level(logging.WARNING, logger="web.proxy_check"):
+        client.get("/jobs", environ_base={"REMOTE_ADDR": "203.0.113.66"})  # straight to the app
+        client.get("/jobs", environ_base={"REMOTE_ADDR": "203.0.113.67"})
+    assert len([r for r in caplog.records if r.name == "web.proxy_check"]) == 1
+    warned = json.loads(doctor("--json").stdout)
+    [proxies] = [c for c in warned["checks"] if c["name"] == "trusted proxies"]
+    assert proxies["verdict"] == "warn" and "203.0.113.66" in proxies["detail"] and "X-Forwarded-For" in proxies["detail"]
+    env.delenv("LEASH_TRUSTED_PROXIES")
+    assert not [c for c in json.loads(doctor("--json").stdout)["checks"] if c["name"] == "trusted proxies"]

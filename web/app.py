@@ -44,7 +44,19 @@ from jobs.core.connection import check_settings, configured_url, connect
 from jobs.models import cache as request_cache
 from jobs.read.redis_health import eviction_warning, readiness
 
-from . import api, auth, dashboard, error_replies, failures_page, metrics, overview_page, pages, request_logs, signin
+from . import (
+    api,
+    auth,
+    dashboard,
+    error_replies,
+    failures_page,
+    metrics,
+    overview_page,
+    pages,
+    proxy_check,
+    request_logs,
+    signin,
+)
 from .redis_guard import guarded_connection
 
 log = logging.getLogger(__name__)
@@ -125,6 +137,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     metrics.init_app(app)  # first, so its timer starts before any hook can answer early
     app.before_request(_body_limit)
     app.before_request(_form_field_limit)
+    proxy_check.watch(app)
     CSRFProtect(app)
     error_replies.init_app(app)
     dashboard.init_app(app)
