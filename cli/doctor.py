@@ -19,7 +19,8 @@ def doctor(as_json):
 
     from .redis_target import connect_checked
 
-    found = checks(connect_checked())
+    connection = connect_checked()
+    found = checks(connection) + _proxy_checks(connection)
     failed = any(c.verdict == "fail" for c in found)
     if as_json:
         click.echo(json.dumps({"ok": not failed, "checks": [c.as_dict() for c in found]}))
@@ -29,3 +30,25 @@ def doctor(as_json):
     from .exit_codes import FAILED, OK
 
     sys.exit(FAILED if failed else OK)
+
+
+def _proxy_checks(connection) -> list:
+    """With LEASH_TRUSTED_PROXIES=*, whether a request came without the platform router's
+    X-Forwarded-For in the last week (web/proxy_check.py notes one): then anyone who reaches the
+    app that way can name any client address to the guessing limits."""
+    from jobs import keys
+    from jobs.config.front import web_server
+    from jobs.core import clock
+    from jobs.read.redis_health import Check
+
+    if (web_server().trusted_proxies or "").strip() != "*":
+        return []
+    seen = {k.decode(): v.decode() for k, v in connection.hgetall(keys.DIRECT_REQUEST).items()}
+    if not seen:
+        return [Check("trusted proxies", "ok", "*: every request the web app noted came through a proxy "
+                                               "(X-Forwarded-For)")]
+    return [Check("trusted proxies", "warn", f"* but a request from {seen.get('peer')} to {seen.get('path')} came "
+                  f"without X-Forwarded-For at {clock.iso(float(seen.get('at') or 0))}: the app is reachable other "
+                  "than through the platform's router, and there any client can name its own address to the "
+                  "guessing limits; set LEASH_TRUSTED_PROXIES to the router's address, or keep the app unreachable "
+                  "but through it")]

@@ -19,8 +19,6 @@ from sqlalchemy.engine import make_url
 from jobs import keys
 from jobs.archive import pending
 from jobs.config import stores
-from jobs.config.front import web_server
-from jobs.core import clock
 from jobs.core.connection import is_out_of_memory
 
 #: RQ 3.0 needs LMOVE / BLMOVE (Redis 6.2).
@@ -67,23 +65,8 @@ def _config(connection: Redis, name: str) -> str | None:
 def checks(connection: Redis) -> list[Check]:
     info = connection.info()
     return [_version(info), _persistence(connection, info), *_memory(info),
-            _clients(connection, info), *_workers(connection), archive_check(connection), *_proxies(connection)]
+            _clients(connection, info), *_workers(connection), archive_check(connection)]
 
-
-def _proxies(connection: Redis) -> list[Check]:
-    """With LEASH_TRUSTED_PROXIES=*, whether a request came without the platform router's
-    X-Forwarded-For in the last week (web/proxy_check.py notes one)."""
-    if (web_server().trusted_proxies or "").strip() != "*":
-        return []
-    seen = {k.decode(): v.decode() for k, v in connection.hgetall(keys.DIRECT_REQUEST).items()}
-    if not seen:
-        return [Check("trusted proxies", "ok", "*: every request the web app noted came through a proxy "
-                                               "(X-Forwarded-For)")]
-    at = clock.iso(float(seen.get("at") or 0))
-    return [Check("trusted proxies", "warn", f"* but a request from {seen.get('peer')} to {seen.get('path')} came "
-                  f"without X-Forwarded-For at {at}: the app is reachable other than through the platform's router, "
-                  "and there any client can name its own address to the guessing limits; set "
-                  "LEASH_TRUSTED_PROXIES to the router's address, or keep the app unreachable but through it")]
 
 
 #: Seconds the oldest ended job may wait for the archive before it counts as behind.
