@@ -24,13 +24,13 @@ from jobs.config.front import web_app
 from jobs.core import control, outcome, states
 from jobs.core.items import CONCURRENCY_FIELD
 from jobs.core.text import printable
-from jobs.errors import NoSuchJob
+from jobs.errors import InvalidJob, NoSuchJob
 from jobs.intake import files, submission
 from jobs.intake.estimate import text as estimate_text
 from jobs.intake.modes import MODE_FIELD, MODES
 from jobs.models.backends import get_backend
 from jobs.models.cache import CACHE_FIELD
-from jobs.read import humane, listing, money, results
+from jobs.read import humane, listing, money, results, selection
 from jobs.read.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens
 from jobs.usage.budget import BUDGET_FIELD
 
@@ -154,6 +154,9 @@ class KindFieldsCommand(click.Command):
               help="Ask the model again for every item, even a request already answered (the request cache).")
 @click.option("--dry-run", is_flag=True,
               help="Print what the job would cost (worst case, expected, what is cached) and submit nothing.")
+@click.option("--items-from", "items_from", metavar="JOB[:label=VALUE]",
+              help="The items: job JOB's, read when this job starts; JOB:label=VALUE, JOB:FIELD=VALUE or "
+                   "JOB:errored take only those (docs/STAGES.md). SOURCE is not read.")
 @click.option("--after", "after", metavar="JOB", multiple=True,
               help="Start once job JOB has ended (repeat for several; docs/STAGES.md).")
 @click.option("--after-policy", type=click.Choice(["cancel", "run", "wait"]), default=None,
@@ -164,20 +167,26 @@ class KindFieldsCommand(click.Command):
               help='Print {"job_id": ..., "created": ..., "url": ...} (with --dry-run: {"estimate": ...}).')
 @click.argument("source", type=click.File("rb"), default="-")
 def submit(kind, name, owner, token, idempotency_key, max_attempts, queue, item_concurrency,
-           budget_tokens, budget_usd, mode, no_cache, dry_run, after, after_policy, webhook_url, as_json, source,
-           **field_texts):
+           budget_tokens, budget_usd, mode, no_cache, dry_run, items_from, after, after_policy, webhook_url, as_json,
+           source, **field_texts):
     """Enqueue one job; items are read from SOURCE (a file, or - for stdin) as the form reads an
-    upload: UTF-8, one per line, or a .csv's text column. Prints the job id, and its web address
-    on stderr."""
+    upload: UTF-8, one per line, or a .csv's text column (not read with --items-from). Prints the
+    job id, and its web address on stderr."""
     owner = acting_owner(owner, token)
-    if source.isatty():
+    if items_from is None and source.isatty():
         click.echo("reading items from the terminal, one per line; end with Ctrl-D "
                    "(or give a file: leash submit items.txt)", err=True)
-    try:
-        items = files.read_items(source.read(), getattr(source, "name", "") or "")
-    except files.FileProblem as exc:
-        raise BadInput(f"{getattr(source, 'name', 'the items')}: {exc}") from None
-    payload: dict = {"items": items}
+    if items_from is not None:
+        try:
+            payload: dict = {"items_from": selection.from_text(items_from)}
+        except InvalidJob as exc:
+            raise BadInput(_in_options(str(exc))) from None
+    else:
+        try:
+            items = files.read_items(source.read(), getattr(source, "name", "") or "")
+        except files.FileProblem as exc:
+            raise BadInput(f"{getattr(source, 'name', 'the items')}: {exc}") from None
+        payload = {"items": items}
     for field, _ in kinds.fields():
         if field_texts.get(field.name) is not None:
             payload[field.name] = field.from_text(_field_text(field, field_texts[field.name]))
@@ -213,7 +222,8 @@ def submit(kind, name, owner, token, idempotency_key, max_attempts, queue, item_
 
 def _in_options(message: str) -> str:
     """A refusal in the command's words: the API's option names are these options."""
-    for name, option in (("'webhook_url'", "--webhook"), ("'after_policy'", "--after-policy"), ("'after'", "--after")):
+    for name, option in (("'webhook_url'", "--webhook"), ("'after_policy'", "--after-policy"), ("'after'", "--after"),
+                         ("'items_from'", "--items-from")):
         message = message.replace(name, option)
     return message
 

@@ -26,6 +26,7 @@ from jobs.errors import InvalidJob
 from jobs.intake import door, modes
 from jobs.intake.limits import check_cache_option, check_payload
 from jobs.models import backends
+from jobs.read import selection
 from jobs.usage import budget
 from jobs.webhooks.requested import url_for_job
 
@@ -144,8 +145,18 @@ def check(kind: str, payload, owner: str = "default", max_attempts: int | None =
     ``after``, ``after_policy``: the jobs it waits for and what if one fails (jobs/core/parents.py)."""
     s = settings()
     max_attempts = s.max_attempts if max_attempts is None else max_attempts
-    total = _validate(kind, payload, owner, max_attempts, idempotency_key)
+    chosen = selection.parse(payload.get(selection.FIELD)) if isinstance(payload, dict) else None
+    if chosen is not None and "items" in payload:
+        raise InvalidJob("give 'items' or 'items_from', not both")
+    # Items taken from another job's results are read as the job starts (jobs/read/selection.py):
+    # the rest is checked here with a stand-in item, and the job waits for that job.
+    checked = {**payload, "items": ["(an item of another job)"]} if chosen is not None else payload
+    total = _validate(kind, checked, owner, max_attempts, idempotency_key)
+    if chosen is not None:
+        total = 0  # its items are counted as it starts
     after, after_policy = parents.parse(after, after_policy)
+    if chosen is not None and chosen["job"] not in after:
+        after = [*after, chosen["job"]]
     return Checked(kind, payload, owner, max_attempts, total, check_name(name), resolve_queue(queue, s.queues),
                    idempotency_key, url_for_job(webhook_url), tuple(after), after_policy)
 

@@ -41,7 +41,7 @@ from jobs.batch import run as batch_run
 from jobs.config import settings
 from jobs.config.operations import operations
 from jobs.config.stores import item_errors as item_error_settings
-from jobs.core import clock, consistency, deferrals, outcome, parents
+from jobs.core import clock, consistency, deferrals, outcome, parents, payload_copy
 from jobs.core.context import JobContext
 from jobs.core.lease import Attempt, Outcome, describe
 from jobs.errors import (
@@ -58,6 +58,7 @@ from jobs.errors import (
 )
 from jobs.intake.limits import check_summary, item_error_limit, json_size
 from jobs.models import backends
+from jobs.read import results, selection
 from jobs.usage.budget import BudgetReached, WaitingForRoom
 
 log = logging.getLogger("leash.runner")
@@ -76,6 +77,7 @@ def execute(kind_name: str, payload: dict, attempt: Attempt | None = None) -> di
     try:
         if why_not:
             raise Canceled(why_not)  # a job it waited for did not succeed (after_policy cancel)
+        payload = _with_chosen_items(attempt, payload)
         try:
             summary = kind.func(ctx, payload) or {}
         finally:
@@ -115,6 +117,19 @@ def execute(kind_name: str, payload: dict, attempt: Attempt | None = None) -> di
     except Exception as exc:
         attempt.fail(describe(exc), permanent=False)
         raise
+
+
+def _with_chosen_items(attempt: Attempt, payload: dict) -> dict:
+    """A job whose items come from another job's results (``items_from``) gets them now, as it
+    starts: read from wherever that job's results are (jobs/read/selection.py), and kept in its
+    payload copy so its results, downloads, archive and replays show them beside their answers."""
+    chosen = selection.parse(payload.get(selection.FIELD))
+    if chosen is None:
+        return payload
+    items = results.chosen_items(attempt.connection, chosen)  # at most the source's, which its limits held
+    resolved = {**payload, "items": items}
+    attempt.connection.set(keys.payload(attempt.job_id), payload_copy.encode(resolved), keepttl=True)
+    return resolved
 
 
 def count_canceled_batch(job_id: str, batch_ids: list[str], canceled_at: float) -> None:

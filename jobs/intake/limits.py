@@ -69,9 +69,9 @@ def check_payload(payload: Any) -> None:
 
 #: Payload fields every kind with items accepts: how many items may run at once (jobs/core/items.py),
 #: what the job may spend (jobs/usage/budget.py), whether its items go through the provider's
-#: batch API (jobs/batch/run.py) and whether it uses the request cache
-#: (jobs/models/cache.py).
-ITEM_OPTIONS = ("item_concurrency", "budget", "mode", "cache", "max_item_errors")
+#: batch API (jobs/batch/run.py), whether it uses the request cache (jobs/models/cache.py) and
+#: where its items come from when another job's results are its items (jobs/read/selection.py).
+ITEM_OPTIONS = ("item_concurrency", "budget", "mode", "cache", "max_item_errors", "items_from")
 
 
 def check_cache_option(payload: dict) -> None:

@@ -22,6 +22,7 @@ from jobs.archive import reading
 from jobs.core import payload_copy
 from jobs.core.text import decoded, printable
 from jobs.errors import NoSuchJob
+from jobs.read.selection import chosen
 
 #: The largest page a caller may ask for.
 MAX_PAGE = 500
@@ -248,3 +249,10 @@ def csv_row(index: int, item: Any, value: Any, usage: dict[str, int] | None = No
 def jsonl_row(index: int, item: Any, value: Any, usage: dict[str, int] | None = None) -> str:
     """One line of a JSON-lines download (web and CLI)."""
     return json.dumps({"index": index, "item": item, "result": value, "usage": usage}, ensure_ascii=False) + "\n"
+
+
+def chosen_items(connection: Redis, selection: dict) -> list[str]:
+    """The items of the job ``selection`` names that its results choose (``items_from``,
+    jobs/read/selection.py), in their order, from Redis or the archive."""
+    return [item for _, item, result, _ in iter_results(connection, selection["job"])
+            if isinstance(item, str) and chosen(selection, result)]
