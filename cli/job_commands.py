@@ -19,6 +19,7 @@ from pathlib import Path
 import click
 
 from jobs import kinds
+from jobs.batch.canceled import cancel_words
 from jobs.batch.run import cancel_at_provider
 from jobs.config.front import web_app
 from jobs.core import control, outcome, states
@@ -319,8 +320,10 @@ def results_command(job_id, fmt, as_json, output):
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"job_id": ..., "canceled": true|false, "was": ..., "text": ...}.')
 def cancel_command(job_id, as_json):
-    """Cancel a job: a queued one at once, a running one at its next heartbeat.
-    Exit status 1 when the job had already ended (nothing to cancel)."""
+    """Cancel a job: a queued one at once, a running one at its next heartbeat, one waiting at
+    its provider at once with its provider batch. Exit status 1 when the job had already ended
+    (nothing to cancel), 5 when the provider did not confirm its batch's cancel (a worker asks
+    it again)."""
     conn = connect_checked()
     status_or_exit(conn, job_id)
     previous = control.cancel(conn, job_id)
@@ -328,8 +331,11 @@ def cancel_command(job_id, as_json):
     if ended:
         text = f"the job has already {previous}; only queued or running jobs can be canceled"
     elif previous == control.WAITING:
-        cancel_at_provider(conn, job_id, get_backend())
-        text = "canceled, and its batch at the provider too"
+        try:
+            backend = get_backend()
+        except Exception:  # noqa: BLE001 - no model settings here: a worker's look cancels with its own
+            backend = None
+        text, reached = cancel_words(*cancel_at_provider(conn, job_id, backend))
     else:
         text = ("canceled" if previous == states.State.QUEUED
                 else "cancel requested: the job stops at its next heartbeat")
@@ -339,6 +345,8 @@ def cancel_command(job_id, as_json):
         click.echo(text, err=ended)
     if ended:
         sys.exit(exit_codes.FAILED)
+    if previous == control.WAITING and not reached:
+        sys.exit(exit_codes.UNREACHABLE)
 
 
 @click.command("jobs")

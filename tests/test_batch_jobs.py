@@ -14,7 +14,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from cli import main
+from cli import exit_codes, main
 from jobs import keys
 from jobs.core import states
 from jobs.enqueue import enqueue
@@ -260,6 +260,26 @@ def test_a_superseded_attempt_stores_no_batch_answer_but_its_calls_are_counted(c
     assert conn.hget(keys.items(job_id), "0") == b'"x"'
     assert int(conn.hget(keys.job(job_id), "usage_calls")) == 4  # both writes' calls were paid for
     assert conn.hget(keys.usage(job_id), "i0") == b"1,5,2"
+
+
+def test_a_cancel_from_a_terminal_without_the_model_settings_says_so_and_a_worker_cancels(conn, burst, batch_env):
+    """The deployment decides: a `leash cancel` typed where no model is configured cannot reach
+    the provider; it says so and exits 5, never "canceled at the provider", and a worker's look,
+    with the deployment's settings, cancels the batch."""
+    server = batch_env
+    job_id, _ = submit_batch(conn, "t", 6)
+    burst()
+    waiting(conn, job_id)
+    with pytest.MonkeyPatch.context() as terminal:
+        for name in ("LEASH_MODEL_BACKEND", "LEASH_MODEL_URL", "LEASH_MODEL_NAME", "LEASH_MODEL_API_KEY"):
+            terminal.delenv(name, raising=False)
+        result = CliRunner().invoke(main, ["cancel", job_id])
+    assert result.exit_code == exit_codes.UNREACHABLE == 5, result.output
+    assert "did not confirm" in result.output and "at the provider too" not in result.output
+    assert states.status(conn, job_id)["canceled"]
+    assert not server.batches.batch(only_batch(server)).canceling
+    burst()  # a worker's look, with the deployment's model settings
+    assert server.batches.batch(only_batch(server)).canceling
 
 
 def test_past_the_longest_wait_the_batch_is_canceled_and_the_items_run_direct(conn, burst, batch_env, env):

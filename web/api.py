@@ -184,8 +184,16 @@ def cancel(job_id: str):
     if needs_confirming():
         return confirm_page("cancel", fields, "api.cancel")
     previous = control.cancel(connection, job_id)
+    provider = None
     if previous == control.WAITING:  # a batch job waiting at its provider: its batch is canceled too
-        cancel_at_provider(connection, job_id, get_backend())
+        try:
+            backend = get_backend()
+        except Exception:  # noqa: BLE001 - no model settings in the web process: a worker's look cancels
+            backend = None
+        ids, refused = cancel_at_provider(connection, job_id, backend)
+        # Only what the provider said; a batch it did not confirm is asked again by a worker.
+        provider = {"batches": ids, "canceled": [b for b in ids if b not in dict(refused)],
+                    "not_confirmed": [{"batch_id": b, "error": e} for b, e in refused]}
     if wants_html():
         # A running job stops at its next heartbeat: until then its page says the cancel is on its way.
         asked = {"cancel": "requested"} if previous == states.State.RUNNING else {}
@@ -193,7 +201,8 @@ def cancel(job_id: str):
     if previous in (states.State.SUCCEEDED, states.State.FAILED):
         return api_error(409, f"the job has already {previous}; only queued or running jobs can be canceled")
     state = states.status(connection, job_id)["state"]
-    response = jsonify(job_id=job_id, state=state, cancel="requested", url=url_for("api.job", job_id=job_id))
+    response = jsonify(job_id=job_id, state=state, cancel="requested", url=url_for("api.job", job_id=job_id),
+                       **({"provider_batch": provider} if provider is not None else {}))
     response.status_code = 202
     return response
 

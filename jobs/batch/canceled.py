@@ -55,6 +55,8 @@ LOOK = "jobs.runner.count_canceled_batch"
 #: sent under the batch id as its token, so each batch is counted at most once.
 WRITE_ID = "cancel:1"
 COUNTED, GAVE_UP = "cancel_counted:", "cancel_gave_up"
+#: A batch whose cancel the provider confirmed (by the door, else by a worker's look).
+CANCEL_SENT = "cancel_sent:"
 
 
 def schedule(connection: Redis, job_id: str, batch_ids: list[str], canceled_at: float,
@@ -93,6 +95,7 @@ def look(connection: Redis, backend: Any, job_id: str, batch_ids: list[str], can
                         "cancel: what it answered before the cancel is not counted", job_id, ", ".join(left), grace)
         return
     successor = schedule(connection, job_id, left, canceled_at)  # first: a look that dies leaves the next
+    _cancel_unconfirmed(connection, backend, job_id, record, left)
     for batch_id in left:
         try:
             if not backend.batch_poll(batch_id).ended:
@@ -115,6 +118,24 @@ def look(connection: Redis, backend: Any, job_id: str, batch_ids: list[str], can
         left = [b for b in left if b != batch_id]
     if not left:
         _drop(connection, successor)
+
+
+def _cancel_unconfirmed(connection: Redis, backend: Any, job_id: str, record: str, batch_ids: list[str]) -> None:
+    """The batches whose cancel the provider has not confirmed (the door that canceled the job
+    could not reach it, or had other model settings): asked here, with the worker's settings,
+    the deployment's."""
+    sent = connection.hmget(record, [CANCEL_SENT + b for b in batch_ids]) if batch_ids else []
+    for batch_id, done in zip(batch_ids, sent, strict=True):
+        if done is not None:
+            continue
+        try:
+            backend.batch_cancel(batch_id)
+        except Exception as exc:  # noqa: BLE001 - asked again at the next look
+            log.warning("job %s: the provider did not confirm the cancel of batch %s (%s: %s); asked again at the "
+                        "next look", job_id, batch_id, type(exc).__name__, str(exc)[:300])
+            continue
+        connection.hset(record, CANCEL_SENT + batch_id, "1")
+        log.info("job %s: batch %s canceled at the provider by a worker", job_id, batch_id)
 
 
 def _count(connection: Redis, backend: Any, job_id: str, batch_id: str) -> int:
@@ -165,3 +186,57 @@ def _drop(connection: Redis, rq_job_id: str) -> None:
         Job.fetch(rq_job_id, connection=connection, serializer=JSONSerializer).delete()
     except NoSuchJobError:
         pass
+
+
+def cancel_parts(backend, batch_ids: list[str], job_id: str) -> list[tuple[str, str]]:
+    """Ask the provider to stop the job's batches (best effort: each is tried); the batches it
+    did not confirm, each with why."""
+    refused = []
+    for batch_id in batch_ids:
+        try:
+            backend.batch_cancel(batch_id)
+            log.info("job %s: batch %s canceled at the provider", job_id, batch_id)
+        except Exception as exc:
+            refused.append((batch_id, f"{type(exc).__name__}: {exc}"[:300]))
+            log.warning("job %s: batch %s not canceled at the provider: %s", job_id, batch_id, exc)
+    return refused
+
+
+def open_batch_ids(connection, job_id: str) -> list[str]:
+    raw = {k.decode(): v.decode() for k, v in connection.hgetall(keys.provider_batches(job_id)).items()}
+    return [v for k, v in raw.items() if k.startswith("id:") and raw.get(f"ended:{k[3:]}") != "1"]
+
+
+def cancel_at_provider(connection, job_id: str, backend) -> tuple[list[str], list[tuple[str, str]]]:
+    """After ``cancel`` of a waiting batch job (``control.WAITING``): its provider batches are
+    canceled, through ``backend`` (the door's: ``jobs.models.backends.get_backend()``), and what
+    they answered before the cancel is counted once they have ended (``canceled_batch``).
+    Returns the batches that were open and those the provider did not confirm canceled (with
+    why): a door's model settings may not be the deployment's, so a worker's look, with its own,
+    asks the provider again at once."""
+    ids = open_batch_ids(connection, job_id)
+    if not ids:
+        return [], []
+    try:
+        refused = cancel_parts(backend, ids, job_id)
+    except Exception as exc:  # noqa: BLE001 - no backend here at all: the worker's look cancels
+        refused = [(batch_id, f"{type(exc).__name__}: {exc}"[:300]) for batch_id in ids]
+    not_sent = {batch_id for batch_id, _ in refused}
+    sent = {CANCEL_SENT + batch_id: "1" for batch_id in ids if batch_id not in not_sent}
+    if sent:
+        connection.hset(keys.provider_batches(job_id), mapping=sent)
+    now = clock.wall()
+    schedule(connection, job_id, ids, now, at=now if refused else None)
+    return ids, refused
+
+
+def cancel_words(ids: list[str], refused: list[tuple[str, str]]) -> tuple[str, bool]:
+    """What a cancel of a job waiting at its provider says, and whether the provider confirmed it.
+    Only what the provider said: never "canceled at the provider" unless it was."""
+    if not ids:
+        return "canceled (its batch had already ended at the provider)", True
+    if not refused:
+        return "canceled, and its batch at the provider too", True
+    why = "; ".join(f"{batch_id}: {error}" for batch_id, error in refused)
+    return (f"canceled in leash, but the provider did not confirm the cancel of its batch ({why}); a worker asks "
+            "the provider again now, with the deployment's model settings (`leash status` shows the batch)"), False

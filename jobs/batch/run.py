@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from jobs import keys
 from jobs.batch import cached, canceled, looks, room
+from jobs.batch.canceled import cancel_at_provider, open_batch_ids  # noqa: F401 - the doors call it from here
 from jobs.batch.parts import Part, as_ranges, custom_id, from_ranges, index_of
 from jobs.config import batches, settings
 from jobs.core import clock
@@ -343,7 +344,7 @@ class BatchRun:
 
     def cancel_open(self, batch_ids: list[str] | None = None) -> None:
         open_ids = [p.batch_id for p in self.record.parts.values() if p.batch_id and not p.ended]
-        cancel_parts(self.backend, open_ids if batch_ids is None else batch_ids, self.ctx.job_id)
+        canceled.cancel_parts(self.backend, open_ids if batch_ids is None else batch_ids, self.ctx.job_id)
 
     def _stop_open(self) -> None:
         """The job stops: its open batches are canceled and their reservations given back."""
@@ -361,31 +362,6 @@ def _add(total: Pending, one: Pending | None) -> None:
             setattr(total, name, getattr(total, name) + getattr(one, name))
 #: Item writes sent in one round trip when a part's answers are stored.
 STORE_CHUNK = 500
-
-
-def cancel_parts(backend, batch_ids: list[str], job_id: str) -> None:
-    """Ask the provider to stop the job's batches (best effort: each is tried)."""
-    for batch_id in batch_ids:
-        try:
-            backend.batch_cancel(batch_id)
-            log.info("job %s: batch %s canceled at the provider", job_id, batch_id)
-        except Exception as exc:
-            log.warning("job %s: batch %s not canceled at the provider: %s", job_id, batch_id, exc)
-
-
-def open_batch_ids(connection, job_id: str) -> list[str]:
-    raw = {k.decode(): v.decode() for k, v in connection.hgetall(keys.provider_batches(job_id)).items()}
-    return [v for k, v in raw.items() if k.startswith("id:") and raw.get(f"ended:{k[3:]}") != "1"]
-
-
-def cancel_at_provider(connection, job_id: str, backend) -> None:
-    """After ``cancel`` of a waiting batch job (``control.WAITING``): its provider batches are
-    canceled, through ``backend`` (the door's: ``jobs.models.backends.get_backend()``), and what
-    they answered before the cancel is counted once they have ended (``canceled_batch``)."""
-    ids = open_batch_ids(connection, job_id)
-    if ids:
-        cancel_parts(backend, ids, job_id)
-        canceled.schedule(connection, job_id, ids, clock.wall())
 
 
 def run(ctx: JobContext, backend, spec: BatchSpec, payload: dict, direct: Callable[[Any], Any]) -> list[Any]:
