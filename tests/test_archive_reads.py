@@ -22,6 +22,7 @@ from jobs.read import results
 from jobs.usage.report import owner_usage
 from tests.conftest import run_burst
 from tests.kinds_for_tests import item_calls
+from tests.web_support import bearer
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +47,20 @@ def cli(*args) -> str:
     return result.output
 
 
-def everything_read(conn, job_id: str, failed_id: str, owner: str) -> dict:
+def api_reads(api, job_id: str, owner: str) -> dict:
+    """What the API answers of the job, its results and the owner's list and search."""
+    headers = bearer(owner)
+    status = api.get(f"/jobs/{job_id}", headers=headers).get_json()
+    status.pop("history")
+    return {"api_status": status,
+            "api_page": api.get(f"/jobs/{job_id}/result?offset=1&limit=3", headers=headers).get_json(),
+            "api_csv": api.get(f"/jobs/{job_id}/result.csv", headers=headers).data,
+            "api_jsonl": api.get(f"/jobs/{job_id}/result.jsonl", headers=headers).data,
+            "api_search": api.get("/jobs?search=kettle&state=succeeded", headers=headers).get_json(),
+            "cli_search": cli("jobs", "--owner", owner, "--search", "kettle", "--json")}
+
+
+def everything_read(conn, job_id: str, failed_id: str, owner: str, api) -> dict:
     """What the pages, the API and the command line show of the two jobs."""
     status = states.status(conn, job_id, now=0)
     status.pop("history")  # when each attempt was last seen: not what this compares
@@ -64,24 +78,28 @@ def everything_read(conn, job_id: str, failed_id: str, owner: str) -> dict:
         "cli_status": json.loads(cli("status", job_id, "--json")) | {"history": None},
         "cli_usage": cli("usage", "--owner", owner, "--since", "2d", "--json"),
         "cli_failures": cli("failures", "--json"),
-    }
+    } | api_reads(api, job_id, owner)
 
 
-def test_results_usage_and_failures_read_the_same_once_the_archive_answers(conn, model_server, env, archive_url):
+def test_results_usage_and_failures_read_the_same_once_the_archive_answers(
+        conn, model_server, env, archive_url, token_app):
     env.setenv("LEASH_MODEL_PRICES", PRICES)
     env.setenv("LEASH_MODEL_MAX_TOKENS", "64")
     payload = {"items": [f"review {n}: the kettle is fine" for n in range(5)], "template": "Say it back: {item}"}
-    job_id, _ = enqueue(conn, "prompt", payload, owner="ada", price=price_or_none(conn, "prompt", payload, "ada"))
-    failed_id, _ = enqueue(conn, "permanent", {}, owner="ada")
+    job_id, _ = enqueue(conn, "prompt", payload, owner="alice", name="kettle reviews",
+                        price=price_or_none(conn, "prompt", payload, "alice"))
+    failed_id, _ = enqueue(conn, "permanent", {}, owner="alice", name="kettle reviews")
     run_burst()
     assert states.status(conn, job_id)["usage"]["calls"] == 5
-    before = everything_read(conn, job_id, failed_id, "ada")
+    before = everything_read(conn, job_id, failed_id, "alice", token_app.test_client())
     assert before["page"][1] and before["inputs"] == payload["items"][1:4]
+    assert job_id in json.dumps(before["api_search"]) and failed_id not in json.dumps(before["api_search"])
+    assert job_id in before["cli_search"] and before["api_csv"].count(b"\n") == 6
     assert sweep.sweep(conn) == 2
     for ended in (job_id, failed_id):
         leave_redis(conn, ended)
     assert not conn.exists(keys.items(job_id), keys.usage(job_id), keys.payload(job_id), keys.rq_job(job_id))
-    after = everything_read(conn, job_id, failed_id, "ada")
+    after = everything_read(conn, job_id, failed_id, "alice", token_app.test_client())
     for name, seen in before.items():
         assert after[name] == seen, name
 
