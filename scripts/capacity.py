@@ -125,10 +125,15 @@ def main() -> int:
         # The heartbeat script itself under redis-benchmark: a running job, a valid token.
         job_id, _ = enqueue(client, "classify", {"items": ["x"], "labels": LABELS}, owner="bench")
         attempt = lease.claim(client, job_id, "leash", "bench")
-        sha = client.script_load(lua_scripts.source("heartbeat_v1"))
+        sha = client.script_load(lua_scripts.source("heartbeat_v4"))
         hb_keys = [keys.job(job_id), keys.LEASES, keys.items(job_id), keys.rq_job(job_id),
-                   keys.rq_started("leash", client), keys.REJECTED_WRITES]
-        hb_args = [job_id, attempt.token, str(time.time()), "120", "", "", "0", '"bug"', "", "1"]
+                   keys.rq_started("leash", client), keys.REJECTED_WRITES, keys.usage(job_id),
+                   keys.usage_owner_day("bench", "2026-01-01"), keys.usage_model("bench"),
+                   keys.owner_reservations("bench"), keys.owner_reservation_records("bench"),
+                   keys.CACHE_INDEX, keys.CACHE_SIZES, keys.CACHE_BYTES]
+        # One item's result and the lease renewed; no usage, no cache write.
+        hb_args = [job_id, attempt.token, str(time.time()), "120", "", "", "0", '"bug"', "", "1",
+                   "", "", "1", "3600", "3600", "", "0", "0"]
         get_ops = redis_benchmark(own.port, ["-t", "get"])
         hb_ops = redis_benchmark(own.port, ["evalsha", sha, str(len(hb_keys)), *hb_keys, *hb_args], 50_000)
     finally:

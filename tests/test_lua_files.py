@@ -1,41 +1,23 @@
-"""The Lua scripts in jobs/lua/ are the ones something runs, and their shared helpers read only
-what they are given.
+"""The Lua scripts in jobs/lua/ are the ones something runs, one version of each, and their
+shared helpers read only what they are given.
 
-A process reads its scripts once, when it starts, and calls them by SHA: a script protects a
-running process only if that process's code calls it. So a script stays while this release's
-code calls it, or while the previous release (the one tests/test_upgrade.py upgrades from)
-shipped it; any other is dead text, and this test asks for it to be deleted.
+A script's identity is its text's SHA, as in RQ: a process reads its scripts once, when it
+starts, and sends its own text (EVALSHA, loading it on NOSCRIPT). So a process of the previous
+release runs the scripts it shipped whatever this tree holds (tests/test_upgrade.py takes them
+from that release's commit), and a script is edited in place: no older version is kept beside
+it, and a file no code of this release calls is dead text this test asks to delete.
 """
 
 from __future__ import annotations
 
 import re
-import subprocess
-
-import pytest
+from collections import defaultdict
 
 from jobs.lifecycle import scripts
 
 from .conftest import ROOT
-from .test_upgrade import PREVIOUS, PREVIOUS_COMMIT
 
 CODE = [ROOT / "jobs", ROOT / "web", ROOT / "cli"]
-
-
-def _previous_release_scripts() -> set[str]:
-    """Script names in the previous release's jobs/lua/, from its commit. Never skipped: without
-    git or the commit the test fails and says why."""
-    try:
-        listed = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", f"{PREVIOUS_COMMIT}:jobs/lua"],
-                                capture_output=True, text=True, timeout=60)
-    except FileNotFoundError:
-        pytest.fail("git is not installed: the Lua retirement rule reads the previous release's jobs/lua/ from git")
-    if listed.returncode != 0:
-        pytest.fail(f"cannot list jobs/lua/ of release {PREVIOUS} ({PREVIOUS_COMMIT[:12]}): "
-                    f"{listed.stderr.strip()[:300]} -- a shallow clone leaves the commit out; clone with full history")
-    names = {name.removesuffix(".lua") for name in listed.stdout.split() if name.endswith(".lua")}
-    assert names, f"release {PREVIOUS} ({PREVIOUS_COMMIT[:12]}) lists no Lua script"
-    return names
 
 
 def _called_by_code() -> set[str]:
@@ -44,14 +26,22 @@ def _called_by_code() -> set[str]:
     return {name for package in CODE for path in package.rglob("*.py") for name in quoted.findall(path.read_text())}
 
 
-def test_every_lua_script_is_called_by_the_code_or_shipped_by_the_previous_release():
-    kept = _called_by_code() | _previous_release_scripts()
-    dead = sorted(name for name in scripts.names() if name not in kept)
+def test_every_lua_script_is_called_by_the_code():
+    dead = sorted(name for name in scripts.names() if name not in _called_by_code())
     assert dead == [], (
-        f"jobs/lua/ holds scripts no code in jobs/, web/ or cli/ calls and release {PREVIOUS} "
-        f"({PREVIOUS_COMMIT[:12]}) did not ship: {', '.join(f'{n}.lua' for n in dead)}. No running process "
-        "can call them (each reads its own scripts once, at start): delete them and note what they did in "
-        "CHANGELOG.md (docs/ARCHITECTURE.md, 'Where a change goes').")
+        f"jobs/lua/ holds scripts no code in jobs/, web/ or cli/ calls: {', '.join(f'{n}.lua' for n in dead)}. "
+        "A running process sends its own scripts' text, so no other release needs them: delete them and note "
+        "what they did in CHANGELOG.md (docs/ARCHITECTURE.md, 'Where a change goes').")
+
+
+def test_each_script_has_one_version_in_the_tree():
+    versions = defaultdict(list)
+    for name in scripts.names():
+        versions[re.sub(r"_v\d+$", "", name)].append(name)
+    twice = {family: sorted(names) for family, names in versions.items() if len(names) > 1}
+    assert twice == {}, (
+        f"jobs/lua/ holds more than one version of a script: {twice}. Edit a script in place (its SHA is its "
+        "identity: each release's processes send their own text) and delete the older file.")
 
 
 def test_every_script_the_code_calls_exists():

@@ -14,8 +14,8 @@ from jobs.core import consistency, control, lease, state_index
 from jobs.deadletter.replayer import replay, select
 from jobs.deadletter.synthetic import FailedJob, write_failed_jobs
 from jobs.enqueue import enqueue
-from jobs.lifecycle import scripts
 from jobs.read import listing
+from tests.test_upgrade import previous_script
 
 ITEMS = {"items": ["a", "b"], "labels": ["x", "y"]}
 STATES = keys.INDEXED_STATES
@@ -118,11 +118,12 @@ def _old_release_enqueue(conn, owner: str, now: float) -> str:
 
 
 def _old_release_claim_and_finish(conn, job_id: str, now: float) -> None:
-    """An old worker's claim and finish: the claim through claim_v1, which the previous release
-    shipped; the finish written as an older release's finish script wrote it (the job ended,
-    its records expiring, its outcome counted), leaving every state index as it was."""
-    claimed = scripts.script(conn, "claim_v1")(keys=[keys.job(job_id), keys.LEASES, keys.history(job_id)],
-                                           args=[job_id, now, 60, "old-worker", 3600])
+    """An old worker's claim and finish: the claim through the previous release's own claim_v1
+    (its text from its commit, as its workers send it); the finish written as an older release's
+    finish script wrote it (the job ended, its records expiring, its outcome counted), leaving
+    every state index as it was."""
+    claimed = conn.register_script(previous_script("claim_v1"))(keys=[keys.job(job_id), keys.LEASES],
+                                                                args=[job_id, now, 60, "old-worker"])
     assert claimed[0] == 1
     ended = now + 1
     kind_minute, all_minute, totals = keys.outcome_keys("succeeded", "classify", ended)
@@ -186,10 +187,9 @@ def test_a_listing_repairs_a_misplaced_entry_it_meets_and_never_shows_it_under_t
     assert [j["job_id"] for j in listing.list_jobs(conn, "ann", 0, 10, state="succeeded", now=102.0)[1]] == [job_id]
 
 
-def test_the_previous_release_s_scripts_still_run(conn):
-    """Old workers keep calling the scripts they know during a deploy: those files stay."""
+def test_the_previous_release_s_claim_runs_on_this_release_s_jobs(conn):
+    """Old workers keep calling the scripts they sent when they started during a deploy: the
+    text comes with the call (its SHA), so no file of this tree has to stay for them."""
     job_id, _ = enqueue(conn, "classify", ITEMS, owner="ann", now=100.0)
     _old_release_claim_and_finish(conn, job_id, now=101.0)
     assert leash_state(conn, job_id) == "succeeded"
-    for name in ("claim_v1", "fail_v1", "reclaim_v1", "release_v1", "replay_v1", "cancel_v1"):
-        assert name in scripts.names()

@@ -172,10 +172,11 @@ def test_each_transition_sends_the_keys_its_callers_sent_before(conn, monkeypatc
         "usage_record": (lambda: transitions.usage_record(conn, job, usage, []),
                          "usage_record_v3", [keys.job(job), "u", "d", "m", "r", "rr", keys.received_answers(job)]),
         "batch_usage_record": (lambda: transitions.batch_usage_record(conn, job, owner, "2026-01-01", "m1", []),
-                               "usage_record_v2", [keys.job(job), keys.usage(job),
+                               "usage_record_v3", [keys.job(job), keys.usage(job),
                                                    keys.usage_owner_day(owner, "2026-01-01"), keys.usage_model("m1"),
                                                    keys.owner_reservations(owner),
-                                                   keys.owner_reservation_records(owner)]),
+                                                   keys.owner_reservation_records(owner),
+                                                   keys.received_answers(job)]),
         "finish": (lambda: transitions.finish(conn, job, owner, kind, now, []),
                    "finish_v3", common + [keys.items(job), keys.errors(job), keys.REJECTED_WRITES]
                    + keys.outcome_keys("succeeded", kind, now) + [keys.payload(job)] + indexes),

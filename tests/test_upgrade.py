@@ -58,6 +58,15 @@ def _ensure_previous() -> None:
                     "clone leaves it out; clone with full history")
 
 
+def previous_script(name: str) -> str:
+    """The text of a Lua script as the previous release shipped it, from its commit: what its
+    processes send to Redis (each release runs its own scripts; this tree keeps only its own)."""
+    _ensure_previous()
+    shown = _git("show", f"{PREVIOUS_COMMIT}:jobs/lua/{name}.lua")
+    assert shown.returncode == 0, f"release {PREVIOUS} has no jobs/lua/{name}.lua: {shown.stderr.strip()[:300]}"
+    return shown.stdout
+
+
 def _previous_tree(dest: Path) -> Path:
     """The previous release's files, from its commit."""
     _ensure_previous()
@@ -312,34 +321,6 @@ def test_history_of_this_releases_jobs_is_unchanged():
     canceled_while_queued = details.history([_error(1, 30.0, "Boom")], [_start(1, 10.0)], "failed", "canceled",
                                             40.0, {"attempts": "1", "started_at": "10.0"})
     assert [(e["attempt"], e["ended"]) for e in canceled_while_queued] == [(1, "Boom")]
-
-
-#: Scripts the previous release shipped whose text this tree changed before the rule "renamed,
-#: not redefined" was kept (0.3 only: model_rate_v1 moved its helpers to _lib.lua, the others
-#: gained keys or history, finish_v1 was dropped). Each release runs the scripts it installed,
-#: so 0.2's processes never ran these texts. Empty once the previous release is 0.3.
-REDEFINED_SINCE_PREVIOUS = {"cancel_v1", "claim_v1", "fail_v1", "finish_v1", "model_rate_v1", "reclaim_v1",
-                            "release_v1", "replay_v1"}
-
-
-def _without_keys_line(text: str) -> str:
-    """A script's text but the line naming its keys for the loader (a comment: Redis runs the same)."""
-    return text.split("\n", 1)[1] if text.startswith("-- KEYS: ") else text
-
-
-def test_no_script_the_previous_release_shipped_means_something_else_here():
-    _ensure_previous()
-    listed = _git("ls-tree", "--name-only", f"{PREVIOUS_COMMIT}:jobs/lua")
-    assert listed.returncode == 0, listed.stderr
-    changed = set()
-    for name in listed.stdout.split():
-        if name.startswith("_") or not name.endswith(".lua"):
-            continue
-        here = ROOT / "jobs" / "lua" / name
-        if not here.exists() or _without_keys_line(here.read_text()) != _git(
-                "show", f"{PREVIOUS_COMMIT}:jobs/lua/{name}").stdout:
-            changed.add(name.removesuffix(".lua"))
-    assert changed == REDEFINED_SINCE_PREVIOUS
 
 
 def _ended_by_previous_release(conn, owner: str) -> str:

@@ -293,12 +293,6 @@ def test_prices_come_from_the_operator_then_the_maintained_table_and_never_from_
             parse_overrides(bad)
 
 
-def test_the_new_scripts_keep_the_old_ones_for_workers_of_the_previous_release():
-    names = scripts.names()
-    # The scripts of these kinds the previous release shipped (tests/test_lua_files.py: the rule).
-    assert {"heartbeat_v1", "model_rate_v1"} <= set(names)
-
-
 def test_the_cli_and_the_page_show_tokens_and_cost_beside_progress(conn, env, client):
     from click.testing import CliRunner
 

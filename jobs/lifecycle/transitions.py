@@ -84,11 +84,13 @@ def usage_record(connection: Redis, job_id: str, usage_keys: Mapping[str, str], 
 
 
 def batch_usage_record(connection: Redis, job_id: str, owner: str, day: str, model: str, args: list) -> Any:
-    """The usage of a canceled job's provider batch, counted once it is read (not fenced)."""
-    return scripts.run(connection, "usage_record_v2", {
+    """The usage of a canceled job's provider batch, counted once it is read (not fenced); no
+    answers are kept for a next attempt (``usage_record_v3``'s last argument, '')."""
+    return scripts.run(connection, "usage_record_v3", {
         "job": keys.job(job_id), "usage": keys.usage(job_id), "owner_day": keys.usage_owner_day(owner, day),
         "model_usage": keys.usage_model(model), "reservations": keys.owner_reservations(owner),
-        "reservation_records": keys.owner_reservation_records(owner)}, args)
+        "reservation_records": keys.owner_reservation_records(owner),
+        "received_answers": keys.received_answers(job_id)}, [*args, ""])
 
 
 def finish(connection: Redis, job_id: str, owner: str, kind: str, now: float, args: list) -> Any:
