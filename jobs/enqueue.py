@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+import types
 from typing import NamedTuple
 
 from redis import Redis
@@ -332,3 +334,16 @@ def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str
         parents.write_waiting(job, pipe)
         return None, job.rate_limit_concurrency
     return wait_for_slot(q, job, pipe, score=now), job.rate_limit_concurrency
+
+
+class _CallableModule(types.ModuleType):
+    """``jobs.enqueue(...)`` is the documented way to submit from Python, and ``jobs.enqueue``
+    is also this module: the package imports nothing until asked (``import jobs.config`` must
+    stay light), so the name cannot be rebound to the function once this module is loaded.
+    Calling the module calls ``enqueue``."""
+
+    def __call__(self, *args, **kwargs) -> tuple[str, bool]:
+        return enqueue(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

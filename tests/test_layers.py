@@ -8,8 +8,13 @@ and is left out. Every other import between ``jobs/`` modules is an arrow, where
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS = ROOT / "jobs"
@@ -166,3 +171,23 @@ def test_no_name_means_two_modules():
             elif path.is_dir() and (path / "__init__.py").exists() and path != ROOT / folder:
                 seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
     assert {n: p for n, p in seen.items() if len(p) > 1} == {}
+
+
+#: What importing a bottom layer may load of leash: itself and the package (whose public names
+#: are imported when first asked for). Run in a fresh interpreter: this one has loaded everything.
+BOTTOM_LAYERS = {"jobs.config": {"jobs", "jobs.config"}, "jobs.config.front": {"jobs", "jobs.config",
+                                                                               "jobs.config.front"},
+                 "jobs.errors": {"jobs", "jobs.errors"}}
+#: Libraries a bottom layer never loads: each costs a process start tenths of a second.
+HEAVY = ("rq", "redis", "jsonschema", "flask", "limits", "sqlalchemy", "openai", "anthropic", "prometheus_client")
+
+
+@pytest.mark.parametrize("module", sorted(BOTTOM_LAYERS))
+def test_a_bottom_layer_loads_no_other_leash_module_and_no_heavy_library(module):
+    probe = (f"import json, sys; import {module}; "
+             "print(json.dumps(sorted(n for n in sys.modules if n == 'jobs' or n.startswith('jobs.') "
+             f"or n.split('.')[0] in {HEAVY!r})))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    loaded = set(json.loads(done.stdout))
+    assert loaded - BOTTOM_LAYERS[module] == set(), f"import {module} loads {sorted(loaded - BOTTOM_LAYERS[module])}"
