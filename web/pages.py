@@ -25,8 +25,9 @@ from datetime import datetime
 
 from flask import Blueprint, jsonify, make_response, redirect, render_template, request, url_for
 
-from jobs import deadletter, keys, kinds
+from jobs import deadletter, kinds
 from jobs.archive import restore as archive_restore
+from jobs.batch.look_now import look_now, too_soon
 from jobs.core import clock, outcome, states
 from jobs.core.text import printable
 from jobs.deadletter import errored
@@ -37,14 +38,14 @@ from jobs.intake.estimate import text as estimate_text
 from jobs.intake.modes import MODE_FIELD
 from jobs.models.cache import CACHE_FIELD
 from jobs.read import failure_groups, humane, job_view, listing, money, poll_schedule, results
+from jobs.read.job_page import JobPage
 from jobs.usage.budget import BUDGET_FIELD
 
 from .auth import PUBLIC_OWNER, Need, browser_owner, request_owner
-from .batch_look import look_now, too_soon
 from .confirm import confirm_page, needs_confirming
 from .error_replies import api_error, wants_html
 from .forms import BaseSubmitForm, submit_form
-from .reads import FILTER_ARGS, filters_arg, int_arg, read_status, redis_conn
+from .reads import FILTER_ARGS, filters_arg, int_arg, read_job_page, read_status, redis_conn
 
 bp = Blueprint("pages", __name__)
 
@@ -166,16 +167,14 @@ def _show(value) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def _results_table(connection, job_id: str, fields: dict) -> dict | None:
+def _results_table(job_id: str, seen: JobPage) -> dict | None:
     """One page of items with their results (pending ones too, while the job runs)."""
+    fields, page, inputs, columns = seen.fields, seen.page, seen.inputs, seen.columns
     if not fields["total"] or not (fields["done"] or fields["state"] in states.TERMINAL):
         return None
-    offset = int_arg("offset", 0, 0, 10**7)
-    page = results.read_page(connection, job_id, offset, RESULTS_PER_PAGE)
-    inputs = results.item_inputs(connection, job_id, offset, RESULTS_PER_PAGE)
+    offset = page.offset
     found = dict(page.items)
     last = min(offset + RESULTS_PER_PAGE, page.total)
-    columns = results.result_columns(connection, job_id)  # an extract job: a column per property
     rows = [(index, inputs[index - offset] if index - offset < len(inputs) else None,
              _show(found[index]) if index in found else None,
              results.cells(found.get(index), columns) if columns and index in found else None)
@@ -196,41 +195,39 @@ def _traceback(error: str | None) -> str | None:
 
 def job_page(job_id: str):
     owner = browser_owner(Need.READ)
-    connection = redis_conn()
-    fields = read_status(connection, job_id, owner)
+    # One round trip: status, the results' page, its inputs, the price, the batch record.
+    seen = read_job_page(redis_conn(), job_id, owner, int_arg("offset", 0, 0, 10**7), RESULTS_PER_PAGE)
+    fields, attempts, batch = seen.fields, seen.attempts, seen.batch
     terminal = fields["state"] in states.TERMINAL
     schedule = _schedule()
     refresh = None if terminal else int(poll_schedule.poll_delay(_age(fields)))
     waiting_at_provider = (fields.get("batch") or {}).get("phase") == "waiting"
-    attempts = job_view.marked_attempts(fields["history"])
-    batch = job_view.batch_details(connection, fields)
     look_requested = waiting_at_provider and request.args.get("look") == "requested"
     return _page(render_template(
         "job.html", job=fields, stale_text=STALE_LOOK_TEXT if waiting_at_provider else STALE_TEXT,
-        terminal=terminal, table=_results_table(connection, job_id, fields),
+        terminal=terminal, table=_results_table(job_id, seen),
         submitted=[(f, given[f.name]) for f, _ in kinds.fields() if f.name in (given := fields.get("submitted", {}))],
         refresh=refresh, schedule=schedule, percent=_percent(fields),
         shown_state=outcome.words(fields), shown_view=listing.view_of(fields),
         attempts=humane.attempts(fields), history=attempts,
-        run=job_view.run_timing(connection, fields, attempts), batch=batch,
+        run=seen.run, batch=batch,
         per_request=job_view.cost_per_request(fields, batch["answered"]) if batch else None,
         traceback=_traceback(fields["error"]), duration=humane.duration, money=money.money,
         replay_command=f"leash replay {job_id}", spend_text=money.spend_text, ago=humane.relative,
         cancel_requested=not terminal and request.args.get("cancel") == "requested",
         look_requested=look_requested, waiting_text=_waiting_text(fields, look_requested),
         summary=fields["result"]["summary"] if fields["result"] else None,
-        estimate=_estimate(connection, job_id),
+        estimate=" · ".join(estimate_text(seen.estimate).splitlines()) if seen.estimate else None,
         failure_group=_failure_group(fields),
-        schema=_schema_text(connection, job_id, fields),
+        schema=_schema_text(seen.schema, fields),
     ))
 
 
-def _schema_text(connection, job_id: str, fields: dict) -> dict | None:
+def _schema_text(schema: dict | None, fields: dict) -> dict | None:
     """An extract job's schema, indented for reading on its page, and its fields' names."""
     kind = kinds.KINDS.get(fields["kind"])
     if kind is None or not any(f.name == "schema" for f in kind.fields):
         return None
-    schema = results.job_schema(connection, job_id)
     if schema is None:
         return None
     props = schema.get("properties")
@@ -275,16 +272,6 @@ def look(job_id: str):
     response = jsonify(job_id=job_id, look="requested", url=url_for("api.job", job_id=job_id))
     response.status_code = 202
     return response
-
-
-def _estimate(connection, job_id: str) -> str | None:
-    """The price the job was given at submission (jobs/intake/estimate.py), in words."""
-    raw = connection.get(keys.estimate(job_id))
-    try:
-        figures = json.loads(raw) if raw else None
-    except ValueError:
-        return None
-    return " · ".join(estimate_text(figures).splitlines()) if isinstance(figures, dict) and "items" in figures else None
 
 
 def _percent(fields: dict) -> int:

@@ -13,7 +13,8 @@ from werkzeug.exceptions import BadRequest, NotFound
 
 from jobs import kinds
 from jobs.core import states
-from jobs.read import listing
+from jobs.errors import NoSuchJob
+from jobs.read import job_page, listing
 
 MAX_JOB_ID = 200
 _ASCII_DIGITS = re.compile(r"[0-9]{1,12}")
@@ -37,6 +38,17 @@ def read_status(connection: Redis, job_id: str, owner: str) -> dict[str, Any]:
         raise NoSuchJobHere()
     return states.from_raw(job_id, raw, rq_status, errors=errors, history=history,
                            retry_at=states.retry_time(connection, job_id, raw, rq_status))
+
+
+def read_job_page(connection: Redis, job_id: str, owner: str, offset: int, limit: int) -> job_page.JobPage:
+    """What the owner's job page shows, in one round trip (jobs/read/job_page.py); 404 for
+    anyone else's."""
+    if len(job_id) > MAX_JOB_ID:
+        raise NoSuchJobHere()
+    try:
+        return job_page.read(connection, job_id, owner, offset, limit)
+    except NoSuchJob:
+        raise NoSuchJobHere() from None
 
 
 def int_arg(name: str, default: int, minimum: int, maximum: int) -> int:

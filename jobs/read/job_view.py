@@ -1,7 +1,8 @@
 """What a job's page (and ``leash status``) adds to its status fields for a person: which
 attempt began a replay, timing and speed counted from the latest start, and a batch job's
-details at its provider. Two small reads beside the status read: the job hash's latest-attempt
-fields, and the batch record (keys.provider_batches) of a batch job.
+details at its provider. From what the job page's one read returned (jobs/read/job_page.py):
+the job hash's latest-attempt fields, and the batch record (keys.provider_batches) of a batch
+job.
 
     attempts      the history, each entry with ``replay``: True where a replay started the count
                   again (attempts read 1, 2, 3, 1: the second 1 is marked)
@@ -17,12 +18,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from redis import Redis
-
-from jobs import keys
 from jobs.config import batches
 from jobs.core import clock
-from jobs.core.text import decoded
 
 #: How a give-back ends an attempt without counting one: the next start keeps its number.
 _NOT_COUNTED = ("handed off", "deferred")
@@ -45,7 +42,7 @@ def marked_attempts(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def run_timing(connection: Redis, fields: dict[str, Any], attempts: list[dict[str, Any]],
+def run_timing(fields: dict[str, Any], attempts: list[dict[str, Any]], job_hash: dict[str, str],
                now: float | None = None) -> dict[str, Any]:
     """Elapsed time and speed of the job's latest run (since its last replay): elapsed up to its
     end, or up to now while it runs or waits (a batch job at its provider does not update its
@@ -58,7 +55,7 @@ def run_timing(connection: Redis, fields: dict[str, Any], attempts: list[dict[st
     elapsed = max(0.0, until - run_start) if run_start is not None else None
     rate = fields.get("items_per_second")
     if replays and terminal:
-        started, at_start = connection.hmget(keys.job(fields["job_id"]), "started_at", "done_at_start")
+        started, at_start = job_hash.get("started_at"), job_hash.get("done_at_start")
         started = float(started) if started else None
         progressed = fields["done"] - int(at_start or 0)
         rate = progressed / max(until - started, 1e-3) if started is not None and progressed > 0 else None
@@ -66,13 +63,13 @@ def run_timing(connection: Redis, fields: dict[str, Any], attempts: list[dict[st
             "items_per_second": round(rate, 3) if rate is not None else None, "replayed": bool(replays)}
 
 
-def batch_details(connection: Redis, fields: dict[str, Any]) -> dict[str, Any] | None:
-    """A batch job's details at its provider, or None for a direct job. Once the job has ended,
-    the requests the provider answered are the items it stored minus those asked directly."""
+def batch_details(fields: dict[str, Any], raw: dict[str, str]) -> dict[str, Any] | None:
+    """A batch job's details at its provider (``raw``: its batch record, keys.provider_batches),
+    or None for a direct job. Once the job has ended, the requests the provider answered are the
+    items it stored minus those asked directly."""
     batch = fields.get("batch")
     if not batch:
         return None
-    raw = {decoded(k): decoded(v) for k, v in connection.hgetall(keys.provider_batches(fields["job_id"])).items()}
     ids = [raw[name] for name in sorted((k for k in raw if k.startswith("id:")), key=lambda k: int(k[3:]))]
     first_at = float(raw["first_at"]) if raw.get("first_at") else None
     ended = fields["state"] in ("succeeded", "failed")

@@ -65,6 +65,15 @@ def read_page(connection: Redis, job_id: str, offset: int = 0, limit: int = 50) 
         (owner, state, done, total, archived), values, usages, held = pipe.execute()
     if owner is None:
         raise NoSuchJob(f"no such job: {job_id}")
+    return page_of(connection, job_id, offset, limit, owner, state, done, total, archived, values, usages, held)
+
+
+def page_of(connection: Redis, job_id: str, offset: int, limit: int, owner, state, done, total, archived,
+            values: list, usages: list, held) -> Page:
+    """The page from what a read of its job fields (owner, state, done, total, archived_at), its
+    range of the items and usage hashes and whether the items hash exists returned (the job
+    page reads them with everything else it shows: jobs/read/job_page.py)."""
+    indexes = list(range(offset, offset + limit))
     if archived and not held:  # archived, and Redis' copy of its items has left: the archive's
         rows = reading.page(job_id, offset, limit, connection)
         values = [None] * limit
@@ -191,7 +200,11 @@ ERROR_COLUMN = "error"
 def result_columns(connection: Redis, job_id: str) -> list[str]:
     """The properties results are shown in, one column each: the top-level properties of an
     ``extract`` job's schema, in its order; [] for a job whose results are text or one value."""
-    schema = job_schema(connection, job_id)
+    return schema_columns(job_schema(connection, job_id))
+
+
+def schema_columns(schema: dict | None) -> list[str]:
+    """``result_columns`` of a schema already read."""
     props = schema.get("properties") if isinstance(schema, dict) else None
     return [str(name) for name in props] if isinstance(props, dict) else []
 
@@ -208,6 +221,11 @@ def job_schema(connection: Redis, job_id: str) -> dict | None:
             payload = None
     if payload is None and connection.hexists(keys.job(job_id), "archived_at"):
         payload = reading.payload(job_id, connection, with_items=False)
+    return payload_schema(payload)
+
+
+def payload_schema(payload: Any) -> dict | None:
+    """``job_schema`` of a payload already read."""
     schema = payload.get("schema") if isinstance(payload, dict) else None
     return schema if isinstance(schema, dict) else None
 
