@@ -19,7 +19,7 @@ def python_files():
 
 
 def test_the_code_is_lint_clean():
-    result = subprocess.run([sys.executable, "-m", "ruff", "check", "jobs", "web", "cli", "scripts", "tests"],
+    result = subprocess.run([sys.executable, "-m", "ruff", "check", "jobs", "web", "cli", "scripts", "benchmarks", "tests"],
                             cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -33,9 +33,9 @@ def test_every_module_a_script_or_test_runs_with_python_m_exists():
     import importlib.util
 
     run = re.compile(r"""["']-m["'],\s*["']([\w.]+)["']""")
-    named = {m for folder in ("scripts", "tests") for p in sorted((ROOT / folder).rglob("*.py"))
+    named = {m for folder in ("scripts", "benchmarks", "tests") for p in sorted((ROOT / folder).rglob("*.py"))
              for m in run.findall(p.read_text())}
-    ours = sorted(m for m in named if m.split(".")[0] in {"cli", "jobs", "web", "scripts", "tests"})
+    ours = sorted(m for m in named if m.split(".")[0] in {"cli", "jobs", "web", "scripts", "benchmarks", "tests"})
     assert "cli" in ours
     assert [m for m in ours if importlib.util.find_spec(m) is None] == []
 

@@ -22,7 +22,7 @@ from tests.web_support import basic, finish_job, make_app
 
 #: MEMORY USAGE of a finished 2-item job's own keys (RQ's job hash, leash's job hash, items,
 #: history and payload copy): ~2,130 bytes for the `count` job below, ~3,200 while RQ's hash
-#: kept the payload as a hash table. scripts/bench_memory.py measures every key of a job,
+#: kept the payload as a hash table. benchmarks/bench_memory.py measures every key of a job,
 #: against plain RQ (docs/BENCHMARKS.md).
 JOB_KEYS_BOUND = 2_400
 

@@ -2,7 +2,7 @@
 """Benchmark of the dead-letter path: the failure report over 100,000 failed jobs and the
 replay of 10,000 of them, with the Redis round trips each used.
 
-    REDIS_URL=redis://127.0.0.1:6379/11 python scripts/bench_deadletter.py --flush
+    REDIS_URL=redis://127.0.0.1:6379/11 python benchmarks/bench_deadletter.py --flush
 
 It writes failed jobs straight into Redis (jobs/deadletter/synthetic.py) with ~30 realistic error
 shapes carrying ids, numbers, URLs and paths, spread over 50 owners and 4 kinds. ``--flush``

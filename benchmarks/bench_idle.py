@@ -1,7 +1,7 @@
 """What waiting costs: Redis commands per second of idle leash workers while jobs queue, and
 how soon a job deleted behind leash's back is recorded failed.
 
-    python scripts/bench_idle.py [--sizes 1000,10000,100000] [--owners 100] [--window 30]
+    python benchmarks/bench_idle.py [--sizes 1000,10000,100000] [--owners 100] [--window 30]
                                  [--checkout DIR]
 
 For each size: that many jobs are enqueued (through ``jobs.enqueue``, ``--owners`` owners, the
@@ -108,8 +108,8 @@ def main() -> int:
     from benchlib import ROOT
 
     args.checkout = args.checkout or ROOT
-    os.environ.update(LEASH_IMPORTS="scripts.chaos_kinds", LEASH_QUEUE=QUEUES)
-    import scripts.chaos_kinds  # noqa: F401  (registers the no-op kind in this process)
+    os.environ.update(LEASH_IMPORTS="benchmarks.chaos_kinds", LEASH_QUEUE=QUEUES)
+    import benchmarks.chaos_kinds  # noqa: F401  (registers the no-op kind in this process)
 
     own = OwnRedis().start()
     children = Children()

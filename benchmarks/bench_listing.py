@@ -3,8 +3,8 @@
 with 1,000 / 10,000 / 100,000 jobs, 10 of them failed and older than the rest (the case where
 the scan that came before the state indexes found none), the first page of 20.
 
-    python scripts/bench_listing.py                 # a Redis of its own on a free port
-    REDIS_URL=redis://127.0.0.1:6379/11 python scripts/bench_listing.py --flush
+    python benchmarks/bench_listing.py                 # a Redis of its own on a free port
+    REDIS_URL=redis://127.0.0.1:6379/11 python benchmarks/bench_listing.py --flush
 
 "before" is the read that served filters before the indexes (and still serves them on a store
 whose older jobs are not indexed yet): the owner's newest 10,000 jobs read and their state

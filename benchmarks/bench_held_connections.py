@@ -9,8 +9,8 @@ Two setups: ``before`` emulates the server without the per-address cap or reques
 (LEASH_WEB_CONNECTIONS=1000, LEASH_WEB_CONNECTIONS_PER_ADDRESS=0, a deadline longer than the
 run); ``after`` is ``leash web`` with its defaults.
 
-    python scripts/bench_held_connections.py --connections 3000 --seconds 45
-    python scripts/bench_held_connections.py --connections 3000 --setup after
+    python benchmarks/bench_held_connections.py --connections 3000 --seconds 45
+    python benchmarks/bench_held_connections.py --connections 3000 --setup after
 """
 
 from __future__ import annotations

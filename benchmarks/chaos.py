@@ -1,7 +1,7 @@
 """Proof under fire: run real jobs on real workers while killing, stopping and restarting
 things, then check that nothing was lost, doubled or left wrongly running.
 
-    python scripts/chaos.py [--quick] [--seed N] [--plot docs/chaos-states.png]
+    python benchmarks/chaos.py [--quick] [--seed N] [--plot docs/chaos-states.png]
 
 It starts its own Redis (``appendonly yes``, loopback, free port, scratch directory) and 4
 ``leash worker`` processes, enqueues jobs of kind ``chaos_classify`` (the offline
@@ -36,9 +36,9 @@ from datetime import UTC, datetime
 
 from benchlib import Children, OwnRedis, worker_env
 
+from benchmarks.chaos_kinds import notify_key
 from jobs import keys
 from jobs.enqueue import enqueue
-from scripts.chaos_kinds import notify_key
 
 LABELS = ["positive", "negative", "question", "bug"]
 WORDS = ["great", "slow", "refund", "how", "crash", "thanks", "why", "love", "broken", "ok"]

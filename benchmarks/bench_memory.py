@@ -1,6 +1,6 @@
 """What a finished job costs Redis: leash against plain RQ, side by side, in one run.
 
-    python scripts/bench_memory.py [--jobs 20] [--items 2,100] [--hash-value-limit 64]
+    python benchmarks/bench_memory.py [--jobs 20] [--items 2,100] [--hash-value-limit 64]
 
 For each size, ``--jobs`` ``classify`` jobs of that many items (review-like lines of ~70
 characters, two labels, the offline ``local`` backend), all of one owner, run to the end on ``leash worker --burst``; the
@@ -32,7 +32,7 @@ from rq.serializers import JSONSerializer
 from jobs import keys
 from jobs.enqueue import enqueue
 
-PLAIN_CLASSIFY = "scripts.plain_rq_jobs.classify"
+PLAIN_CLASSIFY = "benchmarks.plain_rq_jobs.classify"
 LABELS = ["positive", "negative"]
 OWNER = "bench-owner"
 #: Keys that belong to the processes, not to jobs.

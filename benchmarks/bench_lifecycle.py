@@ -1,6 +1,6 @@
 """leash against plain RQ 3.0, side by side, in one run on one Redis of its own.
 
-    python scripts/bench_lifecycle.py [--jobs 500] [--rounds 3] [--rq-cap 120]
+    python benchmarks/bench_lifecycle.py [--jobs 500] [--rounds 3] [--rq-cap 120]
 
 Measures:
   enqueue     seconds per enqueue: leash ``jobs.enqueue.enqueue`` vs ``rq.Queue.enqueue_call``
@@ -44,8 +44,8 @@ from jobs import keys
 from jobs.core import lease, states
 from jobs.enqueue import enqueue
 
-PLAIN_NOOP = "scripts.plain_rq_jobs.noop"
-PLAIN_SLEEP = "scripts.plain_rq_jobs.sleep"
+PLAIN_NOOP = "benchmarks.plain_rq_jobs.noop"
+PLAIN_SLEEP = "benchmarks.plain_rq_jobs.sleep"
 OWNERS = 100
 
 
@@ -278,8 +278,8 @@ def main() -> int:
     parser.add_argument("--time-limit", type=float, default=1200.0, help="abort the whole run after this")
     args = parser.parse_args()
 
-    os.environ["LEASH_IMPORTS"] = "scripts.chaos_kinds"
-    import scripts.chaos_kinds  # noqa: F401  (registers the no-op kind in this process)
+    os.environ["LEASH_IMPORTS"] = "benchmarks.chaos_kinds"
+    import benchmarks.chaos_kinds  # noqa: F401  (registers the no-op kind in this process)
 
     signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(TimeoutError("time limit reached")))
     signal.alarm(int(args.time_limit))

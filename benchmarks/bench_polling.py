@@ -3,8 +3,8 @@
 (``jobs.read.poll_schedule.poll_delay``: every 1 s for the first 10 s, then every 5 s) against a fixed
 1 s schedule.
 
-    python scripts/bench_polling.py                 # computed + a 20 s real run per schedule
-    python scripts/bench_polling.py --real-seconds 0   # computed only
+    python benchmarks/bench_polling.py                 # computed + a 20 s real run per schedule
+    python benchmarks/bench_polling.py --real-seconds 0   # computed only
 
 Computed: each tab polls at t = 0 and then after ``delay(elapsed)`` seconds, over 60 s of
 simulated time; requests are counted per window. Measured: the real app (in-process,

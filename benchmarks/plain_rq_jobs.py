@@ -32,7 +32,7 @@ def classify(items, labels):
 
 
 def one_item(kind_name, payload):
-    """The same work as leash's ``one_item`` kind (scripts/chaos_kinds.py), without leash."""
+    """The same work as leash's ``one_item`` kind (benchmarks/chaos_kinds.py), without leash."""
     return {"items": [str(item).upper() for item in payload["items"]]}
 
 

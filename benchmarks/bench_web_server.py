@@ -6,7 +6,7 @@ while one client makes 20 ordinary status reads in a row (each may wait 5 s), th
 resident memory. ``leash web`` (waitress) is always measured; gunicorn's setups only when
 gunicorn (and gevent for its worker) are installed: ``pip install gunicorn==27.0.1 gevent==26.9.0``.
 
-    python scripts/bench_web_server.py            # figures in docs/BENCHMARKS.md ("Slow clients")
+    python benchmarks/bench_web_server.py            # figures in docs/BENCHMARKS.md ("Slow clients")
 """
 
 from __future__ import annotations

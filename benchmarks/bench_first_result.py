@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """How long a newcomer waits for a first result, following the README to the letter.
 
-    python scripts/bench_first_result.py                 # this checkout, cloned to a temp dir
-    python scripts/bench_first_result.py --runs 3 --source https://github.com/<owner>/leash
+    python benchmarks/bench_first_result.py                 # this checkout, cloned to a temp dir
+    python benchmarks/bench_first_result.py --runs 3 --source https://github.com/<owner>/leash
 
 Each run, in a fresh directory: ``git clone``, the README's first command split in its steps
 (``python3.11 -m venv .venv``, ``.venv/bin/pip install -e .``, ``.venv/bin/leash dev``), then in

@@ -1,6 +1,6 @@
 """Many deploys in a row: does a ``leash worker`` always exit on SIGTERM?
 
-    python scripts/deploy_trials.py [--trials 60] [--item-seconds 3] [--grace 20] [--seed N]
+    python benchmarks/deploy_trials.py [--trials 60] [--item-seconds 3] [--grace 20] [--seed N]
 
 Each trial starts one ``leash worker`` (with RQ's retry scheduler, as the Procfile runs it)
 on a Redis of the script's own, brings it to a moment, sends SIGTERM, and measures:

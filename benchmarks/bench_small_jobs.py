@@ -1,6 +1,6 @@
 """Many short model jobs: leash against plain RQ, side by side, in one run on one Redis.
 
-    python scripts/bench_small_jobs.py [--jobs 60] [--rounds 3] [--latency 0.05]
+    python benchmarks/bench_small_jobs.py [--jobs 60] [--rounds 3] [--latency 0.05]
 
 Each job is one model call to the loopback OpenAI-compatible server of the tests
 (tests/fake_openai.py, so '.[test]' must be installed), answering after ``--latency`` s.
@@ -35,7 +35,7 @@ from jobs import keys
 from jobs.enqueue import enqueue
 from tests.fake_openai import MODEL, FakeOpenAI
 
-PLAIN_CALL = "scripts.plain_rq_jobs.one_model_call"
+PLAIN_CALL = "benchmarks.plain_rq_jobs.one_model_call"
 
 
 def per_job_seconds(conn, ids: list[str]) -> float:

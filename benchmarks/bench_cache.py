@@ -1,6 +1,6 @@
 """What the request cache saves and costs, and what a price before the run costs.
 
-    python scripts/bench_cache.py [--items 1000] [--dry-run-items 10000]
+    python benchmarks/bench_cache.py [--items 1000] [--dry-run-items 10000]
 
 On a Redis of its own, against the tests' loopback OpenAI-compatible server
 (``tests/fake_openai.py``, in this process), a ``prompt`` job of ``--items`` items is run twice
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scripts.benchlib import Children, OwnRedis, commandstats, count_commands  # noqa: E402
+from benchmarks.benchlib import Children, OwnRedis, commandstats, count_commands  # noqa: E402
 from tests.fake_openai import API_KEY, MODEL, FakeOpenAI  # noqa: E402
 
 PRICES = json.dumps({MODEL: {"input": 0.15, "output": 0.6}})

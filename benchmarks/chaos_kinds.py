@@ -1,6 +1,6 @@
 """Job kinds and plain RQ functions for the benchmark and the chaos run.
 
-Workers import this module through ``LEASH_IMPORTS=scripts.chaos_kinds`` (run from the
+Workers import this module through ``LEASH_IMPORTS=benchmarks.chaos_kinds`` (run from the
 repository root). The chaos kinds count, in Redis, how often their side effect actually ran,
 so the chaos run can prove "never twice".
 """

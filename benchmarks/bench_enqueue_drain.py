@@ -1,6 +1,6 @@
 """Enqueue and drain: leash against plain RQ, side by side, in one run on one Redis.
 
-    python scripts/bench_enqueue_drain.py [--enqueue 100000] [--drain 2000] [--workers 4]
+    python benchmarks/bench_enqueue_drain.py [--enqueue 100000] [--drain 2000] [--workers 4]
 
 enqueue  ``--enqueue`` jobs one call each: leash's ``jobs.enqueue.enqueue`` (``noop``, 100 owners)
          against RQ's ``Queue.enqueue_call`` of a plain function; seconds, jobs/s, and Redis
@@ -58,7 +58,7 @@ def side_result(n: int, seconds: float, stats, span: float | None = None) -> dic
 def bench_enqueue(conn, n: int) -> dict:
     plain = Queue("bench-plain", connection=conn, serializer=JSONSerializer)
     conn.flushdb()
-    rq_s, rq_stats = counted(conn, lambda: [plain.enqueue_call("scripts.plain_rq_jobs.noop", args=("noop", {}))
+    rq_s, rq_stats = counted(conn, lambda: [plain.enqueue_call("benchmarks.plain_rq_jobs.noop", args=("noop", {}))
                                             for _ in range(n)])
     conn.flushdb()
     leash_s, leash_stats = counted(conn, lambda: [enqueue(conn, "noop", {}, owner=f"user-{i % OWNERS}")
@@ -81,7 +81,7 @@ def bench_drain(children: Children, own: OwnRedis, conn, n: int, workers: int) -
     out = {}
     conn.flushdb()
     q = Queue("bench-plain", connection=conn, serializer=JSONSerializer)
-    ids = [q.enqueue_call("scripts.plain_rq_jobs.one_item", args=("one_item", {"items": ["x"]})).id
+    ids = [q.enqueue_call("benchmarks.plain_rq_jobs.one_item", args=("one_item", {"items": ["x"]})).id
            for _ in range(n)]
     rq_argv = [sys.executable, "-m", "rq.cli", "worker", "--burst", "-q", "-S", "json", "-u", own.url, "bench-plain"]
     seconds, stats = counted(conn, lambda: drain(children, conn, rq_argv, env, workers, 600))
@@ -104,8 +104,8 @@ def main() -> int:
     parser.add_argument("--drain", type=int, default=2000, help="one-item jobs drained per side (0: skip)")
     parser.add_argument("--workers", type=int, default=4)
     args = parser.parse_args()
-    os.environ.update(LEASH_IMPORTS="scripts.chaos_kinds", LEASH_QUEUE="leash")
-    import scripts.chaos_kinds  # noqa: F401  (registers the kinds in this process)
+    os.environ.update(LEASH_IMPORTS="benchmarks.chaos_kinds", LEASH_QUEUE="leash")
+    import benchmarks.chaos_kinds  # noqa: F401  (registers the kinds in this process)
 
     own = OwnRedis().start()
     children = Children()

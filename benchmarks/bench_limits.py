@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """What one request can cost, measured.
 
-    python scripts/bench_limits.py                 # both parts
-    python scripts/bench_limits.py --part storage  # Redis bytes per request byte at the limits
-    python scripts/bench_limits.py --part stall    # 503 latencies while Redis is stalled
-    python scripts/bench_limits.py --part submitters  # 64 concurrent submitters against a queued cap of 20
+    python benchmarks/bench_limits.py                 # both parts
+    python benchmarks/bench_limits.py --part storage  # Redis bytes per request byte at the limits
+    python benchmarks/bench_limits.py --part stall    # 503 latencies while Redis is stalled
+    python benchmarks/bench_limits.py --part submitters  # 64 concurrent submitters against a queued cap of 20
 
 Storage: the largest classify and prompt requests the default limits allow (1,000 items filling
 LEASH_MAX_PAYLOAD_BYTES; the widest labels; the longest template), posted to the app and run
@@ -41,8 +41,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 try:
     from benchlib import ROOT, Children, OwnRedis, wait_until
-except ImportError:  # imported by the server as scripts.bench_limits (the baseline app)
-    from scripts.benchlib import ROOT, Children, OwnRedis, wait_until
+except ImportError:  # imported by the server as benchmarks.bench_limits (the baseline app)
+    from benchmarks.benchlib import ROOT, Children, OwnRedis, wait_until
 
 CONCURRENT = 32
 REDIS_TIMEOUT = "5"
@@ -210,7 +210,7 @@ def stall(redis_server: OwnRedis, children: Children) -> None:
             "--workers", "2", "--log-level", "error", "web.app:create_app()"]
     setups["baseline: waitress 1 x 16, a timeout per request"] = [
         py, "-m", "waitress", f"--listen=127.0.0.1:{port}", "--threads=16", "--call",
-        "scripts.bench_limits:unguarded_app"]
+        "benchmarks.bench_limits:unguarded_app"]
     for name, argv in setups.items():
         runs = _stall_runs(redis_server, children, argv, port)
         p50s = [statistics.median(t for _, t in run["known"]) for run in runs]

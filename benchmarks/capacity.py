@@ -1,6 +1,6 @@
 """What one job costs Redis over its whole life, measured, and what one Redis can carry.
 
-    python scripts/capacity.py [--jobs 200] [--items 20] [--workers 2]
+    python benchmarks/capacity.py [--jobs 200] [--items 20] [--workers 2]
 
 On a Redis of its own (appendonly yes, appendfsync everysec, as in production) it measures,
 with INFO commandstats and INFO cpu (Redis main-thread CPU) deltas:
@@ -78,7 +78,7 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--idle-seconds", type=float, default=20.0)
     args = p.parse_args()
-    os.environ["LEASH_IMPORTS"] = "scripts.chaos_kinds"
+    os.environ["LEASH_IMPORTS"] = "benchmarks.chaos_kinds"
     signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(TimeoutError("time limit")))
     signal.alarm(900)
     own = OwnRedis(appendonly=True).start()

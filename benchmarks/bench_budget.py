@@ -1,7 +1,7 @@
 """How close to its budget a job gets before it stops, and what checking budgets costs Redis,
 for checkouts of leash side by side (before and after a change).
 
-    python scripts/bench_budget.py --tree before=../leash-before --tree after=. [--items 200]
+    python benchmarks/bench_budget.py --tree before=../leash-before --tree after=. [--items 200]
         [--latency 0.01] [--batch]
 
 Each ``--tree LABEL=PATH`` is a checkout of leash; its jobs are submitted by its own

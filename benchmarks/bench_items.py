@@ -1,6 +1,6 @@
 """A batch as fast as the model and the account allow: leash's items at once, measured.
 
-    python scripts/bench_items.py [--only sweep,anchor,rpm,storm,kill] [--items 120] [--latency 0.5]
+    python benchmarks/bench_items.py [--only sweep,anchor,rpm,storm,kill] [--items 120] [--latency 0.5]
 
 Every figure is against a baseline measured in the same run, over the loopback
 OpenAI-compatible server of the tests (tests/fake_openai.py, so '.[test]' must be installed)

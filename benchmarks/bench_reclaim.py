@@ -1,6 +1,6 @@
 """How fast a dead machine's job comes back on default settings, and what the lease costs.
 
-    python scripts/bench_reclaim.py [--trials 3] [--window 30] [--rq-cap 60]
+    python benchmarks/bench_reclaim.py [--trials 3] [--window 30] [--rq-cap 60]
 
 Measures, on one Redis of its own, with the shipped defaults (LEASH_LEASE_SECONDS unset):
   reclaim     seconds from SIGKILL (or SIGSTOP) of a worker and its work-horse until the job runs
@@ -100,7 +100,7 @@ def rq_running_cost(children: Children, own: OwnRedis, conn, window: float) -> d
     proc = children.start([sys.executable, "-m", "rq.cli", "worker", "-q", "-S", "json", "-u", own.url, "bench-rq"],
                           worker_env(own.url))
     job = Queue("bench-rq", connection=conn, serializer=JSONSerializer).enqueue_call(
-        "scripts.plain_rq_jobs.sleep", args=("sleep", {"seconds": window + 15}), timeout=600)
+        "benchmarks.plain_rq_jobs.sleep", args=("sleep", {"seconds": window + 15}), timeout=600)
     if not wait_until(lambda: job.get_status(refresh=True) == "started", 60):
         raise RuntimeError("rq: the job never started")
     time.sleep(1.0)

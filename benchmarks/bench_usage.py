@@ -1,7 +1,7 @@
 """What counting every token costs: Redis commands, round trips and items/s of one model job,
 measured for two checkouts of leash in one run (before and after usage accounting).
 
-    python scripts/bench_usage.py --tree before=../leash-before --tree after=. [--items 480]
+    python benchmarks/bench_usage.py --tree before=../leash-before --tree after=. [--items 480]
         [--latency 0.2] [--concurrency 16] [--rounds 3]
 
 Each ``--tree LABEL=PATH`` is a checkout of leash with its own virtualenv (``PATH/.venv``,

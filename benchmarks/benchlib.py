@@ -133,7 +133,7 @@ def wait_until(condition: Callable[[], object], timeout: float, interval: float 
 
 
 def worker_env(url: str, **extra: str) -> dict:
-    env = dict(os.environ, REDIS_URL=url, LEASH_IMPORTS="scripts.chaos_kinds")
+    env = dict(os.environ, REDIS_URL=url, LEASH_IMPORTS="benchmarks.chaos_kinds")
     env.update(extra)
     return env
 

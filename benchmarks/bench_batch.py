@@ -1,7 +1,7 @@
 """Batch mode: what a job waiting for its provider costs leash, against a plain RQ job doing the
 same the plain way (create the batch, sleep and poll in the work-horse, store the answers).
 
-    python scripts/bench_batch.py [--items 10000] [--wait 60] [--poll 2]
+    python benchmarks/bench_batch.py [--items 10000] [--wait 60] [--poll 2]
 
 One ``prompt`` job of ``--items`` items with ``mode: "batch"`` runs on one ``leash worker``
 against the tests' loopback OpenAI-compatible server (``tests/fake_openai.py`` with its Batch API,
@@ -98,7 +98,7 @@ def run_plain(url: str, server: FakeOpenAI, items: int, wait: float, poll: float
     client.config_resetstat()
     queue = Queue("plain", connection=client)
     known = set(server.batches.batches)
-    job = queue.enqueue("scripts.plain_rq_jobs.batch_and_wait", server.url, MODEL, items, poll, "plain:results",
+    job = queue.enqueue("benchmarks.plain_rq_jobs.batch_and_wait", server.url, MODEL, items, poll, "plain:results",
                         job_timeout=3600)
     batch_id = wait_until(lambda: next((b for b in server.batches.batches if b not in known), None), 120)
     created = server.batches.batch(batch_id).created_at
