@@ -19,7 +19,7 @@ from jobs import keys
 from jobs.core import states
 from jobs.enqueue import enqueue
 from jobs.models.provider import TOKENS_PER_MESSAGE, TOKENS_PER_PROMPT
-from jobs.read import job_view
+from jobs.read import job_page
 from jobs.usage.meter import utc_day
 from tests.conftest import wait_for
 from tests.test_items_workers import ended, stored
@@ -67,7 +67,7 @@ def test_a_batch_job_succeeds_with_every_item_no_direct_call_and_one_batch(conn,
     assert final["batch"]["direct"] == 0
     # Right after the end, the status JSON's batch counts say what the page says.
     assert (final["batch"]["done"], final["batch"]["failed"], final["batch"]["total"]) == (30, 0, 30)
-    page_batch = job_view.batch_details(conn, final)
+    page_batch = job_page.read(conn, job_id, "default").batch
     assert (page_batch["answered"], page_batch["total"]) == (final["batch"]["done"], final["batch"]["total"])
     assert final["usage"]["calls"] == 30
     assert [h["ended"] for h in final["history"]] == ["succeeded"]
