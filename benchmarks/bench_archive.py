@@ -2,7 +2,7 @@
 archive and with one (after LEASH_REDIS_KEEP), the time to archive a large job, and the time
 to read its page and stream its CSV from Redis and from the archive.
 
-    python scripts/bench_archive.py [--items 1000] [--big 10000] [--postgres]
+    python benchmarks/bench_archive.py [--items 1000] [--big 10000] [--postgres]
 
 1. On a Redis of its own, against the tests' loopback OpenAI-compatible server
    (``tests/fake_openai.py``, in this process, answering ~1,080 bytes), a ``prompt`` job of
@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scripts.benchlib import Children, OwnRedis  # noqa: E402
+from benchmarks.benchlib import Children, OwnRedis  # noqa: E402
 from tests.fake_openai import API_KEY, MODEL, FakeOpenAI  # noqa: E402
 
 PRICES = json.dumps({MODEL: {"input": 0.15, "output": 0.6}})
