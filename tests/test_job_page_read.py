@@ -38,7 +38,7 @@ def test_the_page_of_a_1000_item_job_is_one_round_trip_and_parses_its_payload_on
     assert trips.count == 1, trips.commands
     assert len(parsed) == 1
     assert ITEMS[950] in html and ITEMS[999] in html and ITEMS[949] not in html  # the inputs of its page
-    assert "$0.0100" in html  # the price it was given at submission
+    assert "1,000 calls" in html  # the price it was given at submission
 
 
 def test_another_owners_job_page_is_a_404_in_the_same_one_read(app, conn, thousand_items, monkeypatch):
