@@ -217,8 +217,8 @@ def cancel_at_provider(connection, job_id: str, backend) -> tuple[list[str], lis
     ids = open_batch_ids(connection, job_id)
     if not ids:
         return [], []
-    try:
-        refused = cancel_parts(backend, ids, job_id)
+    try:  # ``backend`` may be a factory: no model settings at this door is a refusal like any other
+        refused = cancel_parts(backend() if callable(backend) else backend, ids, job_id)
     except Exception as exc:  # noqa: BLE001 - no backend here at all: the worker's look cancels
         refused = [(batch_id, f"{type(exc).__name__}: {exc}"[:300]) for batch_id in ids]
     not_sent = {batch_id for batch_id, _ in refused}
