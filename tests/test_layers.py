@@ -191,3 +191,30 @@ def test_a_bottom_layer_loads_no_other_leash_module_and_no_heavy_library(module)
     assert done.returncode == 0, done.stderr
     loaded = set(json.loads(done.stdout))
     assert loaded - BOTTOM_LAYERS[module] == set(), f"import {module} loads {sorted(loaded - BOTTOM_LAYERS[module])}"
+
+
+def _every_import(tree: ast.AST):
+    """Every import, those for the type checker only too (``if TYPE_CHECKING:``)."""
+    return (node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom))
+
+
+def test_no_import_loop_even_for_the_type_checker():
+    """A loop of imports, even through ``if TYPE_CHECKING:`` ones (a helper naming the class
+    that calls it), means two modules that cannot be read or changed apart."""
+    arrows = {}
+    for name, path in _modules().items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        arrows[name] = {t for node in _every_import(tree) for t in _targets(name, node) if t != name}
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            raise AssertionError("import loop: " + " -> ".join([*path[path.index(module):], module]))
+        if module in done:
+            return
+        for target in sorted(arrows[module]):
+            visit(target, [*path, module])
+        done.add(module)
+
+    for module in sorted(arrows):
+        visit(module, [])

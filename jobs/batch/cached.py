@@ -13,11 +13,11 @@ from jobs.models import cache as answer_cache
 from jobs.usage.meter import Pending
 
 if TYPE_CHECKING:
-    from jobs.batch.run import BatchRun
+    from jobs.batch.turn import Turn
     from jobs.models.provider import CallRequest
 
 
-def answer_from_cache(run: BatchRun, done: dict[int, Any], again: object, chunk_size: int) -> None:
+def answer_from_cache(run: Turn, done: dict[int, Any], again: object, chunk_size: int) -> None:
     """Store the items not done whose request the cache answers (``done`` gains them); an
     answer the kind cannot use (``again``: it asks the item directly) is left for the batch."""
     cache = getattr(run.backend, "cache", None)
@@ -32,7 +32,7 @@ def answer_from_cache(run: BatchRun, done: dict[int, Any], again: object, chunk_
     for index, answer in zip(todo, answers, strict=True):
         if answer is None:
             continue
-        value = run._value(index, requests[index], answer)
+        value = run.value(index, requests[index], answer)
         if value is again:
             continue
         chunk.append((index, json.dumps(value), "0,0,0,1"))
@@ -40,12 +40,12 @@ def answer_from_cache(run: BatchRun, done: dict[int, Any], again: object, chunk_
         usage.touched.append(cache.key(digests[index]))
         done[index] = value
         if len(chunk) >= chunk_size:
-            usage = run._store(chunk, usage)
+            usage = run.store(chunk, usage)
     if chunk:
-        run._store(chunk, usage)
+        run.store(chunk, usage)
 
 
-def keep_answer(run: BatchRun, usage: Pending, request: CallRequest, outcome: Any, value: Any, again: object) -> None:
+def keep_answer(run: Turn, usage: Pending, request: CallRequest, outcome: Any, value: Any, again: object) -> None:
     """A batch's answer that its item kept (``value``: a result, not an item's error nor
     ``again``, asked directly), cached by the write that stores its chunk. An answer thrown
     away -- off-label, breaking the schema, cut off -- is never cached (jobs.models.cache)."""

@@ -33,7 +33,7 @@ from jobs.errors import PermanentError
 
 if TYPE_CHECKING:
     from jobs.batch.parts import Part
-    from jobs.batch.run import BatchRun
+    from jobs.batch.turn import Turn
 
 log = logging.getLogger("leash.batch")
 
@@ -58,7 +58,7 @@ def next_look_in(waited: float, stage: str = WAITING) -> float:
     return min(max(base, waits.batch_poll_max), max(base, waited * LOOK_GAP_SHARE))
 
 
-def look(run: BatchRun, done: dict) -> list[Any]:
+def look(run: Turn, done: dict) -> list[Any]:
     record = run.record
     counts: list[int] | None = [0, 0, 0]
     failed: str | None = None
@@ -81,7 +81,7 @@ def look(run: BatchRun, done: dict) -> list[Any]:
             counts[2] += sent
     ended = all(p.ended for p in record.parts.values())
     if ended and (record.canceled_at is not None or not room.unsent(run, done)):
-        return run._finish()
+        return run.finish()
     now = clock.wall()
     grace = batches().batch_cancel_grace
     if record.canceled_at is None and now - (record.first_at or now) > batches().batch_max_wait:
@@ -96,12 +96,12 @@ def look(run: BatchRun, done: dict) -> list[Any]:
             log.warning("job %s: the canceled batch %s did not end within LEASH_BATCH_CANCEL_GRACE (%gs): the items "
                         "left run direct, and answers the provider gives later are not read", run.ctx.job_id,
                         ", ".join(str(p.batch_id) for p in unread), grace)
-        run._give_back(unread)
-        return run._finish()
-    run._park(counts, CANCELING if record.canceled_at is not None else WAITING)
+        run.give_back(unread)
+        return run.finish()
+    run.park(counts, CANCELING if record.canceled_at is not None else WAITING)
 
 
-def _look_at(run: BatchRun, part: Part, done: dict):
+def _look_at(run: Turn, part: Part, done: dict):
     """Poll one part; read it if it has ended. A part being canceled that the provider still
     runs (the cancel did not reach it) is canceled again."""
     with run.ctx.keepalive(run.backend.settings.timeout * 4 + 30):  # the SDK's retries included
@@ -109,7 +109,7 @@ def _look_at(run: BatchRun, part: Part, done: dict):
     if progress.ended:
         log.info("job %s: batch %s ended at the provider (%s%s)", run.ctx.job_id, part.batch_id,
                  progress.status, f": {progress.message}" if getattr(progress, "message", None) else "")
-        run._read(part, done)
+        run.read(part, done)
         run.record.note(f"ended:{part.number}", "1")
         part.ended = True
     elif run.record.canceled_at is not None and not getattr(progress, "canceling", True):
@@ -117,7 +117,7 @@ def _look_at(run: BatchRun, part: Part, done: dict):
     return progress
 
 
-def _judge(run: BatchRun, part: Part, exc: Exception) -> str:
+def _judge(run: Turn, part: Part, exc: Exception) -> str:
     """What a look's error means: returns what happened for an error that may pass (the job
     looks again); raises PermanentError for a refusal; raises ``exc`` itself when it is not the
     provider's answer."""
@@ -134,7 +134,7 @@ def _judge(run: BatchRun, part: Part, exc: Exception) -> str:
     raise PermanentError(f"leash could not look at the provider's batch {part.batch_id}: {message}") from None
 
 
-def _count_failed_look(run: BatchRun, failed: str | None) -> None:
+def _count_failed_look(run: Turn, failed: str | None) -> None:
     record = run.record
     if failed is None:
         if record.failed_looks:

@@ -22,20 +22,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from jobs.batch.run import BatchRun
+    from jobs.batch.turn import Turn
 
 #: Refusals one turn takes to learn the room left (four budgets, and calls racing for room).
 MAX_REFUSALS = 6
 
 
-def send_more(run: BatchRun, done: dict) -> int:
+def send_more(run: Turn, done: dict) -> int:
     """Send the items not sent yet whose worst cases fit the room left, as new parts; returns
     how many were sent. Raises BudgetReached (run.budget_reached) when none fits and nothing can free room."""
     left = unsent(run, done)
     if not left or run.record.canceled_at is not None:
         return 0
     run.drop_orphan(_next_number(run))
-    worst = {i: run._worst([i]) for i in left}
+    worst = {i: run.worst([i]) for i in left}
     rooms: dict[str, int] = {}  # a budget -> its room left, as its last refusal said
     sent = refusals = 0
     while left and refusals < MAX_REFUSALS:
@@ -70,13 +70,13 @@ def send_more(run: BatchRun, done: dict) -> int:
     run.budget_reached(admission)
 
 
-def unsent(run: BatchRun, done: dict) -> list[int]:
+def unsent(run: Turn, done: dict) -> list[int]:
     """Items in no part yet and not stored: what later parts send."""
     sent = {i for p in run.record.parts.values() for i in p.indexes}
     return [i for i in range(len(run.items)) if i not in done and i not in sent]
 
 
-def _next_number(run: BatchRun) -> int:
+def _next_number(run: Turn) -> int:
     return max(run.record.parts, default=-1) + 1
 
 

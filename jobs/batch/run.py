@@ -33,15 +33,13 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from jobs import keys
 from jobs.batch import cached, canceled, looks, room
 from jobs.batch.canceled import cancel_at_provider, open_batch_ids  # noqa: F401 - the doors call it from here
-from jobs.batch.parts import Part, as_ranges, custom_id, from_ranges, index_of
-from jobs.config import batches, settings
+from jobs.batch.parts import Part, custom_id, index_of
+from jobs.batch.turn import Record
+from jobs.config import batches
 from jobs.core import clock
-from jobs.core.lease import Outcome
 from jobs.errors import Canceled, ItemError, LeaseLost, NeedsDirect, Parked, PermanentError
-from jobs.lifecycle import transitions
 from jobs.usage import budget
 from jobs.usage.meter import Pending, flush
 
@@ -51,48 +49,6 @@ if TYPE_CHECKING:
     from jobs.models.provider import CallRequest
 
 log = logging.getLogger("leash.batch")
-
-class Record:
-    """The job's batch record (keys.provider_batches): fenced writes, read once per turn."""
-
-    def __init__(self, ctx: JobContext):
-        self.ctx = ctx
-        self.key = keys.provider_batches(ctx.job_id)
-        raw = {k.decode(): v.decode() for k, v in ctx.connection.hgetall(self.key).items()}
-        self.first_at = float(raw["first_at"]) if raw.get("first_at") else None
-        self.parts: dict[int, Part] = {}
-        for name, value in raw.items():
-            if name.startswith("intent:"):
-                entry = json.loads(value)
-                number = int(name.split(":")[1])
-                self.parts[number] = Part(number, entry["attempt"], entry["at"], from_ranges(entry["items"]),
-                                          raw.get(f"id:{number}"), raw.get(f"ended:{number}") == "1")
-        self.direct = int(raw.get("direct") or 0)
-        #: item index -> a batch answer to repair directly (``BatchSpec.repair``), kept across turns.
-        self.again = {int(k[6:]): v for k, v in raw.items() if k.startswith("again:")}
-        self.canceled_at = float(raw["canceled_at"]) if raw.get("canceled_at") else None  # past the longest wait
-        self.failed_looks = int(raw.get("failed_looks") or 0)  # in a row
-
-    def note(self, *pairs: Any, job_hash: bool = False) -> None:
-        """Fenced: written only while this attempt holds the lease (batch_note_v1)."""
-        ttl = "" if job_hash else 2 * settings().result_ttl
-        target = keys.job(self.ctx.job_id) if job_hash else self.key
-        written = transitions.batch_note(self.ctx.connection, self.ctx.job_id, target,
-                                         [self.ctx.attempt.token, ttl, *pairs])
-        if int(written) != 1:
-            self.ctx.attempt.settle(Outcome.SUPERSEDED)
-            raise LeaseLost()
-
-    def intend(self, part: Part) -> None:
-        pairs: list[Any] = [f"intent:{part.number}", json.dumps(
-            {"attempt": part.attempt, "at": part.intent_at, "count": len(part.indexes),
-             "items": as_ranges(part.indexes)}, separators=(",", ":"))]
-        if self.first_at is None:
-            self.first_at = part.intent_at
-            pairs += ["first_at", part.intent_at]
-        self.note(*pairs)
-        self.parts[part.number] = part
-
 
 class BatchRun:
     """One turn of a batch job on a worker: create its batch(es), or look at them."""
@@ -119,7 +75,7 @@ class BatchRun:
             if not self.record.parts or any(p.batch_id is None for p in self.record.parts.values()):
                 self._create(done)
                 if self.record.parts or room.unsent(self, done):  # sent, or waiting for room in a budget
-                    self._park([0, 0, sum(len(p.indexes) for p in self.record.parts.values())])
+                    self.park([0, 0, sum(len(p.indexes) for p in self.record.parts.values())])
             if not self.ctx.attempt.look:
                 # A new attempt (the last one failed or its worker died): a part still at the
                 # provider whose reservation ran out is reserved again (one that stands is kept).
@@ -199,7 +155,7 @@ class BatchRun:
         """The part's worst case, reserved against the job's and the owner's budgets before
         the provider is asked (model_admit_v3, with no rate-limit turn: a batch is one call),
         for as long as the provider may take; the write of its last results settles it."""
-        tokens, nusd = self._worst(indexes)
+        tokens, nusd = self.worst(indexes)
         # The longest wait, a canceled batch's grace, the look after them (and its calls).
         waits = batches()
         hold = (waits.batch_max_wait + waits.batch_cancel_grace + self.backend.settings.timeout * 4
@@ -212,7 +168,7 @@ class BatchRun:
             raise LeaseLost()
         return admission
 
-    def _worst(self, indexes: Iterable[int]) -> tuple[int, int | None]:
+    def worst(self, indexes: Iterable[int]) -> tuple[int, int | None]:
         tokens, nusd = 0, 0 if self.price is not None else None
         for i in indexes:
             request = self.request(i)
@@ -224,7 +180,7 @@ class BatchRun:
 
     # --- look -----------------------------------------------------------------------------
 
-    def _read(self, part: Part, done: dict) -> None:
+    def read(self, part: Part, done: dict) -> None:
         """Store every answer of an ended part, STORE_CHUNK items a fenced write (store_items_v2)
         with the usage of their calls. What it did not answer (failed, expired or unusable) is
         left unstored, for the end to ask directly."""
@@ -245,7 +201,7 @@ class BatchRun:
                 if index in done:
                     continue  # stored by an earlier look that was cut short
                 request = requests[name]
-                value = self._value(index, request, outcome)
+                value = self.value(index, request, outcome)
                 cached.keep_answer(self, usage, request, outcome, value, _AGAIN)
                 self._count(request, used)
                 if value is _AGAIN:
@@ -257,20 +213,20 @@ class BatchRun:
                 done[index] = value
                 if len(chunk) >= STORE_CHUNK:
                     reading = False
-                    usage = self._store(chunk, usage)
+                    usage = self.store(chunk, usage)
                     reading = True
         except Exception:
             if reading:  # the provider failed mid-read: what was read is kept, the next look reads on
-                self._store(chunk, usage)
+                self.store(chunk, usage)
             raise
         hints = [x for i in part.indexes if i in self.record.again and i not in done
                  for x in (f"again:{i}", self.record.again[i])]
         if hints:
             self.record.note(*hints)
         usage.reservations.append(reservation)  # the part's last write settles its reservation whole
-        self._store(chunk, usage)
+        self.store(chunk, usage)
 
-    def _give_back(self, parts: list[Part]) -> None:
+    def give_back(self, parts: list[Part]) -> None:
         """The reservations of parts no write will settle (never read, or the job stops)."""
         flush(self.ctx.attempt, [Pending(self.model, self.ctx.attempt.kind, reservations=[
             budget.batch_reservation(self.ctx.job_id, p.number) for p in parts])])
@@ -280,9 +236,9 @@ class BatchRun:
         two) is given back: kept, it would stand for a part of another size."""
         reservation = budget.batch_reservation(self.ctx.job_id, number)
         if budget.reservation_day(self.ctx.connection, self.ctx.attempt.owner_name(), reservation):
-            self._give_back([Part(number, 0, 0.0, [])])
+            self.give_back([Part(number, 0, 0.0, [])])
 
-    def _store(self, chunk: list, usage: Pending) -> Pending:
+    def store(self, chunk: list, usage: Pending) -> Pending:
         if not chunk:
             flush(self.ctx.attempt, [usage])  # nothing to store: its calls and reservation all the same
         else:
@@ -294,7 +250,7 @@ class BatchRun:
         chunk.clear()  # a hand-off waits for the park: every answer read is stored first
         return Pending(self.model, self.ctx.attempt.kind, day=usage.day)
 
-    def _value(self, index: int, request: CallRequest, outcome) -> Any:
+    def value(self, index: int, request: CallRequest, outcome) -> Any:
         if not hasattr(outcome, "finish"):  # a Failure, not an Answer (jobs.models.provider)
             return _AGAIN
         try:
@@ -313,7 +269,7 @@ class BatchRun:
 
     # --- end ------------------------------------------------------------------------------
 
-    def _finish(self) -> list[Any]:
+    def finish(self) -> list[Any]:
         stored = self.ctx.items_done()
         left = [i for i in range(len(self.items)) if i not in stored]
         if left and batches().batch_fallback == "fail":
@@ -330,7 +286,7 @@ class BatchRun:
         return self.ctx.for_each(list(range(len(self.items))), lambda i: repair(
             self.backend, self.payload, self.items[i], again[i]) if i in again else self.direct(self.items[i]))
 
-    def _park(self, counts: list[int] | None, stage: str = looks.WAITING) -> None:
+    def park(self, counts: list[int] | None, stage: str = looks.WAITING) -> None:
         """``counts`` the provider's (done, failed, total); None keeps those of the last look."""
         now = clock.wall()
         look_at = now + looks.next_look_in(now - (self.record.first_at or now), stage)
@@ -349,7 +305,7 @@ class BatchRun:
     def _stop_open(self) -> None:
         """The job stops: its open batches are canceled and their reservations given back."""
         self.cancel_open()
-        self._give_back([p for p in self.record.parts.values() if not p.ended])
+        self.give_back([p for p in self.record.parts.values() if not p.ended])
 
 
 _AGAIN = object()

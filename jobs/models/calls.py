@@ -39,7 +39,7 @@ import logging
 import threading
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -51,6 +51,7 @@ from jobs.models import spending
 from jobs.models.concurrency import OK, ConcurrencyGate, SharedLimit
 from jobs.models.concurrency import RATE_LIMITED as GATE_RATE_LIMITED
 from jobs.models.concurrency import TIMED_OUT as GATE_TIMED_OUT
+from jobs.models.model_settings import ModelSettings
 
 # match_label: the provider modules import it from here.
 from jobs.models.outage import OutageWatch, overloaded_out
@@ -82,46 +83,6 @@ MAX_INLINE_429 = 5
 DEFAULT_RETRY_AFTER = 5.0
 class ModelUnavailable(LeashError):
     """The model server failed or could not be reached; the attempt is retried."""
-
-
-@dataclass(frozen=True)
-class ModelSettings:
-    """The LEASH_MODEL_* settings (declared in jobs/config/), which every backend shares."""
-
-    url: str | None
-    name: str
-    api_key: str
-    timeout: float
-    max_inline_wait: float
-    rpm: float
-    tpm: float
-    temperature: float | None
-    max_tokens: int = 1024
-
-    @property
-    def connect_timeout(self) -> float:
-        return min(self.timeout, 10.0)
-
-    @classmethod
-    def from_env(cls) -> ModelSettings:
-        try:
-            calls = model_calls()
-        except ValueError as exc:  # a setting no retry can fix
-            raise PermanentError(str(exc)) from None
-        name = (calls.model_name or "").strip()
-        if not name:
-            raise PermanentError("LEASH_MODEL_NAME is not set: name the model to call (e.g. gpt-4o-mini, llama3.1)")
-        return cls(
-            url=(calls.model_url or "").strip() or None,
-            name=name,
-            api_key=(calls.model_api_key or "").strip() or "no-key",  # local servers ignore it; SDKs want one
-            timeout=calls.model_timeout,
-            max_inline_wait=calls.model_max_inline_wait,
-            rpm=calls.model_rpm,
-            tpm=calls.model_tpm,
-            temperature=calls.model_temperature,
-            max_tokens=calls.model_max_tokens,
-        )
 
 
 # --- the backend every provider builds on -------------------------------------------------------

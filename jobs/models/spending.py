@@ -26,7 +26,7 @@ from jobs.usage import budget
 
 if TYPE_CHECKING:
     from jobs.core.context import JobContext
-    from jobs.models.calls import ModelSettings
+    from jobs.models.model_settings import ModelSettings
     from jobs.usage.prices import Price
 
 #: A call that does not fit its budget while other calls hold room asks again after this
