@@ -32,7 +32,10 @@ TEST_DB = int(os.environ.get("LEASH_TEST_DB", "15"))
 XDIST_GROUPS = {
     "test_upgrade": "upgrade",
     "test_web_browser": "browser",
+    "test_web_browser_failures": "browser",
+    "test_web_browser_form": "browser",
     "test_web_browser_lists": "browser",
+    "test_web_browser_overview": "browser",
     "test_web_browser_states": "browser",
     "test_web_browser_views": "browser",
 }

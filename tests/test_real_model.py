@@ -185,8 +185,10 @@ def test_an_answer_cut_off_at_max_tokens_is_that_items_error(conn, workers, llam
                                          "template": "Write a very long story about {item}."})
     workers.start("--no-scheduler")
     final = ended(conn, job_id)
-    assert final["state"] == "succeeded", final["error"]
-    assert final["result"]["summary"]["errors"] == 2
+    # Every item errored, so the job fails naming the count and the most common item error.
+    assert final["state"] == "failed", final
+    assert final["error"].startswith("2 of 2 items ended in an error"), final["error"]
+    assert "answer cut off at max_tokens=16" in final["error"]
     expected = {"error": "answer cut off at max_tokens=16; raise LEASH_MODEL_MAX_TOKENS"}
     assert stored(conn, job_id) == {0: expected, 1: expected}
     # The cap bounds the call: 16 tokens on one thread take well under the 60 s call timeout.
