@@ -33,10 +33,11 @@ def _run_dev(tmp_path: Path, server, *flags: str):
         wait_for(lambda: _healthy(port), 60, interval=0.2, message="leash dev's web app to answer")
         status, body = get_json(f"http://127.0.0.1:{port}/jobs", {
             "kind": "classify", "name": "two hundred", "labels": ["positive", "negative"],
-            "items": [f"review number {i}" for i in range(ITEMS)]})
+            "items": [f"review number {i} -> positive" for i in range(ITEMS)]})  # the stand-in answers a label
         assert status == 202
-        wait_for(lambda: get_json(f"http://127.0.0.1:{port}/jobs/{body['job_id']}")[1]["state"] == "succeeded",
-                 120, interval=0.3, message="the job to finish on the dev worker")
+        ended = wait_for(lambda: get_json(f"http://127.0.0.1:{port}/jobs/{body['job_id']}")[1]["state"] in
+                         ("succeeded", "failed"), 120, interval=0.3, message="the job to end on the dev worker")
+        assert ended and get_json(f"http://127.0.0.1:{port}/jobs/{body['job_id']}")[1]["outcome"] == "succeeded"
         wait_for(lambda: "succeeded" in (tmp_path / out.name).read_text(), 10, interval=0.2,
                  message="the job's last event to be printed")
     finally:
