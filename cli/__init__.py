@@ -6,6 +6,7 @@ none (see cli/redis_target.py); any Redis error is one line naming the URL tried
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import click
@@ -29,6 +30,11 @@ class LeashGroup(click.Group):
                     f"Redis at {shown(resolve()[0])} is full: it reached its maxmemory and refuses writes, "
                     "so nothing was written; free memory or raise maxmemory") from None
             raise exit_codes.NoRedisError(f"Redis at {shown(resolve()[0])}: {exc}") from None
+        except BrokenPipeError:
+            # The reader stopped reading (`leash results JOB | head -2`): end quietly, as Unix tools do;
+            # stdout goes to /dev/null so Python's flush at exit does not raise again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            ctx.exit(exit_codes.OK)
 
 
 # No click auto_envvar_prefix: it would make every option an undeclared LEASH_<COMMAND>_<OPTION>

@@ -150,10 +150,11 @@ def test_a_batch_job_whose_room_is_held_by_its_owners_calls_in_flight_waits_for_
     wait_for(lambda: int(conn.hget(day_key, "reserved_tokens") or 0) == 16 * worst[0], 30,
              message="the direct job's 16 calls in flight")
     batch_id = submit(conn, batch_items, owner="erin")
-    waiting = wait_for(lambda: (states.status(conn, batch_id).get("budget_wait") or {}).get("text"), 30,
-                       message="the batch job to wait for room")
-    assert "owner's daily budget" in waiting
-    status = states.status(conn, batch_id)
+    # The wait's text and the status's "waiting" line are written apart: poll until both are there.
+    status = wait_for(lambda: (s := states.status(conn, batch_id)).get("waiting")
+                      and (s.get("budget_wait") or {}).get("text") and s, 30,
+                      message="the batch job to wait for room")
+    assert "owner's daily budget" in status["budget_wait"]["text"]
     assert status["state"] == "running" and server.batches.created == 0
     assert "10 more item(s) go as answers free room in a budget" in status["waiting"], status["waiting"]
     server.batches.seconds_per_step = 0.001
