@@ -154,12 +154,22 @@ class OneLineFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         if not record.exc_info or record.exc_info[1] is None:
-            return super().format(record)
+            return self._one_line(super().format(record))
         exc = record.exc_info[1]
         short = logging.makeLogRecord(record.__dict__)
         short.exc_info, short.exc_text, short.stack_info = None, None, None
         first = (str(exc).strip().splitlines() or [""])[0]
         return f"{super().format(short)} ({type(exc).__name__}: {first})"
+
+    @staticmethod
+    def _one_line(line: str) -> str:
+        """A traceback inside the message itself (RQ's ``exception raised while executing``
+        passes it as an argument, not as exc_info): the first line, then the traceback's last."""
+        head, found, trace = line.partition("\nTraceback (most recent call last):")
+        if not found:
+            return line
+        last = next((part.strip() for part in reversed(trace.splitlines()) if part.strip()), "")
+        return f"{head.splitlines()[0] if head else ''} ({last})" if last else head
 
 
 def make_handler(fmt: str, stream=None, tracebacks: bool = True) -> logging.Handler:
