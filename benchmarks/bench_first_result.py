@@ -5,9 +5,10 @@
     python benchmarks/bench_first_result.py --runs 3 --source https://github.com/<owner>/leash
 
 Each run, in a fresh directory: ``git clone``, the README's first command split in its steps
-(``python3.11 -m venv .venv``, ``.venv/bin/pip install -e .``, ``.venv/bin/leash dev``), then in
-"another terminal" the README's ``leash submit`` of three items, ``leash watch`` until it
-exits, ``leash results``; finally Ctrl-C (SIGINT) to ``leash dev``. Each step is timed from the
+(``python3 -c`` its version check, ``python3 -m venv .venv``, ``.venv/bin/pip install -e .``,
+``.venv/bin/leash dev``), then in "a second terminal" the README's ``leash submit --name "first
+try" ... examples/items.txt`` (three items), ``leash watch`` until it exits, ``leash results``;
+finally Ctrl-C (SIGINT) to ``leash dev``. Each step is timed from the
 newcomer's side: the command's start to its end, or to the moment the web app answers.
 
 pip's cache decides the install time: a machine that installed these versions before is "warm";
@@ -32,8 +33,9 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ITEMS = "I love it\nit is broken\nhow do I reset it?\n"
-PYTHON = shutil.which("python3.11") or sys.executable
+#: The README's first command, its steps apart: the version check, then the venv.
+VERSION_CHECK = 'import sys; sys.exit(sys.version_info < (3, 11) and "leash needs Python 3.11 or newer")'
+PYTHON = shutil.which("python3") or sys.executable
 
 
 def free_port() -> int:
@@ -68,6 +70,7 @@ def one_run(source: str, cold: bool) -> dict[str, float]:
         figures: dict[str, float] = {}
         figures["git clone"], _ = timed(["git", "clone", "-q", source, "leash"], work, env)
         repo = work / "leash"
+        figures["python3 version check"], _ = timed([PYTHON, "-c", VERSION_CHECK], repo, env)
         figures["venv"], _ = timed([PYTHON, "-m", "venv", ".venv"], repo, env)
         figures["pip install -e ."], _ = timed([".venv/bin/pip", "install", "-q", "-e", "."], repo, env)
 
@@ -84,8 +87,8 @@ def one_run(source: str, cold: bool) -> dict[str, float]:
             figures["leash dev until the web app answers"] = time.monotonic() - started
             # leash dev's worker may still be starting: the newcomer does not wait for it, nor do we.
             env["LEASH_WEB_URL"] = f"http://127.0.0.1:{port}/"
-            submit, out = timed([".venv/bin/leash", "submit", "--labels", "positive,negative,question", "-"],
-                                repo, env, stdin=ITEMS)
+            submit, out = timed([".venv/bin/leash", "submit", "--name", "first try", "--labels",
+                                 "positive,negative,question", "examples/items.txt"], repo, env)
             job_id = out.strip()
             watch, _ = timed([".venv/bin/leash", "watch", job_id], repo, env)
             figures["leash submit"], figures["leash watch (job to its end)"] = submit, watch
