@@ -39,6 +39,53 @@ def first_line(text: str | None) -> str | None:
     return line if len(line) <= SUMMARY_CHARS else line[:SUMMARY_CHARS] + "…"
 
 
+#: Where a stored error was cut (jobs.core.lease.truncate): its head is before it.
+CUT_MARKER = "\n... [truncated] ...\n"
+
+
+def _json_cost(char: str) -> int:
+    """Bytes one character takes in a JSON answer (``\n`` 2, ``é`` 6, an emoji 12)."""
+    return 1 if " " <= char <= "~" and char not in '"\\' else len(json.dumps(char)) - 2
+
+
+def truncate(text: str, limit: int | None = None) -> str:
+    """At most ``limit`` (LEASH_ERROR_MAX_CHARS) bytes as JSON, so a failed job's hash and
+    status answer stay small whatever the error says."""
+    limit = limit or settings().error_max_chars
+    costs = [_json_cost(char) for char in text]
+    if sum(costs) <= limit:
+        return text
+    # Keep the head (what failed) and the tail (where): the middle of a traceback is noise.
+    marker = CUT_MARKER
+    budget = limit - sum(_json_cost(char) for char in marker)
+    head = _fit(costs, budget // 3)
+    tail = _fit(costs[::-1], budget - sum(costs[:head]))
+    return text[:head] + marker + (text[-tail:] if tail else "")
+
+
+def _fit(costs: list[int], budget: int) -> int:
+    """How many leading characters fit in ``budget``."""
+    used = count = 0
+    for cost in costs:
+        if used + cost > budget:
+            break
+        used, count = used + cost, count + 1
+    return count
+
+
+def whole_error(errors: list, error: str | None) -> str | None:
+    """``error`` as the latest history entry that begins with its head keeps it: the whole text
+    up to lease.FULL_ERROR_BYTES where the job hash holds a LEASH_ERROR_MAX_CHARS cut."""
+    if not error:
+        return error
+    head = error.split(CUT_MARKER, 1)[0]
+    for entry in reversed(_entries(errors)):
+        text = str(entry.get("error") or "")
+        if text.startswith(head) and len(text) > len(error):
+            return text
+    return error
+
+
 def _float(value: str | None) -> float | None:
     try:
         return float(value) if value not in (None, "") else None
@@ -75,7 +122,7 @@ def history(errors: list, starts: list, state: str, error: str | None,
     errors_left = [e for e in _entries(errors) if e not in earlier]
     attempts: list[dict[str, Any]] = [
         {"attempt": e.get("attempt"), "started_at": None, "worker": None,
-         "ended_at": clock.iso(_float(e.get("at"))), "ended": _ended_by(str(e.get("error") or ""))}
+         "ended_at": clock.iso(_float(e.get("at"))), "ended": _ended_by(truncate(str(e.get("error") or "")))}
         for e in earlier]
     for entry in starts_:
         if "ended" in entry:  # a give-back (hand-off or deferral) of the latest attempt
@@ -90,7 +137,7 @@ def history(errors: list, starts: list, state: str, error: str | None,
         match = next((e for e in errors_left if e.get("attempt") == attempt["attempt"]), None)
         if match is not None:
             errors_left.remove(match)
-            attempt["ended"] = _ended_by(str(match.get("error") or ""))
+            attempt["ended"] = _ended_by(truncate(str(match.get("error") or "")))
             attempt["ended_at"] = clock.iso(_float(match.get("at")))
     _add_unrecorded_latest(attempts, state, h or {})
     if attempts and attempts[-1]["ended"] is None:

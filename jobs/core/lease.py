@@ -30,6 +30,7 @@ from jobs import keys
 from jobs.config import batches, settings
 from jobs.core import clock, error_text
 from jobs.core.connection import is_out_of_memory
+from jobs.core.details import truncate
 from jobs.core.memory_wait import MemoryWait
 from jobs.core.outcome import STOPPED_BY_RQ
 from jobs.errors import CANCELED, LeaseLost
@@ -38,45 +39,20 @@ from jobs.usage.meter import Pending, cache_args, write_args
 
 _memory_wait = MemoryWait(logging.getLogger("leash.worker"), "the running job")
 
+#: A failed attempt's whole error (its steps too), as its entry in the job's error history keeps
+#: it: at most this many bytes as JSON (``leash status --full``, the archive). The job hash keeps
+#: the LEASH_ERROR_MAX_CHARS cut every status answer carries.
+FULL_ERROR_BYTES = 16 * 1024
+
 
 def error_entry(attempt: int, message: str, now: float) -> str:
     return json.dumps({"attempt": attempt, "at": now, "error": message})
 
 
-def _json_cost(char: str) -> int:
-    """Bytes one character takes in a JSON answer (``\n`` 2, ``é`` 6, an emoji 12)."""
-    return 1 if " " <= char <= "~" and char not in '"\\' else len(json.dumps(char)) - 2
-
-
-def truncate(text: str, limit: int | None = None) -> str:
-    """At most ``limit`` (LEASH_ERROR_MAX_CHARS) bytes as JSON, so a failed job's hash and
-    status answer stay small whatever the error says."""
-    limit = limit or settings().error_max_chars
-    costs = [_json_cost(char) for char in text]
-    if sum(costs) <= limit:
-        return text
-    # Keep the head (what failed) and the tail (where): the middle of a traceback is noise.
-    marker = "\n... [truncated] ...\n"
-    budget = limit - sum(_json_cost(char) for char in marker)
-    head = _fit(costs, budget // 3)
-    tail = _fit(costs[::-1], budget - sum(costs[:head]))
-    return text[:head] + marker + (text[-tail:] if tail else "")
-
-
-def _fit(costs: list[int], budget: int) -> int:
-    """How many leading characters fit in ``budget``."""
-    used = count = 0
-    for cost in costs:
-        if used + cost > budget:
-            break
-        used, count = used + cost, count + 1
-    return count
-
-
 def describe(exc: BaseException) -> str:
     """The stored error text: the exception line first, then the steps that led to it, without
-    server paths (jobs.core.error_text), truncated."""
-    return truncate(error_text.describe(exc))
+    server paths (jobs.core.error_text), cut at FULL_ERROR_BYTES (``fail`` cuts the hash's copy)."""
+    return truncate(error_text.describe(exc), FULL_ERROR_BYTES)
 
 
 class Outcome(StrEnum):
@@ -257,16 +233,18 @@ class Attempt:
         self.settle(Outcome.SUCCEEDED)
 
     def fail(self, message: str, permanent: bool, now: float | None = None, reason: str | None = None) -> str:
-        """Record this attempt's error (``reason``: its history entry's text, if another);
-        returns the new state (queued or failed)."""
+        """Record this attempt's error (``reason``: its history entry's text, if another): the
+        history entry keeps it up to FULL_ERROR_BYTES, the job hash its LEASH_ERROR_MAX_CHARS
+        cut. Returns the new state (queued or failed)."""
         now = clock.wall() if now is None else now
+        whole, message = truncate(reason or message, FULL_ERROR_BYTES), truncate(message)
         # A cancel (or RQ's stop command) ends in failed too, but is counted apart: alerts are
         # about failures.
         outcome = "canceled" if message == CANCELED else "stopped" if message == STOPPED_BY_RQ else "failed"
         reply, retried = self.write(
             transitions.fail, self.job_id, self.owner_name(), outcome, self.kind, now,
             [self.job_id, self.token, now, message, 1 if permanent else 0,
-             settings().result_ttl, error_entry(self.number, reason or message, now),
+             settings().result_ttl, error_entry(self.number, whole, now),
              f"{outcome}:{self.kind}", keys.STATS_MINUTE_TTL],
         )
         if int(reply[0]) != 1 and retried:

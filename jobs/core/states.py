@@ -25,6 +25,7 @@ from redis import Redis
 from jobs import keys
 from jobs.core import clock
 from jobs.core.details import details, look_is_late
+from jobs.core.details import whole_error as whole_error_of
 from jobs.core.rq_side import ENDED_BY_RQ, REMOVED, requeued_by_rq
 from jobs.core.text import decoded
 from jobs.errors import NoSuchJob
@@ -102,18 +103,22 @@ def read_with_history(connection: Redis, job_id: str) -> tuple[dict, str | None,
     return raw, decoded(rq_status), errors, history
 
 
-def status(connection: Redis, job_id: str, now: float | None = None) -> dict[str, Any]:
+def status(connection: Redis, job_id: str, now: float | None = None, whole_error: bool = False) -> dict[str, Any]:
     """The status fields of one job: one round trip (two for a job waiting for a retry, to
-    read when RQ's scheduler will bring it back)."""
+    read when RQ's scheduler will bring it back). ``whole_error``: ``error`` as the error
+    history keeps it, not cut to the job hash's size (``leash status --full``)."""
     raw, rq_status, errors, history = read_with_history(connection, job_id)
     if not raw:
         raise NoSuchJob(f"no such job: {job_id}")
     now = clock.wall() if now is None else now
     h = {"phase": decoded(raw.get(b"phase")), "lease_expires_at": decoded(raw.get(b"lease_expires_at"))}
     late = raw.get(b"state") == b"running" and rq_status != "rate_limited" and look_is_late(h, now)
-    return from_raw(job_id, raw, rq_status, now=now, errors=errors, history=history,
-                    retry_at=retry_time(connection, job_id, raw, rq_status),
-                    workers_alive=workers_alive(connection) if late else None)
+    fields = from_raw(job_id, raw, rq_status, now=now, errors=errors, history=history,
+                      retry_at=retry_time(connection, job_id, raw, rq_status),
+                      workers_alive=workers_alive(connection) if late else None)
+    if whole_error:
+        fields["error"] = whole_error_of(errors, fields["error"])
+    return fields
 
 
 def workers_alive(connection: Redis) -> bool:
