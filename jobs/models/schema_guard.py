@@ -6,8 +6,8 @@ network or a file, or crash the door that accepts it.
   refuses any other ``$ref`` (naming it), and the validator's registry refuses to retrieve
   anything, so not even a schema accepted before this check can make a worker fetch a URL.
 - Patterns (``pattern``, ``patternProperties``, and the additional and unevaluated properties
-  they decide) are matched by RE2, which never backtracks: its time grows with the text, not
-  exponentially with the pattern. A pattern RE2 cannot compile (a look-ahead, a
+  they decide: jobs/models/schema_unevaluated.py) are matched by RE2, which never backtracks:
+  its time grows with the text, not exponentially with the pattern. A pattern RE2 cannot compile (a look-ahead, a
   back-reference) is refused at the door.
 - ``$ref`` expansion is bounded at the door: following every reference may reach at most
   LEASH_MAX_SCHEMA_EXPANSION subschemas, nest at most ``REF_DEPTH`` references, and a
@@ -30,6 +30,8 @@ from jsonschema import validators
 from jsonschema.exceptions import ValidationError
 from referencing import Registry
 from referencing.exceptions import NoSuchResource
+
+from jobs.models.schema_unevaluated import unevaluated_properties
 
 #: References nested in references (a chain of ``$defs``), at most: each costs stack frames
 #: in the validator, whose recursion ends at Python's limit.
@@ -271,6 +273,9 @@ def _additional_properties(validator, additional, instance, schema):
 def _safe_class(base):
     """``base`` (a draft's validator) with RE2 patterns, and every keyword behind the deadline."""
     keywords = dict(base.VALIDATORS)
+    if "unevaluatedProperties" in keywords:  # draft 2019-09 decides what was evaluated its own way
+        legacy = keywords["unevaluatedProperties"].__name__.endswith("_draft2019")
+        keywords["unevaluatedProperties"] = unevaluated_properties(_search, legacy)
     for name, fn in (("pattern", _pattern), ("patternProperties", _pattern_properties),
                      ("additionalProperties", _additional_properties)):
         if name in keywords:
