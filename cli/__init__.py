@@ -54,6 +54,17 @@ def main() -> None:
         check_settings()  # a bad setting is one line naming it and exit 2, not a traceback later
     except ValueError as exc:
         raise exit_codes.BadInput(str(exc)) from None
+    from jobs.models import cache
+
+    cache.archived = _archived_answers  # a dry run's price counts the answers that moved to the archive
+
+
+def _archived_answers(names: list[str], connection) -> dict[str, str]:
+    """The request cache's answers in the archive (imported only when Redis misses one): the
+    configured archive, else that of the ``leash dev`` whose Redis this command uses."""
+    from jobs.archive import answers
+
+    return answers.lookup(names, connection)
 
 
 @main.command()
@@ -97,7 +108,7 @@ def worker(queues, burst, name, scheduler, log_level, imports, tracebacks):
         raise exit_codes.BadInput(str(exc)) from None
     names = [q.strip() for spec in (queues or settings().queues) for q in spec.split(",") if q.strip()]
     w = LeashWorker(names, connection=conn, name=name)  # names: it builds its own LeashQueue objects
-    request_cache.archived = archive_answers.lookup  # answers that left Redis, from the archive
+    request_cache.archived = archive_answers.lookup_to_use  # answers that left Redis, marked used
     for warning in (eviction_warning(conn), archive_database.startup_warning()):
         if warning:
             logging.getLogger("leash.worker").warning(warning)

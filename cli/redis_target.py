@@ -100,6 +100,15 @@ def connect_checked(for_worker: bool = False) -> redis.Redis:
         hint = "is `leash dev` still running? " if origin != "REDIS_URL" else ""
         raise NoRedisError(f"cannot reach Redis at {shown(url)} ({exc}); {hint}set REDIS_URL") from None
     conn.leash_url = shown(url)  # type: ignore[attr-defined]  # for errors later in the command
-    if origin != "REDIS_URL" and (dev := chosen_dev()) is not None:  # its workers' archive, when none is set
-        conn.leash_archive_url = devrecord.dev_archive_url(dev)  # type: ignore[attr-defined]
+    conn.leash_archive_url = dev_archive_url()  # type: ignore[attr-defined]  # its workers' archive, when none is set
     return conn
+
+
+def dev_archive_url() -> str | None:
+    """The archive of the ``leash dev`` whose Redis the commands use (its workers keep ended jobs
+    and the request cache's older answers there), or None: no such ``leash dev``, or REDIS_URL
+    names another Redis. Readers use it only when no archive is configured."""
+    dev = chosen_dev()
+    if dev is None or (configured_url() and dev.get("redis_url") != configured_url()):
+        return None
+    return devrecord.dev_archive_url(dev)

@@ -20,7 +20,7 @@ from jobs.usage.report import owner_usage, unpriced_models
 from .exit_codes import BadInput, Unreachable
 from .failure_commands import DURATION
 from .job_commands import acting_owner, owner_option
-from .redis_target import connect_checked
+from .redis_target import connect_checked, dev_archive_url
 
 MONTH = re.compile(r"\d{4}-(0[1-9]|1[0-2])")
 
@@ -48,7 +48,8 @@ def usage_command(owner, token, since, days, month, as_json):
     ("~": the server reported no usage, so the figure is an estimate; "cache (free)": requests
     the request cache answered, no call, no cost), or with --month a month's ended jobs by kind,
     from the archive."""
-    kept = reading.usage_days_kept()  # LEASH_USAGE_DAYS_KEPT, or 40 with an archive: it keeps the months
+    # LEASH_USAGE_DAYS_KEPT, or 40 with an archive (configured, or `leash dev`'s own): it keeps the months
+    kept = reading.usage_days_kept(archive_url=dev_archive_url())
     if days is None:
         days = max(1, math.ceil(since / 86400)) if since != float("inf") else kept
     if days > kept:

@@ -5,8 +5,9 @@ answers cost Redis nothing after the keep time and are still never paid for twic
     the archive's sweep ─▶ retire: entries whose last use is older than the keep time are
                            copied to SQL, then dropped from Redis (cache_retire_v1, which keeps
                            one a hit used meanwhile)
-    a cache miss in Redis ─▶ lookup (jobs.models.cache.archived, set at a worker's and the web
-                           app's start): the archive's answer, a hit as any other
+    a cache miss in Redis ─▶ lookup (jobs.models.cache.archived, set at the start of a worker,
+                           the web app and every ``leash`` command): the archive's answer, a hit as
+                           any other; a worker's hit (lookup_to_use) marks the answer used now
     the sweep ─▶ expire: answers unused for LEASH_CACHE_DAYS leave the archive too
 
 A copy written twice (a crash between the commit and the drop) replaces itself. With the
@@ -20,7 +21,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from redis import Redis
-from sqlalchemy import Engine, delete, insert, select
+from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from jobs import keys
@@ -67,19 +68,28 @@ def expire(engine: Engine, now: float | None = None) -> int:
 _warned = False
 
 
-def lookup(names: list[str]) -> dict[str, str]:
+def lookup(names: list[str], connection=None, touch: bool = False) -> dict[str, str]:
     """{entry: cached answer} of the ``names`` the archive holds, unused for less than
-    LEASH_CACHE_DAYS; {} without an archive or while it does not answer (a miss: the model is asked)."""
+    LEASH_CACHE_DAYS; {} without an archive or while it does not answer (a miss: the model is asked).
+    The archive is the configured one, else that of the ``leash dev`` whose Redis ``connection``
+    is (the command line marks its connection so). With ``touch`` (a worker about to use the
+    answers, not a dry run's price) the answers found are marked used now, as a hit in Redis is:
+    an answer in use never leaves the archive for LEASH_CACHE_DAYS."""
     global _warned
-    if not names or database.configured_url() is None:
+    url = database.configured_url() or getattr(connection, "leash_archive_url", None)
+    if not names or url is None:
         return {}
-    before = datetime.now(UTC) - timedelta(days=answer_cache().cache_days)
+    now = datetime.now(UTC)
+    before = now - timedelta(days=answer_cache().cache_days)
     c = tables.answers.c
     try:
         # No migration here: a work-horse asks this once per job, and the worker migrated at start.
-        with database.engine(migrate_first=False).connect() as sql:
+        with database.engine(url, migrate_first=False).connect() as sql:
             found = {entry: answer for entry, answer in sql.execute(
                 select(c.entry, c.answer).where(c.entry.in_(names)).where(c.used_at >= before))}
+            if touch and found:
+                sql.execute(update(tables.answers).where(c.entry.in_(list(found))).values(used_at=now))
+                sql.commit()
     except SQLAlchemyError as exc:
         if not _warned:
             log.warning("the archive did not answer a request-cache lookup (asked the model instead): %s",
@@ -88,3 +98,8 @@ def lookup(names: list[str]) -> dict[str, str]:
         return {}
     _warned = False
     return found
+
+
+def lookup_to_use(names: list[str], connection=None) -> dict[str, str]:
+    """``lookup`` by a worker, whose hits are used: each answer found is marked used now."""
+    return lookup(names, connection, touch=True)

@@ -18,10 +18,12 @@ def engine_for(connection) -> Any:
     return database.engine(None if database.configured_url() else getattr(connection, "leash_archive_url", None))
 
 
-def usage_days_kept(connection=None) -> int:
+def usage_days_kept(connection=None, archive_url: str | None = None) -> int:
     """Days back an owner's daily usage can be read from Redis: 40 where an archive keeps the
-    months (``month_by_kind``), else the LEASH_USAGE_DAYS_KEPT (400) the usage ledger gives them."""
-    archived = database.configured_url() or getattr(connection, "leash_archive_url", None)
+    months (``month_by_kind``), else the LEASH_USAGE_DAYS_KEPT (400) the usage ledger gives them.
+    The archive: the configured one, else ``archive_url`` or the one ``connection`` is marked with
+    (a ``leash dev``'s own, whose workers archive with it)."""
+    archived = database.configured_url() or archive_url or getattr(connection, "leash_archive_url", None)
     return min(USAGE_DAYS_KEPT, days_kept()) if archived else days_kept()
 
 

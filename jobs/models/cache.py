@@ -49,9 +49,10 @@ if TYPE_CHECKING:
     from redis import Redis
 
 #: Where an answer that left Redis is looked up: {entry key: raw answer} of the entries asked
-#: for (jobs.archive.answers.lookup, set by ``leash worker`` and the web app at start: the models
-#: sit below the archive). None: Redis only.
-archived: Callable[[list[str]], dict[str, str]] | None = None
+#: for, given the Redis connection they were missed in (jobs.archive.answers.lookup, set by the
+#: web app and every ``leash`` command at start; ``leash worker`` sets lookup_to_use, which marks
+#: the answers used: the models sit below the archive). None: Redis only.
+archived: Callable[[list[str], Redis], dict[str, str]] | None = None
 
 #: CallRequest fields leash keeps for itself: never sent to the provider, so not in the key.
 NOT_SENT = frozenset({"truncation_ok", "budget_cut"})
@@ -144,7 +145,7 @@ class RequestCache:
         raws = self.connection.mget(names)
         missed = [name for name, raw in zip(names, raws, strict=True) if raw is None]
         if missed and archived is not None:
-            found = archived(missed)
+            found = archived(missed, self.connection)
             raws = [found.get(name) if raw is None else raw for name, raw in zip(names, raws, strict=True)]
         return [None if raw is None else decode(raw) for raw in raws]
 
