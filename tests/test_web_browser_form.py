@@ -110,3 +110,62 @@ def test_the_estimate_sits_beside_the_buttons_and_an_extract_job_shows_its_schem
         assert no_sideways_scroll(page)
     finally:
         context.close()
+
+
+#: A body limit a test's upload passes, and that upload (two hundred thousand bytes of items).
+SMALL_LIMIT = 64 * 1024
+BIG_FILE = {"name": "big.txt", "mimeType": "text/plain", "buffer": b"a review of the kettle\n" * 9000}
+
+
+def _fill_and_upload(page) -> None:
+    page.fill("#name", "March reviews")
+    page.fill("#labels", "positive, negative")
+    page.fill("#items", "typed before the upload")
+    page.set_input_files("#items_file", BIG_FILE)
+
+
+def _kept(page) -> bool:
+    return (page.input_value("#name"), page.input_value("#labels"), page.input_value("#items")) == \
+        ("March reviews", "positive, negative", "typed before the upload")
+
+
+def test_an_upload_over_the_body_limit_is_said_on_the_form_keeping_what_was_typed(conn, env, web_server, chromium):
+    server = web_server(extra_env={"LEASH_MAX_BODY_BYTES": str(SMALL_LIMIT)})
+    context, page = open_page(chromium, 1280)
+    posts: list[str] = []
+    page.on("request", lambda request: posts.append(request.url) if request.method == "POST" else None)
+    try:
+        page.goto(f"{server.url}/")
+        _fill_and_upload(page)
+        page.click("button.primary")
+        page.wait_for_selector("#too-large", state="visible")
+        said = page.inner_text("#too-large")
+        size = len(BIG_FILE["buffer"])
+        assert f"big.txt ({size / 1024:.1f} KB)" in said and "the limit is 64.0 KB (LEASH_MAX_BODY_BYTES)" in said, said
+        assert "Nothing was sent" in said and posts == [] and page.url == f"{server.url}/"
+        assert _kept(page) and page.evaluate("document.getElementById('items_file').files.length") == 1
+        # A smaller file goes: the note leaves and the job is written.
+        page.set_input_files("#items_file", {"name": "small.txt", "mimeType": "text/plain", "buffer": b"one\ntwo\n"})
+        page.click("button.primary")
+        page.wait_for_url(re.compile(r"/jobs/[\w-]+$"))
+    finally:
+        context.close()
+
+
+def test_without_javascript_an_upload_over_the_limit_gets_a_page_with_its_size_and_back_keeps_the_form(
+        conn, env, web_server, chromium):
+    server = web_server(extra_env={"LEASH_MAX_BODY_BYTES": str(SMALL_LIMIT)})
+    context, page = open_page(chromium, 1280, javascript=False)
+    try:
+        page.goto(f"{server.url}/")
+        _fill_and_upload(page)
+        with page.expect_navigation():
+            page.click("button.primary")
+        said = page.inner_text("#too-large")
+        assert re.search(r"The request body is [\d,]+ bytes, over the limit of 65536 bytes \(LEASH_MAX_BODY_BYTES\)",
+                         said), said
+        assert "Back button" in page.content()
+        page.go_back()
+        assert _kept(page)
+    finally:
+        context.close()

@@ -25,6 +25,7 @@ connection table, do:
 
 from __future__ import annotations
 
+import html
 import json
 import socket
 import time
@@ -107,14 +108,39 @@ def _message(error: Error, adj: Adjustments) -> str:
     return f"{error.reason}: {error.body}"
 
 
+#: A browser's form over the body limit: the server refused it before reading a field, so it is
+#: said on a page whose Back button returns to the form as it was typed (static/form.js says it on
+#: the form itself, before sending, where JavaScript runs).
+TOO_LARGE_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Too large - leash</title></head><body><main>
+<h1>The form was too large to send</h1><p id="too-large">{message}</p>
+<p>Go back with your browser's Back button: the form keeps what you typed.</p></main></body></html>"""
+
+
+def _wants_html(headers: dict) -> bool:
+    """A browser navigating (its Accept names text/html before JSON), as the app tells them."""
+    accept = headers.get("ACCEPT", "")
+    return "text/html" in accept and "application/json" not in accept
+
+
 class JsonErrorTask(ErrorTask):
-    """The server's own refusals as the app's errors are: ``{"error": "..."}``."""
+    """The server's own refusals as the app's errors are: ``{"error": "..."}``; a browser's form
+    over the body limit gets a page saying its size and the limit."""
 
     def execute(self) -> None:
         error = self.request.error
-        body = json.dumps({"error": _message(error, self.channel.adj)}).encode()
+        message = _message(error, self.channel.adj)
+        size = self.request.content_length
+        if isinstance(error, RequestEntityTooLarge) and not isinstance(error, TooManyChunks) and size:
+            message = message.replace("the request body is over", f"the request body is {size:,} bytes, over", 1)
         self.status = f"{error.code} {error.reason}"
-        self.response_headers.append(("Content-Type", "application/json"))
+        if isinstance(error, RequestEntityTooLarge) and _wants_html(self.request.headers):
+            body = TOO_LARGE_PAGE.format(message=html.escape(message[:1].upper() + message[1:])).encode()
+            self.response_headers.append(("Content-Type", "text/html; charset=utf-8"))
+        else:
+            body = json.dumps({"error": message}).encode()
+            self.response_headers.append(("Content-Type", "application/json"))
         self.set_close_on_finish()
         self.content_length = len(body)
         self.write(body)

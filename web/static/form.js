@@ -2,8 +2,54 @@
 // kind's; without JavaScript the kind links below the choice reload the form for another); a
 // JSON Schema box (extract) shows the fields each answer will have, as it is typed or pasted; a
 // schema file chosen for upload is read into the box. Without JavaScript the upload still works
-// (the server reads it) and the job page shows the schema.
+// (the server reads it) and the job page shows the schema. A form whose files and boxes add up
+// to more than the server's body limit (LEASH_MAX_BODY_BYTES, the form's data-max-body) is not
+// sent: the server would refuse it before reading a field, and what was typed would be lost; the
+// size and the limit are said beside the upload instead.
 "use strict";
+
+function sizeText(bytes) {
+  if (bytes >= 1024 * 1024) return (bytes / (1024 * 1024)).toFixed(1) + " MB";
+  if (bytes >= 1024) return (bytes / 1024).toFixed(1) + " KB";
+  return bytes + " bytes";
+}
+
+// Bytes the form's body takes: its files, its text as UTF-8, and each part's headers.
+function formBytes(form) {
+  var total = 0;
+  var files = [];
+  Array.prototype.forEach.call(form.elements, function (element) {
+    if (!element.name || element.disabled) return;
+    total += 200;
+    if (element.type === "file") {
+      Array.prototype.forEach.call(element.files || [], function (file) {
+        total += file.size;
+        files.push(file);
+      });
+    } else if (typeof element.value === "string") {
+      total += new Blob([element.value]).size;
+    }
+  });
+  return { bytes: total, files: files };
+}
+
+function checkBodySize(form, event) {
+  var limit = parseInt(form.getAttribute("data-max-body") || "0", 10);
+  var shown = document.getElementById("too-large");
+  if (!limit || !shown) return;
+  var body = formBytes(form);
+  if (body.bytes <= limit) {
+    shown.hidden = true;
+    return;
+  }
+  event.preventDefault();
+  var names = body.files.map(function (file) { return file.name + " (" + sizeText(file.size) + ")"; });
+  shown.textContent = "The form is " + sizeText(body.bytes) + (names.length ? " with " + names.join(", ") : "") +
+    "; the limit is " + sizeText(limit) + " (LEASH_MAX_BODY_BYTES). Nothing was sent: upload fewer or shorter " +
+    "items, or split the file into several jobs.";
+  shown.hidden = false;
+  shown.scrollIntoView({ block: "center" });
+}
 
 function showKindFields(kind) {
   document.querySelectorAll(".kind-field[data-kinds]").forEach(function (field) {
@@ -39,6 +85,10 @@ function describeSchema(text) {
 }
 
 document.addEventListener("DOMContentLoaded", function () {
+  var form = document.getElementById("submit-form");
+  if (form) {
+    form.addEventListener("submit", function (event) { checkBodySize(form, event); });
+  }
   var select = document.querySelector("select[data-kind-select]");
   if (select) {
     // A kind that declares no fields of its own reads every box: the server shows them all then.
