@@ -155,21 +155,31 @@ def replay_command(job_ids, kind, error_contains, since, dry_run, yes, actor, bu
             n = len(errored.errored_items(conn, job_id))
             click.echo(f"would ask {n} errored item{'s' if n != 1 else ''} of {job_id} again")
         return
-    reopened: list[tuple[str, str]] = []
-    if errored_items and not dry_run:
+    budget = None
+    if budget_tokens is not None or budget_usd is not None:
+        budget = Budget(budget_tokens, budget_usd)
+    if errored_items:
         try:
             deadletter.select(conn, job_ids)  # unknown ids: nothing is changed
         except deadletter.UnknownJobs as exc:
             raise BadInput(f"{exc}; nothing was replayed") from None
-        job_ids, reopened = errored.reopen(conn, list(job_ids), restore=archive_restore.restore)
-        if not job_ids:
-            _print_replay(as_json, "replayed", [], reopened)
+        if kind or error_contains or since:
+            raise BadInput("--errored-items takes the jobs given by id, without --kind, --error-contains or --since")
+        outcome = errored.replay(conn, list(job_ids), actor or deadletter.default_actor(),
+                                 {"ids_given": len(job_ids), "kind": None, "error_contains": None, "since": None},
+                                 restore=archive_restore.restore, budget=budget)
+        _print_replay(as_json, "replayed", outcome.replayed, outcome.skipped, audit_id=outcome.audit_id,
+                      left_failed=outcome.left_failed)
+        if outcome.left_failed:
+            click.echo(f"{len(outcome.left_failed)} left as it was: its owner is at the queued cap "
+                       "(LEASH_MAX_QUEUED_PER_OWNER); ask again once some have started", err=True)
+        if outcome.left_failed or not outcome.replayed:
             sys.exit(exit_codes.FAILED)
+        return
     try:
         selection = deadletter.select(conn, job_ids, kind=kind, error_contains=error_contains, since=since)
     except deadletter.UnknownJobs as exc:
         raise BadInput(f"{exc}; nothing was replayed") from None
-    selection.skipped[:0] = reopened
     matched = selection.matched
     if dry_run:
         _print_replay(as_json, "would replay", matched, selection.skipped, dry_run=True)
@@ -185,11 +195,8 @@ def replay_command(job_ids, kind, error_contains, since, dry_run, yes, actor, bu
             click.echo("nothing replayed", err=True)
             sys.exit(exit_codes.FAILED)
     # The ids given are the replayed ones plus the skipped ones, both in the entry: count them here.
-    selector = {"ids_given": len(job_ids) + len(reopened), "kind": kind, "error_contains": error_contains,
-                "since": "all" if since == ALL else since} | ({"errored_items": True} if errored_items else {})
-    budget = None
-    if budget_tokens is not None or budget_usd is not None:
-        budget = Budget(budget_tokens, budget_usd)
+    selector = {"ids_given": len(job_ids), "kind": kind, "error_contains": error_contains,
+                "since": "all" if since == ALL else since}
     outcome = deadletter.replay(conn, matched, actor or deadletter.default_actor(), selector,
                                 skipped=selection.skipped, budget=budget, restore=archive_restore.restore)
     _print_replay(as_json, "replayed", outcome.replayed, outcome.skipped, audit_id=outcome.audit_id,

@@ -152,3 +152,33 @@ def test_a_job_failed_by_its_item_errors_retries_them_through_the_api(conn, burs
     burst()
     again = ended(conn, final["job_id"])
     assert again["outcome"] == "succeeded" and again["done"] == 2
+
+
+def test_at_the_owners_queued_cap_retrying_errored_items_leaves_the_job_exactly_as_it_was(conn, burst, kinds_env):
+    from tests.test_items_workers import stored
+
+    final = run(conn, burst, ["one", "bad two", "three", "bad four"])
+    failed = run(conn, burst, ["bad one", "bad two"])
+    job_id = final["job_id"]
+    before = {job: (states.status(conn, job), stored(conn, job)) for job in (job_id, failed["job_id"])}
+    kinds_env.setenv("LEASH_MAX_QUEUED_PER_OWNER", "1")
+    enqueue(conn, "answers", {"items": ["waiting"]}, owner=OWNER)  # the owner's one queued place is taken
+    for job in (job_id, failed["job_id"]):
+        refused = cli("replay", "--errored-items", job)
+        assert refused.exit_code == exit_codes.FAILED and "left as it was" in refused.output, refused.output
+        assert "LEASH_MAX_QUEUED_PER_OWNER" in refused.output
+        now = states.status(conn, job)
+        then, items = before[job]
+        assert stored(conn, job) == items  # its errored items are still there
+        for field in ("state", "outcome", "item_errors", "done", "error", "result"):
+            assert now[field] == then[field], (job, field, now[field], then[field])
+        assert "reopened" not in json.dumps(now)
+    page = make_app().test_client().post(f"/jobs/{job_id}/replay", json={"errored_items": True})
+    assert page.status_code == 429 and "left as it was" in page.get_json()["error"]
+    assert states.status(conn, job_id)["outcome"] == "succeeded_with_item_errors"
+    # With room again, the job goes from succeeded straight to queued, its errored items dropped.
+    kinds_env.setenv("LEASH_MAX_QUEUED_PER_OWNER", "10")
+    assert cli("replay", "--errored-items", job_id).exit_code == 0
+    now = states.status(conn, job_id)
+    assert (now["state"], now["done"], now["result"], now["error"]) == ("queued", 2, None, None)
+    assert sorted(stored(conn, job_id)) == [0, 2]

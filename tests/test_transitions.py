@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: The scripts that change a job (see transitions' docstring), by name without their version.
 TRANSITIONS = {"archived", "batch_note", "cancel", "claim", "end_outside", "fail", "finish", "heartbeat", "index_job",
-               "owner_index_expiry", "park", "reclaim", "release", "reopen", "replay", "requeue_swallowed", "retain",
+               "owner_index_expiry", "park", "reclaim", "release", "replay", "requeue_swallowed", "retain",
                "store_items", "usage_record", "webhook"}
 #: The scripts that change no job, run from their own modules.
 OTHERS = {"cache_retire", "cache_sweep", "compact_finished_rq_job", "door_take", "failure_heads", "model_admit",
@@ -202,8 +202,6 @@ def test_each_transition_sends_the_keys_its_callers_sent_before(conn, monkeypatc
                         "end_outside_v2", [keys.job(job), keys.errors(job), keys.items(job), keys.payload(job),
                                            keys.FAILED_INDEX, keys.ACTIVE] + keys.outcome_keys("failed", kind, now)
                         + indexes),
-        "reopen": (lambda: transitions.reopen(conn, job, owner, []),
-                   "reopen_v1", [keys.job(job), keys.items(job)] + indexes),
         "replay": (lambda: transitions.replay(conn, ["a", "b"], []),
                    "replay_v4", [keys.FAILED_INDEX, keys.ACTIVE, "a", "b"]),
         "requeue_swallowed": (lambda: transitions.requeue_swallowed(conn, job, queue, []),

@@ -291,18 +291,16 @@ def replay(job_id: str):
     if needs_confirming():
         return confirm_page("replay_errored" if only_errored else "replay", fields, "pages.replay",
                             **({"errored_items": 1} if only_errored else {}))
+    selector = {"ids_given": 1, "kind": None, "error_contains": None, "since": None}
     if only_errored:  # only the items that ended in an error are asked again; the rest stay
-        ready, skipped = errored.reopen(connection, [job_id], restore=archive_restore.restore)
-        if not ready:
-            return api_error(409, f"not replayed: {skipped[0][1]}")
-    selection = deadletter.select(connection, [job_id])
-    if not selection.matched:
-        reason = selection.skipped[0][1] if selection.skipped else "only failed jobs can be replayed"
-        return api_error(409, f"not replayed: {reason}")
-    replayed = deadletter.replay(connection, selection.matched, f"web:{owner}",
-                                {"ids_given": 1, "kind": None, "error_contains": None, "since": None}
-                                | ({"errored_items": True} if only_errored else {}),
-                                skipped=selection.skipped, restore=archive_restore.restore)
+        replayed = errored.replay(connection, [job_id], f"web:{owner}", selector, restore=archive_restore.restore)
+    else:
+        selection = deadletter.select(connection, [job_id])
+        if not selection.matched:
+            reason = selection.skipped[0][1] if selection.skipped else "only failed jobs can be replayed"
+            return api_error(409, f"not replayed: {reason}")
+        replayed = deadletter.replay(connection, selection.matched, f"web:{owner}", selector,
+                                    skipped=selection.skipped, restore=archive_restore.restore)
     if replayed.left_failed:  # its owner is at the queued cap: the same replay works once some start
         return api_error(429, f"not replayed: {replayed.left_failed[0][1]}",
                          {"Retry-After": str(admission.QUEUED_RETRY_AFTER)})

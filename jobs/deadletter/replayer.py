@@ -149,14 +149,16 @@ Restore = Callable[[Redis, list[str]], dict[str, str]]
 def replay(connection: Redis, candidates: list[Candidate], actor: str, selector: dict,
            skipped: list[tuple[str, str]] | None = None, now: float | None = None,
            batch: int = BATCH, budget: Budget | None = None, capped: bool = True,
-           restore: Restore | None = None) -> ReplayOutcome:
+           restore: Restore | None = None, reopen: dict[str, list[int]] | None = None) -> ReplayOutcome:
     """Replay the selected jobs and record the audit entry. A job that stopped being failed
     since it was selected is skipped with the state it is in now. With ``budget``, each job
     runs on under that budget (a job that stopped at ``budget reached`` resumes from its
     checkpoint: no stored item is asked again). A replayed job takes a place of its owner's
     queued cap like a submission: one whose owner is at the cap is left failed, with the reason
     (``left_failed``; ``capped=False`` for jobs already put back on a queue by RQ's tools). An
-    archived job whose copy left Redis is brought back from the archive by ``restore`` first."""
+    archived job whose copy left Redis is brought back from the archive by ``restore`` first.
+    ``reopen``: per job, its errored items, dropped in the same step as the flip (a job that
+    succeeded with item errors is taken too; jobs.deadletter.errored)."""
     now = clock.wall() if now is None else now
     replayed: list[Candidate] = []
     skipped = list(skipped or [])
@@ -167,7 +169,7 @@ def replay(connection: Redis, candidates: list[Candidate], actor: str, selector:
     for start in range(0, len(candidates), batch):
         chunk = candidates[start:start + batch]
         results, owners = _replay_batch(connection, [c.job_id for c in chunk], now, position=start,
-                                        budget=budget, cap=cap, restore=restore)
+                                        budget=budget, cap=cap, restore=restore, reopen=reopen or {})
         for candidate, result, owner in zip(chunk, results, owners, strict=True):
             if result == "replayed":
                 replayed.append(candidate)
@@ -190,8 +192,8 @@ def _read_rq_sides(connection: Redis, job_ids: list[str]) -> list:
 
 
 def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: int,
-                  budget: Budget | None = None, cap: int | None = None,
-                  restore: Restore | None = None) -> tuple[list[str], list[str]]:
+                  budget: Budget | None = None, cap: int | None = None, restore: Restore | None = None,
+                  reopen: dict[str, list[int]] | None = None) -> tuple[list[str], list[str]]:
     """Each job's outcome (replay_v4's answer) and its owner."""
     # An archived job whose heavy keys have left Redis (LEASH_REDIS_KEEP): its payload copy,
     # results and usage come back from the archive first, so it replays like any failed job.
@@ -222,12 +224,12 @@ def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: i
             registry = keys.rq_rate_limit(limit_key, connection)
             per_job += [registry.rate_limited_key, *keys.owner_state_indexes(owner or ""),
                             keys.owner_door_holds(owner or ""), registry.allowed_key]
-            args += [job_id, "limited"]
+            args += [job_id, "limited", _reopen_arg(reopen, job_id)]
             limits[limit_key] = int(concurrency)
         else:
             per_job += [keys.rq_queue(origin), *keys.owner_state_indexes(owner or ""),
                             keys.owner_door_holds(owner or "")]
-            args += [job_id, "list"]
+            args += [job_id, "list", _reopen_arg(reopen, job_id)]
     results = [decoded(r) for r in transitions.replay(connection, per_job, args)]
     results = ["archive-unreachable" if job_id in unreachable and result == "rq-missing" else result
                for job_id, result in zip(job_ids, results, strict=True)]
@@ -290,13 +292,19 @@ def audit_log(connection: Redis, count: int = 20) -> list[dict]:
     return out
 
 
-def rebuild_rq_jobs(connection: Redis, job_ids: list[str]) -> set[str]:
-    """Recreate RQ's record (as failed) of leash jobs whose RQ job was deleted, from leash's
-    own copy of the payload, so a replay can run them again. Returns the ids rebuilt."""
+def _reopen_arg(reopen: dict[str, list[int]] | None, job_id: str) -> str:
+    indexes = (reopen or {}).get(job_id)
+    return json.dumps(indexes) if indexes else ""
+
+
+def rebuild_rq_jobs(connection: Redis, job_ids: list[str], status: str = "failed") -> set[str]:
+    """Recreate RQ's record (as ``status``) of leash jobs whose RQ job was deleted (or kept
+    only in part, as RQ keeps a finished job), from leash's own copy of the payload, so a replay
+    can run them again. Returns the ids rebuilt."""
     built = rq_jobs_from_copy(connection, job_ids)
     with connection.pipeline(transaction=False) as pipe:
         for _, job in built.values():
-            job.set_status("failed", pipeline=pipe)
+            job.set_status(status, pipeline=pipe)
             job.save(pipeline=pipe)
         pipe.execute()
     return set(built)

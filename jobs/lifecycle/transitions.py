@@ -156,12 +156,6 @@ def end_outside(connection: Redis, job_id: str, owner: str, outcome: str, kind: 
         **_outcome(outcome, kind, now), **_indexes(owner)}, args)
 
 
-def reopen(connection: Redis, job_id: str, owner: str, args: list) -> Any:
-    """An ended job's errored items dropped; succeeded -> failed, ready for a replay."""
-    return scripts.run(connection, "reopen_v1", {
-        "job": keys.job(job_id), "items": keys.items(job_id), **_indexes(owner)}, args)
-
-
 def replay(connection: Redis, per_job: list[str], args: list) -> Any:
     """failed -> queued for a batch of jobs; ``per_job``: each job's block of keys (replay_v4's
     header), in ARGV's order."""

@@ -20,7 +20,12 @@
 -- ARGV[3] position of this batch's first job in the whole replay (keeps the waiting order)
 -- ARGV[4] the budget's job-hash fields as a JSON object ('' = the jobs keep theirs)
 -- ARGV[5] the queued cap ('' = none)
--- ARGV[6..] per job: job_id, mode ('limited' | 'list')
+-- ARGV[6..] per job: job_id, mode ('limited' | 'list'), reopen ('' or a JSON list of the
+--   indexes of its items that ended in an error: `leash replay --errored-items`)
+-- A job given its errored items is reopened in the same step as its flip, and only if it flips:
+-- those items' results leave its items hash (the answered ones stay, and cost nothing again),
+-- its done count follows, and a job that succeeded with item errors is taken too (its result
+-- summary dropped). Refused (the cap, RQ's record gone, no longer ended) it is left as it was.
 -- Returns one entry per job: 'replayed', the state it was in ('running', 'succeeded', ...),
 -- 'missing' (no job hash), 'rq-missing' (RQ's job hash expired: nothing to run) or
 -- 'over-cap:<n>' (left failed: the owner's n places of the cap are taken).
@@ -37,8 +42,10 @@ local function full(queued_key, holds_key)
   taken = door_count(queued_key, holds_key)
   return taken >= cap
 end
-for a = 6, #ARGV, 2 do
+for a = 6, #ARGV, 3 do
   local job_id, mode = ARGV[a], ARGV[a + 1]
+  local reopen = nil
+  if ARGV[a + 2] ~= '' then reopen = cjson.decode(ARGV[a + 2]) end
   local job, items, errors, payload = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
   local rq_job, rq_failed, dest = KEYS[k + 4], KEYS[k + 5], KEYS[k + 6]
   local allowed = nil
@@ -53,7 +60,7 @@ for a = 6, #ARGV, 2 do
   local state = fields[1]
   if not state then
     out[#out + 1] = 'missing'
-  elseif state ~= 'failed' then
+  elseif state ~= 'failed' and not (reopen and state == 'succeeded') then
     out[#out + 1] = state
   elseif redis.call('EXISTS', rq_job) == 0 then
     out[#out + 1] = 'rq-missing'
@@ -61,6 +68,11 @@ for a = 6, #ARGV, 2 do
     out[#out + 1] = 'over-cap:' .. taken
   else
     local max_attempts = tonumber(fields[2] or '1')
+    if reopen then
+      for _, index in ipairs(reopen) do redis.call('HDEL', items, tostring(index)) end
+      redis.call('HSET', job, 'done', tostring(redis.call('HLEN', items)), 'item_errors', '0')
+      redis.call('HDEL', job, 'result')
+    end
     redis.call('HSET', job, 'state', 'queued', 'attempts', '0', 'updated_at', now,
       'lease_expires_at', '', 'cancel_requested', '0')
     redis.call('HDEL', job, 'ended_at')
