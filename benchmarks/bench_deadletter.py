@@ -31,7 +31,7 @@ from rq.registry import FailedJobRegistry  # noqa: E402
 from rq.serializers import JSONSerializer  # noqa: E402
 
 from jobs import deadletter, failures  # noqa: E402
-from jobs.core.connection import connect  # noqa: E402
+from jobs.core.store.connection import connect  # noqa: E402
 from jobs.deadletter.synthetic import FailedJob, traceback_text, write_failed_jobs  # noqa: E402
 
 KINDS = ["classify", "summarize", "extract", "embed"]

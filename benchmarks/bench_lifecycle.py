@@ -13,7 +13,7 @@ Measures:
               on both sides), so process start-up is not counted.
   commands    per status read (``jobs.core.states.status``) and per heartbeat (``Attempt.heartbeat``),
               counted exactly with MONITOR: commands sent, commands run inside Lua, round trips.
-  sweep       one consistency round (``jobs.core.consistency.sweep``, run by a worker every reaper
+  sweep       one consistency round (``jobs.core.upkeep.consistency.sweep``, run by a worker every reaper
               tick): seconds and round trips with ``--sweep-jobs`` queued jobs over 100 owners.
   reclaim     seconds from SIGKILL of a worker (main process and work-horse) until the job runs
               again (leash, lease 5 s) or leaves ``started`` (RQ defaults, capped).
@@ -163,7 +163,7 @@ def throughput_round(children: Children, own: OwnRedis, conn, n: int, leash_firs
 def sweep_cost(url: str, conn, n: int) -> dict:
     """One consistency sweep over ``n`` queued jobs (the reaper's per-tick check against RQ's
     tools), after the lazy clean-up of jobs that ended (a first round)."""
-    from jobs.core import consistency
+    from jobs.core.upkeep import consistency
 
     conn.flushdb()
     for i in range(n):

@@ -50,7 +50,7 @@ REDIS_TIMEOUT = "5"
 
 def unguarded_app():
     """The app with the Redis client it had before the breaker (the stall baseline)."""
-    from jobs.core.connection import connect
+    from jobs.core.store.connection import connect
     from web.app import create_app
 
     app = create_app()

@@ -30,7 +30,7 @@ from benchlib import OwnRedis  # noqa: E402
 from jobs import keys  # noqa: E402
 from jobs.config import settings  # noqa: E402
 from jobs.core import state_index  # noqa: E402
-from jobs.core.connection import connect  # noqa: E402
+from jobs.core.store.connection import connect  # noqa: E402
 from jobs.deadletter.synthetic import FailedJob, write_failed_jobs  # noqa: E402
 from jobs.enqueue import _write_job, rq_queue  # noqa: E402
 from jobs.read import listing  # noqa: E402

@@ -12,7 +12,7 @@ import sys
 import click
 import redis
 
-from jobs.core.connection import is_out_of_memory
+from jobs.core.store.connection import is_out_of_memory
 from jobs.observability import logs, reporting
 
 from . import exit_codes, job_commands
@@ -48,7 +48,7 @@ EXIT_STATUSES = "Exit status: " + "; ".join(f"{code} {meaning}" for code, meanin
 def main() -> None:
     """leash: a queue for long-running AI jobs whose states are never wrong.
     Every command takes --json (one JSON answer for scripts); docs/CLI.md lists them."""
-    from jobs.core.connection import check_settings
+    from jobs.core.store.connection import check_settings
 
     try:
         check_settings()  # a bad setting is one line naming it and exit 2, not a traceback later
@@ -100,7 +100,7 @@ def worker(queues, burst, name, scheduler, log_level, imports, tracebacks):
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     conn = connect_checked(for_worker=True)
-    from jobs.core import schema
+    from jobs.core.store import schema
 
     try:
         schema.ensure(conn)  # the layout Redis holds: migrated if older, refused if too new

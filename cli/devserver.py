@@ -28,7 +28,7 @@ import redis
 from jobs import config
 from jobs.config import stores
 from jobs.config.front import web_app
-from jobs.core.connection import configured_url, masked
+from jobs.core.store.connection import configured_url, masked
 
 from . import devfeed, devrecord
 

@@ -14,8 +14,8 @@ import redis
 
 from jobs.config import redis_settings
 from jobs.config.front import command_line
-from jobs.core.connection import configured_url, connect, masked
-from jobs.core.redis_url import redis_url_problem
+from jobs.core.store.connection import configured_url, connect, masked
+from jobs.core.store.redis_url import redis_url_problem
 
 from . import devrecord
 from .exit_codes import BAD_INPUT, NoRedisError
@@ -32,7 +32,7 @@ class NoRedis(NoRedisError):
 
 
 def shown(url: str) -> str:
-    """The URL with its password masked, for messages (jobs.core.connection.masked)."""
+    """The URL with its password masked, for messages (jobs.core.store.connection.masked)."""
     return masked(url)
 
 

@@ -17,9 +17,9 @@ from jobs.usage.meter import days_kept
 from jobs.usage.prices import why_no_price
 from jobs.usage.report import owner_usage, unpriced_models
 
+from .acting import acting_owner, owner_option
 from .exit_codes import BadInput, Unreachable
 from .failure_commands import DURATION
-from .job_commands import acting_owner, owner_option
 from .redis_target import connect_checked, dev_archive_url
 
 MONTH = re.compile(r"\d{4}-(0[1-9]|1[0-2])")

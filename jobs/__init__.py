@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 #: Each public name and the module it comes from.
 _PUBLIC = {"InvalidJob": "jobs.errors", "LeaseLost": "jobs.errors", "NoSuchJob": "jobs.errors",
            "PermanentError": "jobs.errors", "State": "jobs.core.states", "status": "jobs.core.states",
-           "cancel": "jobs.core.control", "once": "jobs.core.effects", "kind": "jobs.kinds"}
+           "cancel": "jobs.core.control", "once": "jobs.core.running.effects", "kind": "jobs.kinds"}
 
 __all__ = ["InvalidJob", "LeaseLost", "NoSuchJob", "PermanentError", "State", "cancel", "enqueue",
            "kind", "once", "status"]
@@ -35,7 +35,7 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:
     from jobs.core.control import cancel
-    from jobs.core.effects import once
+    from jobs.core.running.effects import once
     from jobs.core.states import State, status
     from jobs.enqueue import enqueue
     from jobs.errors import InvalidJob, LeaseLost, NoSuchJob, PermanentError

@@ -18,11 +18,11 @@ an ``except LeashError`` never swallows one. Both derive from ``Exception``.
 - ``LeaseLost``: another attempt owns the job now; this one stops and writes nothing.
 - ``NeedsDirect``: a batch's answer for an item cannot be used as it is; the item is asked again
   directly.
-- ``jobs.core.items.NotStarted``: an item waiting to start gives up because its run is stopping.
+- ``jobs.core.running.items.NotStarted``: an item waiting to start gives up because its run is stopping.
 - ``jobs.models.spending.WaitForRoom`` and ``AskForLess``: a call that does not fit a budget
   waits for room, or asks for fewer output tokens.
 
-``jobs.core.items.StopReason`` is no exception: it holds whichever signal or error stops an item
+``jobs.core.running.items.StopReason`` is no exception: it holds whichever signal or error stops an item
 run. Both kinds live in this one module, which kinds import: a module of signals beside it would
 sit at the end of the longest import chain (tests/test_layers.py). tests/test_codebase.py checks
 that every exception class in jobs/ is an error or a signal, never both.

@@ -48,7 +48,7 @@ from jobs.models.prompts import CLASSIFY_MAX_TOKENS, classify_messages, match_la
 from jobs.models.provider import CallRequest
 
 if TYPE_CHECKING:
-    from jobs.core.context import JobContext
+    from jobs.core.running.context import JobContext
 
 # The defaults of LEASH_MAX_ITEMS, LEASH_MAX_ITEM_CHARS and LEASH_MAX_TEMPLATE_CHARS;
 # config.limits() has the values in force.

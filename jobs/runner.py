@@ -41,9 +41,10 @@ from jobs.batch import run as batch_run
 from jobs.config import settings
 from jobs.config.operations import operations
 from jobs.config.stores import item_errors as item_error_settings
-from jobs.core import clock, consistency, deferrals, outcome, parents, payload_copy
-from jobs.core.context import JobContext
+from jobs.core import clock, deferrals, outcome, parents, payload_copy
 from jobs.core.lease import Attempt, Outcome, describe
+from jobs.core.running.context import JobContext
+from jobs.core.upkeep import consistency
 from jobs.errors import (
     Canceled,
     HandOff,

@@ -189,8 +189,8 @@ def run_burst(*queues: str, name: str | None = None, follow: float = 0, rounds: 
 
     from jobs import keys
     from jobs.config import settings
-    from jobs.core import schema
-    from jobs.core.connection import connect
+    from jobs.core.store import schema
+    from jobs.core.store.connection import connect
     from jobs.kinds import import_kinds
     from jobs.lifecycle import transitions
     from jobs.observability import logs

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import time
 
-from jobs.core.connection import connect
+from jobs.core.store.connection import connect
 from jobs.errors import PermanentError
 from jobs.kinds import kind, validate_items
 

@@ -14,7 +14,7 @@ import pytest
 
 from jobs import keys
 from jobs.core import control, lease
-from jobs.core.context import JobContext
+from jobs.core.running.context import JobContext
 from jobs.enqueue import enqueue
 from jobs.errors import Canceled, InvalidJob, LeaseLost, PermanentError, ProviderDown
 from jobs.models import backends

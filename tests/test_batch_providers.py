@@ -10,7 +10,7 @@ import time
 import pytest
 
 from jobs.models import backends
-from jobs.models.batching import BATCH_GONE, LOOK_AGAIN, NOT_RUN, BatchLimits, custom_id, item_index
+from jobs.models.batch_api.batching import BATCH_GONE, LOOK_AGAIN, NOT_RUN, BatchLimits, custom_id, item_index
 from jobs.models.provider import COMPLETE, CUT_OFF, PERMANENT, RATE_LIMITED, UNAVAILABLE, Answer, CallRequest, Failure
 from tests.fake_openai import Error, Reply
 

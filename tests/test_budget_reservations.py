@@ -12,7 +12,7 @@ import pytest
 
 from jobs import keys
 from jobs.core import lease
-from jobs.core.context import JobContext
+from jobs.core.running.context import JobContext
 from jobs.enqueue import enqueue
 from jobs.usage import budget as budgets
 from jobs.usage.meter import Pending, utc_day

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from cli import main
 from cli.devrecord import records_dir, remove_record, write_record
 from cli.devserver import free_port
-from jobs.core.connection import masked
+from jobs.core.store.connection import masked
 from tests.conftest import REDIS_URL
 
 

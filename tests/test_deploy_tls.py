@@ -16,7 +16,7 @@ import redis
 from cli.devserver import free_port
 from jobs import enqueue
 from jobs.core import states
-from jobs.core.connection import connect
+from jobs.core.store.connection import connect
 from tests.conftest import wait_for
 from tests.web_support import basic, make_app
 

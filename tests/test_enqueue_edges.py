@@ -191,7 +191,7 @@ def test_a_repeated_submission_gets_its_job_even_when_todays_limits_refuse_the_p
 def test_a_payload_left_without_expiry_by_a_previous_release_worker_gets_its_jobs_expiry(conn, env):
     """Workers of the release before the payload copy end jobs with scripts that do not know
     it: the sweep gives the copy the record's remaining time when it sees the job ended."""
-    from jobs.core import consistency
+    from jobs.core.upkeep import consistency
 
     job_id, _ = enqueue(conn, "classify", ITEMS)
     conn.hset(keys.job(job_id), mapping={"state": "succeeded", "ended_at": 1.0})

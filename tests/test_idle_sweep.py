@@ -12,7 +12,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from jobs import keys
-from jobs.core import consistency, rq_changes
+from jobs.core.upkeep import consistency, rq_changes
 from jobs.enqueue import enqueue
 from tests.conftest import wait_for
 

@@ -10,8 +10,8 @@ import pytest
 
 from jobs import keys, kinds, runner
 from jobs.core import control, lease
-from jobs.core.context import JobContext
-from jobs.core.items import NotStarted
+from jobs.core.running.context import JobContext
+from jobs.core.running.items import NotStarted
 from jobs.enqueue import enqueue
 from jobs.errors import Canceled, HandOff, InvalidJob, ItemError, LeaseLost
 from jobs.models.backends import get_backend
@@ -229,7 +229,7 @@ def test_one_keepalive_thread_serves_the_whole_batch(conn, env):
 
 def test_a_wait_inside_a_stopping_batch_gives_up_before_its_call(conn, env):
     _, ctx = _running(conn, ["a"])
-    from jobs.core.items import Renewer, StopReason
+    from jobs.core.running.items import Renewer, StopReason
 
     stop = StopReason()
     with Renewer(ctx, stop.record) as renewer:

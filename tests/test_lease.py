@@ -11,7 +11,7 @@ from rq.intermediate_queue import IntermediateQueue
 
 from jobs import keys
 from jobs.core import lease, states
-from jobs.core.reaper import Reaper
+from jobs.core.upkeep.reaper import Reaper
 from jobs.enqueue import enqueue
 from jobs.errors import LeaseLost
 

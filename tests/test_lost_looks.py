@@ -19,8 +19,9 @@ from rq.worker import Worker
 
 from cli import status_text
 from jobs import keys
-from jobs.core import consistency, lease, states
+from jobs.core import lease, states
 from jobs.core.rq_side import rq_queue
+from jobs.core.upkeep import consistency
 from jobs.enqueue import enqueue
 from tests.conftest import batch_settings, wait_for
 from tests.test_batch_jobs import _hold, only_batch, submit_batch, waiting

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from jobs import keys
-from jobs.core.connection import connect
+from jobs.core.store.connection import connect
 from jobs.enqueue import enqueue
 from tests.conftest import REDIS_URL, wait_for
 from tests.fake_openai import FakeOpenAI, Slow, serving

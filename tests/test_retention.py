@@ -12,7 +12,8 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from jobs import cancel, keys
-from jobs.core import clock, consistency, states
+from jobs.core import clock, states
+from jobs.core.upkeep import consistency
 from jobs.enqueue import enqueue
 from jobs.worker.leash_worker import LeashWorker
 

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from cli import main
 from jobs import deadletter, keys
-from jobs.core import consistency, states
+from jobs.core import states
+from jobs.core.upkeep import consistency
 from jobs.deadletter import failures
 from jobs.enqueue import enqueue
 from tests.conftest import REDIS_URL, ROOT, wait_for

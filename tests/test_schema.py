@@ -12,7 +12,7 @@ import threading
 import redis
 
 from jobs import enqueue, keys
-from jobs.core import schema
+from jobs.core.store import schema
 
 from .conftest import REDIS_URL, ROOT
 

@@ -22,7 +22,7 @@ from rq.registry import StartedJobRegistry
 
 from cli import main
 from jobs import keys
-from jobs.core.connection import connect
+from jobs.core.store.connection import connect
 from jobs.enqueue import enqueue
 from tests.conftest import wait_for
 from tests.fake_openai import FakeOpenAI, serving
@@ -182,7 +182,7 @@ def test_after_a_planned_switch_a_client_that_follows_the_primary_stops_writing_
     demote it; a worker's long-lived client must not write there meanwhile (those writes are
     lost at the demotion). ``follow_primary``, which the worker calls at every tick and before
     each claim, moves its idle connections to the new primary."""
-    from jobs.core.connection import follow_primary
+    from jobs.core.store.connection import follow_primary
 
     client = connect(sentinels.url())
     client.set("before", 1)

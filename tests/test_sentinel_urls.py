@@ -9,9 +9,9 @@ from redis.sentinel import SentinelConnectionPool, SentinelManagedSSLConnection
 
 from cli import main
 from cli.devserver import free_port
-from jobs.core import redis_url
-from jobs.core.connection import SENTINEL_TIMEOUT, connect, masked
-from jobs.core.redis_url import redis_url_problem
+from jobs.core.store import redis_url
+from jobs.core.store.connection import SENTINEL_TIMEOUT, connect, masked
+from jobs.core.store.redis_url import redis_url_problem
 from jobs.worker.scheduler import LeashScheduler
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from jobs import keys
 from jobs.config import settings
-from jobs.core import consistency, control, lease, state_index
+from jobs.core import control, lease, state_index
+from jobs.core.upkeep import consistency
 from jobs.deadletter.replayer import replay, select
 from jobs.deadletter.synthetic import FailedJob, write_failed_jobs
 from jobs.enqueue import enqueue

@@ -16,7 +16,7 @@ from rq.intermediate_queue import IntermediateQueue
 
 from jobs import keys
 from jobs.core import lease, states
-from jobs.core.reaper import SWALLOWED_AFTER
+from jobs.core.upkeep.reaper import SWALLOWED_AFTER
 from jobs.worker.leash_worker import LeashWorker
 from tests.test_batch_jobs import submit_batch
 

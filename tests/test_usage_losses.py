@@ -10,7 +10,7 @@ import redis
 
 from jobs import keys
 from jobs.core import control, lease
-from jobs.core.context import JobContext
+from jobs.core.running.context import JobContext
 from jobs.deadletter.replayer import Candidate, replay
 from jobs.enqueue import enqueue
 from jobs.errors import Canceled

@@ -16,7 +16,7 @@ import redis
 
 from jobs import keys
 from jobs.core import lease, states
-from jobs.core.context import JobContext
+from jobs.core.running.context import JobContext
 from jobs.enqueue import enqueue
 from jobs.usage import budget
 from jobs.usage.meter import Pending, flush

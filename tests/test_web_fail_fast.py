@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from cli.devserver import start_redis
-from jobs.core.connection import connect
+from jobs.core.store.connection import connect
 from jobs.enqueue import enqueue
 from tests.conftest import ROOT, wait_for
 from tests.web_support import CLASSIFY, basic, make_app

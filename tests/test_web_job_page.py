@@ -223,7 +223,7 @@ def test_the_api_and_the_pages_do_not_import_each_other():
 
 
 def test_a_cancel_in_rqs_own_tools_is_shown_and_counted_as_a_cancel(client, conn, env):
-    from jobs.core import consistency
+    from jobs.core.upkeep import consistency
     from jobs.deadletter import alerts, failures
 
     job_id = submit(client)

@@ -259,7 +259,7 @@ def test_a_stop_that_cut_a_command_off_from_its_reply_still_ends_in_a_clean_exit
     # BLPOP the server answers in 1 s). The way out must not read that reply as its own.
     from rq.worker import Worker
 
-    from jobs.core.connection import connect
+    from jobs.core.store.connection import connect
     from jobs.worker.leash_worker import LeashWorker
 
     worker = LeashWorker(["leash"], connection=connect(REDIS_URL))

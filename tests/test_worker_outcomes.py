@@ -15,7 +15,7 @@ from jobs import cancel, keys
 from jobs.core import states
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob
-from jobs.worker.leash_worker import CANCELED_IN_RQ_VIEW
+from jobs.worker.endings import CANCELED_IN_RQ_VIEW
 from tests.conftest import ROOT, wait_for
 
 pytestmark = pytest.mark.slow

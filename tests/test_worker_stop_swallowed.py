@@ -20,7 +20,7 @@ from rq.exceptions import StopRequested
 
 from jobs import keys
 from jobs.core import states
-from jobs.core.connection import connect
+from jobs.core.store.connection import connect
 from jobs.enqueue import enqueue
 from jobs.worker.dequeue import LeashQueue
 from jobs.worker.leash_worker import LeashWorker

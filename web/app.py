@@ -40,7 +40,7 @@ from jobs.config import redis_settings
 from jobs.config.front import web_app
 from jobs.config.operations import operations
 from jobs.core import clock, switches
-from jobs.core.connection import check_settings, configured_url, connect
+from jobs.core.store.connection import check_settings, configured_url, connect
 from jobs.models import cache as request_cache
 from jobs.read.redis_health import eviction_warning, readiness
 

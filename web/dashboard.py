@@ -28,7 +28,7 @@ Its templates compile with ``new Function``, hence ``'unsafe-eval'``; its markup
 
 Two more adaptations: leash's RQ jobs use the JSON serializer (so job pages can show the
 progress leash mirrors into ``job.meta``), and its per-request Redis client is replaced by
-leash's own client, one per URL (``jobs.core.connection.connect``: it would otherwise open a new
+leash's own client, one per URL (``jobs.core.store.connection.connect``: it would otherwise open a new
 connection, and on ``rediss://`` a new TLS handshake, for every poll of every dashboard tab,
 and parse Sentinel URLs its own way, without following a failover's new primary the way
 leash's other clients do).
@@ -53,7 +53,7 @@ from rq.serializers import JSONSerializer
 from rq.worker import Worker
 
 from jobs import keys
-from jobs.core.connection import connect, redis_url
+from jobs.core.store.connection import connect, redis_url
 
 from . import guessing
 from .error_replies import api_error

@@ -11,7 +11,7 @@ from flask import Flask, Response, current_app, jsonify, render_template, reques
 from flask_wtf.csrf import CSRFError
 from werkzeug.exceptions import HTTPException, InternalServerError, default_exceptions
 
-from jobs.core.connection import is_out_of_memory
+from jobs.core.store.connection import is_out_of_memory
 from jobs.core.text import printable
 from jobs.errors import NoSuchJob
 

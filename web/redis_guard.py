@@ -27,7 +27,7 @@ from redis.backoff import NoBackoff
 from redis.client import Pipeline
 from redis.retry import Retry
 
-from jobs.core.connection import connect
+from jobs.core.store.connection import connect
 
 log = logging.getLogger(__name__)
 

@@ -109,8 +109,8 @@ def _schema_refusal() -> str | None:
     any. A Redis away at start is not one: the app answers 503 until it is back."""
     import redis
 
-    from jobs.core import schema
-    from jobs.core.connection import connect
+    from jobs.core.store import schema
+    from jobs.core.store.connection import connect
 
     connection = connect(socket_timeout=redis_settings().redis_timeout)
     try:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("leash.batch")
 
-#: ``look_failure``'s verdicts (jobs.models.batching: the core names no model module).
+#: ``look_failure``'s verdicts (jobs.models.batch_api.batching: the core names no model module).
 LOOK_AGAIN, BATCH_GONE = "look again", "batch gone"
 #: The job's stage at its provider, as park_v1 records it.
 WAITING, CANCELING = "waiting", "canceling"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 def custom_id(job_id: str, index: int) -> str:
     """Names the job and the item in the provider's batch (its results come back by it), in
-    the characters every provider accepts (jobs.models.batching's form)."""
+    the characters every provider accepts (jobs.models.batch_api.batching's form)."""
     return f"{job_id}-{index}"
 
 

@@ -44,7 +44,7 @@ from jobs.usage import budget
 from jobs.usage.meter import Pending, flush
 
 if TYPE_CHECKING:
-    from jobs.core.context import JobContext
+    from jobs.core.running.context import JobContext
     from jobs.intake.modes import BatchSpec
     from jobs.models.provider import CallRequest
 

@@ -19,7 +19,7 @@ from jobs.lifecycle import transitions
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from jobs.core.context import JobContext
+    from jobs.core.running.context import JobContext
     from jobs.models.provider import CallRequest
     from jobs.usage import budget
     from jobs.usage.meter import Pending

@@ -1,5 +1,5 @@
 """The operator's settings (the web app's access log, a provider outage waited out), declared
-in jobs/config/__init__.py with every other variable and read here as a typed group, as
+in jobs/config/declarations.py with every other variable and read here as a typed group, as
 jobs/config/stores.py does."""
 
 from __future__ import annotations

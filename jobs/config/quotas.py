@@ -1,5 +1,5 @@
 """What an owner may submit beyond one job's limits (jobs/intake/), as a typed group of the
-settings declared in jobs/config/__init__.py."""
+settings declared in jobs/config/declarations.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Where ended jobs are archived (jobs/archive/), as a typed group of the settings declared in
-jobs/config/__init__.py."""
+jobs/config/declarations.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Completion webhooks (jobs/webhooks/) read their settings (declared in jobs/config/__init__.py)
+"""Completion webhooks (jobs/webhooks/) read their settings (declared in jobs/config/declarations.py)
 as one typed group."""
 
 from __future__ import annotations

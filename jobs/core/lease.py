@@ -29,10 +29,10 @@ from rq.utils import utcformat
 from jobs import keys
 from jobs.config import batches, settings
 from jobs.core import clock, error_text
-from jobs.core.connection import is_out_of_memory
 from jobs.core.details import truncate
-from jobs.core.memory_wait import MemoryWait
 from jobs.core.outcome import STOPPED_BY_RQ
+from jobs.core.store.connection import is_out_of_memory
+from jobs.core.store.memory_wait import MemoryWait
 from jobs.errors import CANCELED, LeaseLost
 from jobs.lifecycle import transitions
 from jobs.usage.meter import Pending, cache_args, write_args

@@ -32,7 +32,7 @@ ENDED = (SUCCEEDED, WITH_ITEM_ERRORS, FAILED, CANCELED_OUTCOME, STOPPED)
 
 #: The error of a job canceled through leash (jobs.errors.CANCELED).
 CANCELED = "canceled"
-#: How RQ's own cancel reads in leash (jobs/core/consistency.py).
+#: How RQ's own cancel reads in leash (jobs/core/upkeep/consistency.py).
 CANCELED_IN_RQ = "canceled in RQ"
 #: How RQ's stop command reads in leash (jobs.core.rq_side.ENDED_BY_RQ).
 STOPPED_BY_RQ = "stopped by RQ's stop command"

@@ -10,7 +10,7 @@ record (``keys.job``) gets an expiry of LEASH_RESULT_TTL, and then:
                                         RQ never lets those go by itself)
 
 ``retain`` runs where a job ends: the cancel (``jobs.core.control``), the sweep's end of a job
-RQ's tools ended (``jobs.core.consistency``), the worker once an attempt is over and when it drops
+RQ's tools ended (``jobs.core.upkeep.consistency``), the worker once an attempt is over and when it drops
 a queue entry of an ended job; and once more when the sweep sees the job ended, for what a
 process that died in between (or a release before this rule) left behind.
 """

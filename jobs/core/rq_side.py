@@ -103,7 +103,7 @@ def rq_job_for(q: Queue, job_id: str, kind: str, payload: dict, owner: str, max_
 def rq_jobs_from_copy(connection: Redis, job_ids: list[str]) -> dict[str, tuple[Queue, Job]]:
     """RQ's side of leash jobs whose RQ job was deleted behind leash's back, rebuilt (not yet
     saved) from leash's own copy of the payload: a replay saves them failed and replays them,
-    the sweep schedules a waiting batch job's lost look (``jobs.core.lost_looks``). A job
+    the sweep schedules a waiting batch job's lost look (``jobs.core.upkeep.lost_looks``). A job
     without a record or a payload copy is left out."""
     with connection.pipeline(transaction=False) as pipe:
         for job_id in job_ids:

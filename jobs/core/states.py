@@ -42,7 +42,7 @@ class State(StrEnum):
 TERMINAL = frozenset({State.SUCCEEDED, State.FAILED})
 
 # RQ statuses of a job that leash has not ended, when RQ's own tools ended it: the same texts
-# the sweep (jobs/core/consistency.py) records in leash within one reaper tick.
+# the sweep (jobs/core/upkeep/consistency.py) records in leash within one reaper tick.
 _RQ_ENDED = {**ENDED_BY_RQ, None: REMOVED}
 
 FIELDS = ("job_id", "kind", "state", "done", "total", "result", "error", "stale", "attempts",

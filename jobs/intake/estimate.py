@@ -11,7 +11,7 @@ jobs/usage/prices.py, as the worker's do. ``cost_usd_expected`` uses the output 
 this owner's jobs of the kind were billed on the same model over the last
 ``EXPECTED_FROM_DAYS`` days (None when there were none), and as many repairs (``extract``) or
 corrections (``classify``) per item as those jobs needed (``follow_ups_per_item``: an item's
-next calls, counted as the worker writes them: ``jobs.core.context.JobContext.settle_answered``),
+next calls, counted as the worker writes them: ``jobs.core.running.context.JobContext.settle_answered``),
 at the batch rate in batch mode (the first calls go in the provider's batch; repairs are direct).
 ``one_call_tokens_min`` / ``one_call_usd_min``: the least one call of the job can cost (its
 smallest prompt and ``MIN_OUTPUT_TOKENS``) -- the door refuses a job its owner's day has not

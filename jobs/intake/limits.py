@@ -18,7 +18,7 @@ from typing import Any
 
 from jobs.config import limits
 from jobs.core import text
-from jobs.core.items import CONCURRENCY_FIELD
+from jobs.core.running.items import CONCURRENCY_FIELD
 from jobs.errors import InvalidJob
 from jobs.models import structured
 
@@ -67,7 +67,7 @@ def check_payload(payload: Any) -> None:
                          "LEASH_MAX_PAYLOAD_BYTES): send fewer or shorter items, or split the batch")
 
 
-#: Payload fields every kind with items accepts: how many items may run at once (jobs/core/items.py),
+#: Payload fields every kind with items accepts: how many items may run at once (jobs/core/running/items.py),
 #: what the job may spend (jobs/usage/budget.py), whether its items go through the provider's
 #: batch API (jobs/batch/run.py), whether it uses the request cache (jobs/models/cache.py) and
 #: where its items come from when another job's results are its items (jobs/read/selection.py).

@@ -16,7 +16,7 @@ its answers map onto the loop's outcomes (the same as the OpenAI backend's):
     stop_reason "max_tokens"                          -> the answer is CUT_OFF
 
 Its batch side (Message Batches, the same request and the same reading of answers and errors)
-is ``jobs.models.anthropic_batch``.
+is ``jobs.models.batch_api.anthropic_batch``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import anthropic
 
 from jobs.config import model_calls
 from jobs.models import backends, structured
-from jobs.models.anthropic_batch import AnthropicBatches
+from jobs.models.batch_api.anthropic_batch import AnthropicBatches
 from jobs.models.calls import ModelBackend, ModelSettings
 from jobs.models.provider import (
     COMPLETE,

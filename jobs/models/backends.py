@@ -29,12 +29,12 @@ from jobs.models import structured
 from jobs.usage.prices import parse_overrides
 
 if TYPE_CHECKING:
-    from jobs.core.context import JobContext
+    from jobs.core.running.context import JobContext
 
 
 class Backend(Protocol):
     name: str
-    supports_batch: bool  # True: it also has the batch methods of jobs.models.batching
+    supports_batch: bool  # True: it also has the batch methods of jobs.models.batch_api.batching
 
     def classify(self, text: str, labels: list[str]) -> str:
         """Return exactly one of ``labels`` for ``text`` (or raise ItemError)."""

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from jobs.config import model_calls, settings
-from jobs.core.connection import connect
+from jobs.core.store.connection import connect
 from jobs.errors import ItemError, LeaseLost, LeashError, PermanentError, RetryLater
 from jobs.models import spending
 from jobs.models.concurrency import OK, ConcurrencyGate, SharedLimit
@@ -73,7 +73,7 @@ from jobs.models.structured import Extracting
 from jobs.usage import budget, prices
 
 if TYPE_CHECKING:
-    from jobs.core.context import JobContext
+    from jobs.core.running.context import JobContext
 
 log = logging.getLogger("leash.models")
 
@@ -93,7 +93,7 @@ class ModelBackend(Extracting, Spending):
     builds its SDK client in ``__init__`` after calling this one (``self.settings`` then holds the model settings)."""
 
     name = "model"
-    #: True for a backend with a batch side (jobs.models.batching lists its methods).
+    #: True for a backend with a batch side (jobs.models.batch_api.batching lists its methods).
     supports_batch = False
     #: The provider's address when LEASH_MODEL_URL is unset (its SDK's default): prices are
     #: looked up for the provider actually called.

@@ -21,7 +21,7 @@ import redis
 from redis import Redis
 
 from jobs import keys
-from jobs.core.items import NotStarted
+from jobs.core.running.items import NotStarted
 from jobs.lifecycle import scripts
 
 log = logging.getLogger("leash.items")

@@ -15,7 +15,7 @@ retries are off. How its answers map onto the loop's outcomes:
     finish_reason "length"                            -> the answer is CUT_OFF
 
 Its batch side (OpenAI's Batch API, the same request body and the same reading of answers and
-errors) is ``jobs.models.openai_batch``.
+errors) is ``jobs.models.batch_api.openai_batch``.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import openai
 from jobs.config import model_calls
 from jobs.errors import PermanentError
 from jobs.models import backends, structured
+from jobs.models.batch_api.openai_batch import OpenAIBatches
 from jobs.models.calls import ModelBackend, ModelSettings, ModelUnavailable, match_label
-from jobs.models.openai_batch import OpenAIBatches
 from jobs.models.provider import (
     COMPLETE,
     CUT_OFF,

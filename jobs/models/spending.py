@@ -25,7 +25,7 @@ from jobs.models.provider import Answer, CallRequest, Usage, estimate_text_token
 from jobs.usage import budget
 
 if TYPE_CHECKING:
-    from jobs.core.context import JobContext
+    from jobs.core.running.context import JobContext
     from jobs.models.model_settings import ModelSettings
     from jobs.usage.prices import Price
 

@@ -19,7 +19,7 @@ from sqlalchemy.engine import make_url
 from jobs import keys
 from jobs.archive import pending
 from jobs.config import stores
-from jobs.core.connection import is_out_of_memory
+from jobs.core.store.connection import is_out_of_memory
 
 #: RQ 3.0 needs LMOVE / BLMOVE (Redis 6.2).
 MIN_VERSION = (6, 2)

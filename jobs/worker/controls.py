@@ -27,7 +27,8 @@ from rq.intermediate_queue import IntermediateQueue
 from rq.worker import WorkerStatus
 
 from jobs import keys
-from jobs.core import clock, consistency, retention, switches
+from jobs.core import clock, retention, switches
+from jobs.core.upkeep import consistency
 from jobs.lifecycle import transitions
 
 log = logging.getLogger("leash.worker")

@@ -3,7 +3,7 @@
 RQ's work loop quits on any error it does not know, and a refused write ("OOM command not
 allowed") is one: every worker used to exit about 2 s after Redis filled up, leaving its
 running job to wait for a restart. Here each write of the main loop that Redis refuses for
-memory is skipped or retried with backoff (``jobs.core.memory_wait``): the heartbeat and RQ's
+memory is skipped or retried with backoff (``jobs.core.store.memory_wait``): the heartbeat and RQ's
 maintenance are skipped until writes land again, the dequeue and the claim wait. The running
 job's own writes wait in its work-horse (``jobs.core.lease.Attempt._run``), so once memory is freed
 its checkpoints and its end land, or, if its lease ran out meanwhile, it is reclaimed.
@@ -17,8 +17,8 @@ import time
 import redis
 from rq.exceptions import StopRequested
 
-from jobs.core.connection import is_out_of_memory
-from jobs.core.memory_wait import MemoryWait
+from jobs.core.store.connection import is_out_of_memory
+from jobs.core.store.memory_wait import MemoryWait
 
 log = logging.getLogger("leash.worker")
 

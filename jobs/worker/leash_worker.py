@@ -27,41 +27,31 @@ import logging
 
 import redis
 from rq.exceptions import StopRequested
-from rq.job import Job, JobStatus
+from rq.job import Job
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 from rq.worker import Worker
 
-from jobs import deadletter, keys, runner
-from jobs.archive import sweep as archive_sweep
+from jobs import deadletter, runner
 from jobs.config import settings
-from jobs.core import clock, lease, retention, state_index
-from jobs.core.connection import follow_primary
+from jobs.core import lease, retention, state_index
 from jobs.core.lease import Outcome
-from jobs.core.outcome import STOPPED_BY_RQ
-from jobs.core.reaper import Reaper, release_rate_limit_slot
 from jobs.core.rq_side import EXECUTE
-from jobs.errors import CANCELED
-from jobs.models import backends, cache
+from jobs.core.upkeep.reaper import Reaper
+from jobs.models import backends
 from jobs.observability import logs
 from jobs.usage import budget
-from jobs.webhooks import outbox as webhook_outbox
-from jobs.worker import scheduler_locks
+from jobs.worker.chores import Chores
 from jobs.worker.controls import Controls
 from jobs.worker.dequeue import LeashQueue
+from jobs.worker.endings import failed_text, settle_dead_horse
 from jobs.worker.full_redis import FullRedis, refused_for_memory
-from jobs.worker.log import log_not_a_failure, quiet_ridden_out_errors
+from jobs.worker.log import REDIS_DOWN, log_not_a_failure, quiet_ridden_out_errors
 from jobs.worker.rq_job import NoResultStreamJob
 from jobs.worker.shutdown import Shutdown, still_running
 from jobs.worker.unreadable import Unreadable, func_name
 
-#: What RQ (and so rq-dashboard) records as the "error" of a job canceled through leash.
-CANCELED_IN_RQ_VIEW = ("canceled through leash (`leash cancel` or the job page), not an error; "
-                       "Requeue runs it again as `leash replay` does, attempts from 0")
-
 log = logging.getLogger("leash.worker")
-
-REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 
 class LeashJob(NoResultStreamJob):
@@ -80,8 +70,6 @@ class LeashWorker(Controls, Unreadable, Shutdown, FullRedis, Worker):
     job_class = LeashJob
     # RQ doubles its wait up to 60 s while Redis is down; this worker reaps for all: back within seconds.
     max_connection_wait_time = 5.0
-    _cache_swept_at = float("-inf")
-    scheduler_check_seconds = 5.0
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("serializer", JSONSerializer)
@@ -97,7 +85,7 @@ class LeashWorker(Controls, Unreadable, Shutdown, FullRedis, Worker):
         logs.add_context_provider(self._log_context)
         quiet_ridden_out_errors()  # a failover or restart ridden out logs WARNINGs, not RQ's ERRORs
         self._handoff_deadline: float | None = None
-        self._scheduler_checked_at = 0.0
+        self.chores = Chores(self.connection, self.reaper, self.noted_full)
 
     @property
     def dequeue_timeout(self) -> int:
@@ -115,9 +103,10 @@ class LeashWorker(Controls, Unreadable, Shutdown, FullRedis, Worker):
             # Not fatal: the dequeue that follows waits for Redis with backoff.
             log.warning("Redis unreachable, heartbeat skipped: %s", exc)
             return
-        self._follow_primary()
-        self._tick()
-        self._restart_dead_scheduler()
+        self.chores.follow_primary()
+        self.chores.tick()
+        if self._shutdown_requested_date is None:
+            self.chores.restart_dead_scheduler(self.scheduler, self.queue_names())
 
     def maintain_heartbeats(self, job: Job, execution):
         try:
@@ -125,8 +114,10 @@ class LeashWorker(Controls, Unreadable, Shutdown, FullRedis, Worker):
         except REDIS_DOWN as exc:
             log.warning("Redis unreachable while job %s runs: %s", job.id, exc)
             return
-        self._tick()
-        self._check_current_attempt()
+        self.chores.tick()
+        attempt = self._attempt
+        if attempt is not None and self.horse_pid and self.chores.horse_must_stop(attempt, self._handoff_deadline):
+            self.kill_horse()
 
     def check_for_suspension(self, burst: bool):
         try:
@@ -147,71 +138,6 @@ class LeashWorker(Controls, Unreadable, Shutdown, FullRedis, Worker):
             super().run_maintenance_tasks()
         except REDIS_DOWN as exc:
             log.warning("Redis unreachable, maintenance postponed: %s", exc)
-
-    def _restart_dead_scheduler(self) -> None:
-        """RQ restarts a dead scheduler (retry backoff) only in maintenance, every 10 minutes;
-        check more often (an outage killed it, or its lock's worker died), but not in shutdown."""
-        if self.scheduler is None or self.scheduler.closed or self._shutdown_requested_date is not None:
-            return
-        if clock.monotonic() - self._scheduler_checked_at < self.scheduler_check_seconds:
-            return
-        self._scheduler_checked_at = clock.monotonic()
-        process = self.scheduler._process
-        if process is None or not process.is_alive():
-            try:
-                released = scheduler_locks.release_if_holder_dead(
-                    self.connection, self.queue_names(), full_ttl=self.scheduler.interval + 60)
-                if released:
-                    log.warning("released the retry scheduler lock of a dead scheduler: %s", ", ".join(released))
-                self.scheduler.acquire_locks(auto_start=True)
-            except redis.exceptions.RedisError as exc:
-                if not self.noted_full(exc):
-                    log.warning("scheduler not restarted: %s", exc)
-
-    def _follow_primary(self) -> None:
-        """Behind Sentinel, talk to the current primary (jobs/core/connection.py). When no
-        Sentinel names one, the Redis calls that follow wait or fail as in any outage."""
-        try:
-            follow_primary(self.connection)
-        except REDIS_DOWN as exc:
-            log.warning("no primary from the Sentinels: %s", exc)
-
-    def _tick(self) -> None:
-        try:
-            self.reaper.tick()
-            archive_sweep.tick(self.connection)  # ended jobs to SQL; an unreachable archive is logged
-            webhook_outbox.tick(self.connection)  # ended jobs' webhooks: an RQ job each (jobs/webhooks/)
-            if clock.monotonic() >= self._cache_swept_at + cache.SWEEP_EVERY:
-                self._cache_swept_at = clock.monotonic()
-                cache.sweep(self.connection)  # expired answers leave the request cache's index
-        except redis.exceptions.RedisError as exc:
-            if not self.noted_full(exc):
-                log.warning("reaper skipped a round: %s", exc)
-
-    def _check_current_attempt(self) -> None:
-        attempt = self._attempt
-        if attempt is None or not self.horse_pid:
-            return
-        if self._handoff_deadline is not None and clock.monotonic() > self._handoff_deadline:
-            log.warning("job %s did not hand off within the grace period; stopping it", attempt.job_id)
-            return self.kill_horse()
-        try:
-            state, token, phase = self.connection.hmget(keys.job(attempt.job_id), "state", "token", "phase")
-        except redis.exceptions.RedisError:
-            return
-        if phase == b"waiting":
-            return  # the work-horse parked the batch job (a new token) and is finishing RQ's bookkeeping
-        if state != b"running" or (token or b"").decode() != attempt.token:
-            if self._handoff_deadline is not None:
-                # Handing off: the work-horse has just released the job and is finishing up (or, if
-                # it was reclaimed, learns so at its next heartbeat); the grace deadline bounds it.
-                return
-            # A work-horse back from an outage first writes the usage and answers it was paid for.
-            if clock.monotonic() - attempt.__dict__.setdefault("reclaimed_at", clock.monotonic()) < 5.0:
-                return
-            log.warning("job %s was reclaimed from this worker; stopping its work-horse", attempt.job_id)
-            attempt.settle(Outcome.SUPERSEDED)
-            self.kill_horse()
 
     # --- claiming ----------------------------------------------------------------------
 
@@ -244,7 +170,7 @@ class LeashWorker(Controls, Unreadable, Shutdown, FullRedis, Worker):
         if self._turned_back(job, queue):  # taken while this worker went quiet or its queue paused
             return
         # The work-horse asks the Sentinels afresh when it connects: claim where it will write.
-        self._follow_primary()
+        self.chores.follow_primary()
         attempt = self._claim(job, queue)
         if attempt is None:
             self._not_claimable(job, queue)
@@ -327,46 +253,19 @@ class LeashWorker(Controls, Unreadable, Shutdown, FullRedis, Worker):
             if attempt.outcome is None:  # something escaped the runner (BaseException)
                 attempt.fail(lease.truncate(exc_string or "work-horse failed"), permanent=False)
         elif attempt.outcome is None:
-            self._settle_dead_horse(attempt, job, exc_string)
+            settle_dead_horse(self.connection, attempt, job, exc_string, stopped=self._stopped_job_id == job.id,
+                              handing_off=self._handoff_deadline is not None)
 
         if attempt.outcome == Outcome.RETRY:
             job.retries_left = max(1, attempt.extra.get("attempts_left", 1))
             return super().handle_job_failure(job, queue, started_job_registry, exc_string, execution)
         if attempt.outcome == Outcome.FAILED:
             job.retries_left = 0
-            # A cancel is not an error: rq-dashboard shows this line, not the traceback of the
-            # exception that stopped the job, and its Requeue is a replay (consistency).
-            try:
-                if self.connection.hget(keys.job(job.id), "error") == CANCELED.encode():
-                    exc_string = CANCELED_IN_RQ_VIEW
-            except REDIS_DOWN:
-                pass  # RQ's own handling below meets the same outage; the text is a nicety
+            exc_string = failed_text(self.connection, job.id, exc_string)
             return super().handle_job_failure(job, queue, started_job_registry, exc_string, execution)
         # superseded, handed off or reclaimed: leash's Lua already put RQ's side right.
         self._stopped_job_id = None
         return self._forget_execution(job, execution)
-
-    def _settle_dead_horse(self, attempt: lease.Attempt, job: Job, exc_string: str) -> None:
-        """The work-horse ended without recording how (killed). Decide in the main process."""
-        if self._stopped_job_id == job.id:  # RQ's stop command: leash's own cancel sends it past its grace
-            asked = self.connection.hget(keys.job(job.id), "cancel_requested") == b"1"
-            attempt.fail(CANCELED if asked else STOPPED_BY_RQ, permanent=True)
-        elif self._handoff_deadline is not None:
-            attempt.release()
-            log_not_a_failure(attempt, None, how="after the grace period")
-        else:
-            message = f"worker process died: {exc_string.strip() or 'no exit status'}"
-            new_state = attempt.abandon(message)
-            attempt.settle(Outcome.RECLAIMED if new_state else Outcome.SUPERSEDED)
-            if new_state == "failed":
-                release_rate_limit_slot(self.connection, job.id)
-            elif new_state is None:
-                # The horse may have recorded its failure and died before RQ's bookkeeping:
-                # finish that bookkeeping here so the job does not wait for RQ's sweep.
-                landed = attempt.landed("queued", "failed")
-                if landed and job.get_status(refresh=True) == JobStatus.STARTED:
-                    attempt.settle(Outcome.RETRY if landed[0] == "queued" else Outcome.FAILED)
-                    attempt.extra["attempts_left"] = landed[2] - landed[1]
 
     def _forget_execution(self, job: Job, execution) -> None:
         with self.connection.pipeline() as pipe:

@@ -37,8 +37,8 @@ import redis
 from rq.scheduler import RQScheduler
 from rq.scripts import release_lock
 
-from jobs.core.connection import is_out_of_memory, is_sentinel_client, rebuilt
-from jobs.core.memory_wait import MemoryWait
+from jobs.core.store.connection import is_out_of_memory, is_sentinel_client, rebuilt
+from jobs.core.store.memory_wait import MemoryWait
 
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
@@ -55,7 +55,7 @@ class LeashScheduler(RQScheduler):
         self.closed = False
         self._worker_client = connection  # its sockets are closed in the scheduler process
         self.worker_pid = os.getpid()
-        self.memory_wait: MemoryWait | None = None  # the scheduler process's own (jobs.core.memory_wait)
+        self.memory_wait: MemoryWait | None = None  # the scheduler process's own (jobs.core.store.memory_wait)
 
     # --- in the worker's main process ---------------------------------------------------
 
@@ -114,7 +114,7 @@ class LeashScheduler(RQScheduler):
     def connection(self):
         # RQ rebuilds the client in the scheduler process from the worker's pool settings; for
         # a Sentinel client that plain pool would keep connections to a demoted primary, so
-        # the scheduler gets a Sentinel client of its own (jobs/core/connection.py).
+        # the scheduler gets a Sentinel client of its own (jobs/core/store/connection.py).
         if self._connection is None and self._source is not None:
             self._connection = rebuilt(self._source)
         return super().connection

@@ -8,12 +8,12 @@ change RQ's keys only. leash notices and makes its own state follow:
     queued ──deleted / emptied / RQ record gone──▶ failed  ("removed from the queue outside leash")
     queued ──failed / canceled / stopped by RQ───▶ failed  (RQ's own error text)
     running, waiting at the provider, its look lost in RQ ──▶ the look put back
-                                                        (``jobs.core.lost_looks``)
+                                                        (``jobs.core.upkeep.lost_looks``)
     an owner's slot held by a job that will not run ──▶ released
 
 ``sweep`` runs at every reaper tick (``Reaper.tick``). What RQ's tools leave behind moves a size
 (a queue's list or registry, an owner's rate-limit sets), so the sweep compares sizes and reads
-only the jobs where one moved (``jobs.core.rq_changes``): a tick where nothing moved costs the same
+only the jobs where one moved (``jobs.core.upkeep.rq_changes``): a tick where nothing moved costs the same
 at 1,000 or 100,000 queued jobs. A slow rotation through every active job (``ROTATION_MIN`` per
 tick) catches what moves no size (RQ's record deleted by hand, or expired) and takes ended jobs
 out of ACTIVE. A worker that dequeues a requeued job replays it at once; a status read already
@@ -33,10 +33,11 @@ from rq.serializers import JSONSerializer
 
 from jobs import keys
 from jobs.config import settings
-from jobs.core import clock, lost_looks, retention, rq_changes, state_index
+from jobs.core import clock, retention, state_index
 from jobs.core.lease import error_entry, truncate
 from jobs.core.rq_side import ENDED_BY_RQ, PLAIN_WORKER, REMOVED, requeued_by_rq  # noqa: F401 (PLAIN_WORKER: read as consistency.PLAIN_WORKER)
 from jobs.core.text import decoded, summary_of_ids
+from jobs.core.upkeep import lost_looks, rq_changes
 from jobs.lifecycle import transitions
 
 log = logging.getLogger("leash.consistency")
@@ -81,7 +82,7 @@ def rq_error_text(connection: Redis, job_id: str, rq_status: str) -> str:
 def sweep(connection: Redis, now: float | None = None, batch: int | None = None,
           adopt_requeues: Callable[[Redis, list[str], str], list[str]] | None = None) -> dict[str, int]:
     """One consistency round: the jobs RQ's side changed for since the last round
-    (``jobs.core.rq_changes``: what a tool deleted, ended or requeued, and owner slots held by
+    (``jobs.core.upkeep.rq_changes``: what a tool deleted, ended or requeued, and owner slots held by
     jobs that will not run), then a bounded slice of the slow rotation through every active job
     (``batch`` jobs, default: as the rotation sized itself).
 

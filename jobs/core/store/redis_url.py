@@ -1,6 +1,6 @@
 """What a Redis URL may look like: ``redis://``, ``rediss://``, ``unix://`` or a Sentinel URL.
 
-Text only (no Redis, no settings): jobs.core.connection checks REDIS_URL with it and builds
+Text only (no Redis, no settings): jobs.core.store.connection checks REDIS_URL with it and builds
 the client; the command line says the same about a URL it was given, masked (cli/redis_target.py)."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def redis_url_problem(text: str) -> str | None:
 
 # --- Redis behind Sentinel: redis+sentinel://[[user]:password@]host[:26379][,...]/<service>[/db] ---
 # The user and password are the primary's (?sentinel_password= the Sentinels'); rediss+sentinel://
-# speaks TLS to both. Parsed here, once; jobs.core.connection builds the client.
+# speaks TLS to both. Parsed here, once; jobs.core.store.connection builds the client.
 
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 SENTINEL_PORT = 26379

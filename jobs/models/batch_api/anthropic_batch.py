@@ -1,6 +1,6 @@
 """The Anthropic backend's batch side: Anthropic's Message Batches API
 (``/v1/messages/batches``) through the official ``anthropic`` SDK, at ``LEASH_MODEL_URL`` like
-direct calls. The interface is ``jobs.models.batching``'s; this is only what is Anthropic's:
+direct calls. The interface is ``jobs.models.batch_api.batching``'s; this is only what is Anthropic's:
 
 - a batch is ``requests: [{custom_id, params}]``, ``params`` being exactly the direct call's
   request (``AnthropicBackend._params``); at most 100,000 requests and 256 MB;
@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
-from jobs.models.batching import (
+from jobs.models.batch_api.batching import (
     NOT_RUN,
     BatchLimits,
     BatchProgress,

@@ -1,6 +1,6 @@
 """The OpenAI backend's batch side: OpenAI's Batch API (``/v1/files`` + ``/v1/batches``) through
 the official ``openai`` SDK, at ``LEASH_MODEL_URL`` like direct calls. The interface is
-``jobs.models.batching``'s; this is only what is OpenAI's:
+``jobs.models.batch_api.batching``'s; this is only what is OpenAI's:
 
 - the input is a JSONL file (purpose ``batch``) of ``{"custom_id", "method": "POST", "url":
   "/v1/chat/completions", "body"}``, ``body`` being exactly the direct call's request
@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from openai.types.chat import ChatCompletion
 
-from jobs.models.batching import (
+from jobs.models.batch_api.batching import (
     NOT_RUN,
     BatchLimits,
     BatchProgress,

@@ -1,4 +1,4 @@
-"""How leash reaches Redis: ``REDIS_URL``, a Redis URL or a Sentinel URL (parsed in jobs.core.redis_url).
+"""How leash reaches Redis: ``REDIS_URL``, a Redis URL or a Sentinel URL (parsed in jobs.core.store.redis_url).
 
 Behind Sentinel every client is redis-py's ``Sentinel(...).master_for(service)``: each new
 connection asks the Sentinels where the primary is; a connection to a primary that was
@@ -22,7 +22,7 @@ from redis.sentinel import Sentinel, SentinelConnectionPool
 from rq.connections import get_connection_kwargs
 
 from jobs import config
-from jobs.core.redis_url import is_sentinel_url, parse_sentinel_url, redis_url_problem
+from jobs.core.store.redis_url import is_sentinel_url, parse_sentinel_url, redis_url_problem
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 #: The longest one question to one Sentinel may take: a dead Sentinel of three must not hold

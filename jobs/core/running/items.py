@@ -136,7 +136,7 @@ class Renewer:
 
 
 class ItemContext(Protocol):
-    """What the engine uses of the job's context (``jobs.core.context.JobContext``, which runs it)."""
+    """What the engine uses of the job's context (``jobs.core.running.context.JobContext``, which runs it)."""
 
     attempt: Attempt
     job_id: str

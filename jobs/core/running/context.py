@@ -4,7 +4,7 @@ Every call here is a heartbeat: it renews the lease and records progress in one 
 write. It is also where an attempt learns it must stop — a cancel (``Canceled``), a deploy
 (``HandOff``, after the checkpoint is safe) or a lost lease (``LeaseLost``).
 
-``for_each`` runs items several at once (``LEASH_ITEM_CONCURRENCY``; jobs.core.items explains what
+``for_each`` runs items several at once (``LEASH_ITEM_CONCURRENCY``; jobs.core.running.items explains what
 stays true when they finish out of order).
 
 Waiting is not dying: ``sleep`` (a rate limit, a Retry-After) renews the lease as it waits,
@@ -25,9 +25,10 @@ from redis.exceptions import RedisError
 
 from jobs import keys
 from jobs.config import settings
-from jobs.core import clock, effects
-from jobs.core.items import CONCURRENCY_FIELD, ItemRun, NotStarted, Renewer, StopReason
+from jobs.core import clock
 from jobs.core.lease import Attempt
+from jobs.core.running import effects
+from jobs.core.running.items import CONCURRENCY_FIELD, ItemRun, NotStarted, Renewer, StopReason
 from jobs.errors import Canceled, HandOff
 from jobs.usage.meter import Meter, follow_ups_field, utc_day
 from jobs.usage.meter import flush as flush_usage
@@ -185,7 +186,7 @@ class JobContext:
                 width = min(width, wish)
         return width
 
-    # --- for jobs.core.items: which heartbeat counts, and when to stop --------------------------
+    # --- for jobs.core.running.items: which heartbeat counts, and when to stop --------------------------
 
     def enter_items(self, stop: StopReason, renewer: Renewer) -> None:
         self._stop, self._renewer = stop, renewer

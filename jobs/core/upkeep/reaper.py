@@ -1,5 +1,5 @@
 """Taking back jobs whose lease ran out, hard-stopping cancels that were not heeded, and
-keeping leash's state true after RQ's own tools acted on its jobs (jobs/core/consistency.py).
+keeping leash's state true after RQ's own tools acted on its jobs (jobs/core/upkeep/consistency.py).
 
 Every worker calls ``tick()`` — while busy (from its horse-monitoring loop) and while idle
 (its dequeue wakes every few seconds) — so no separate process is needed. A shared throttle
@@ -21,8 +21,9 @@ from rq.job import Job
 from rq.rate_limit import RateLimitRegistry
 
 from jobs import keys
-from jobs.core import clock, consistency, lease, state_index
+from jobs.core import clock, lease, state_index
 from jobs.core.text import summary_of_ids
+from jobs.core.upkeep import consistency
 from jobs.lifecycle import transitions
 
 log = logging.getLogger("leash.reaper")
