@@ -11,6 +11,7 @@ import pytest
 
 from jobs import keys
 from jobs.enqueue import enqueue
+from jobs.intake.estimate import text as estimate_text
 from jobs.intake.submission import Refused, Submission, dry_run, submit
 from jobs.read.money import money
 from jobs.usage import budget
@@ -98,3 +99,27 @@ def test_the_door_refuses_in_usd_with_the_amounts_as_they_are(conn, priced, env)
     with pytest.raises(Refused) as refused:
         submit(conn, Submission("prompt", {"items": items(0, 1), "template": "Say it back: {item}"}, "dana"))
     assert "has $0.00001 left of its daily budget of $0.006" in str(refused.value)
+
+
+def test_the_dry_run_of_a_batch_job_says_how_many_parts_its_budget_allows_and_what_budget_sends_it_as_one(
+        conn, priced):
+    """Before any job of the kind was billed only the one-batch budget is known (every request's
+    worst case); after one, the parts a budget allows: one at the one-batch budget, more under a
+    smaller one, and fewer items answered under a budget below the job's need."""
+    payload = {"items": items(0, 40), "template": "Say it back: {item}", "mode": "batch"}
+    fresh = dry_run(conn, "prompt", {**payload, "budget": {"tokens": 5_000}}, owner="dana")
+    one = fresh["batch_one_part_budget_tokens"]
+    assert one == fresh["input_tokens"] + fresh["output_tokens_max"]
+    assert fresh["batch_one_part_budget_usd"] == fresh["cost_usd_batch_max"]
+    assert fresh["batch_parts"] is None  # no answers of the kind seen yet
+    run(conn, "prompt", {"items": items(100, 10), "template": "Say it back: {item}"})
+    counts = {}
+    for tokens in (one, one // 4, one // 40, 500):
+        figures = dry_run(conn, "prompt", {**payload, "budget": {"tokens": tokens}}, owner="dana")
+        counts[tokens] = (figures["batch_parts"], figures["batch_items_in_budget"])
+        print(f"budget {tokens:,} tokens: {figures['batch_parts']} part(s), {figures['batch_items_in_budget']} items")
+    assert counts[one] == (1, 40)
+    assert counts[one // 4][0] >= 2 and counts[one // 4][1] == 40
+    assert counts[500][1] < 40
+    text = estimate_text(dry_run(conn, "prompt", {**payload, "budget": {"tokens": one // 4}}, owner="dana"))
+    assert f"a budget of {one:,} tokens or $" in text and "part(s)" in text, text

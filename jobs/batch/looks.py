@@ -75,6 +75,8 @@ def look(run: Turn, done: dict) -> list[Any]:
         counts = [counts[0] + int(progress.done or 0), counts[1] + int(progress.failed or 0),
                   counts[2] + int(progress.total or len(part.indexes))]
     _count_failed_look(run, failed)
+    if run.cut is not None:
+        run.stop_cut()
     if failed is None and record.canceled_at is None:
         sent = room.send_more(run, done)  # items a budget held back, in the room freed
         if counts is not None:

@@ -41,3 +41,5 @@ class Part:
     indexes: list[int]
     batch_id: str | None = None
     ended: bool = False
+    #: The output tokens its requests ask for when a budget left them fewer than max_tokens.
+    max_tokens: int | None = None

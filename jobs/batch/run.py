@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from jobs.batch import cached, canceled, looks, room
@@ -40,6 +41,8 @@ from jobs.batch.turn import Record
 from jobs.config import batches
 from jobs.core import clock
 from jobs.errors import Canceled, ItemError, LeaseLost, NeedsDirect, Parked, PermanentError
+from jobs.models.provider import prompt_bytes
+from jobs.models.spending import script_of, tightened_bound
 from jobs.usage import budget
 from jobs.usage.meter import Pending, flush
 
@@ -60,9 +63,28 @@ class BatchRun:
         self.model = backend.settings.name
         self.max_tokens = backend.settings.max_tokens
         self.record = Record(ctx)
+        #: An answer cut off at the output a budget left it (read this turn): the job stops there.
+        self.cut: str | None = None
 
-    def request(self, index: int) -> CallRequest:
-        return self.spec.request(self.payload, self.items[index], self.max_tokens)
+    def request(self, index: int, max_tokens: int | None = None) -> CallRequest:
+        """Item ``index``'s request; ``max_tokens``: fewer output tokens than the deployment's,
+        which a budget left it (a later part's, jobs/usage/batch_parts.py)."""
+        if max_tokens is None or max_tokens >= self.max_tokens:
+            return self.spec.request(self.payload, self.items[index], self.max_tokens)
+        return replace(self.spec.request(self.payload, self.items[index], max_tokens), budget_cut=True)
+
+    def input_bound(self, index: int) -> int:
+        """Item ``index``'s input bound: its prompt's bytes, tightened once the job's earlier
+        parts were billed for prompts of its script (``spending.tightened_bound``)."""
+        request = self.request(index)
+        seen = self.record.seen_rate(script_of(request))
+        return tightened_bound(request, seen and seen[:2], seen and seen[2])
+
+    def cost(self, what: str) -> Callable[[int, int], int]:
+        """What a request costs in the unit of budget ``what`` (tokens, or nano-USD at the batch rate)."""
+        if what.endswith("tokens") or self.price is None:
+            return lambda input_tokens, output_tokens: input_tokens + output_tokens
+        return lambda input_tokens, output_tokens: self.price.nano_usd(input_tokens, output_tokens, batch=True)
 
     def run(self) -> list[Any]:
         done = self.ctx.items_done()
@@ -81,7 +103,7 @@ class BatchRun:
                 # provider whose reservation ran out is reserved again (one that stands is kept).
                 for p in self.record.parts.values():
                     if not p.ended and any(i not in done for i in p.indexes):
-                        self._reserve([i for i in p.indexes if i not in done], p.number)
+                        self._reserve([i for i in p.indexes if i not in done], p.number, p.max_tokens)
             return looks.look(self, done)
         except Canceled:
             self._stop_open()
@@ -95,16 +117,17 @@ class BatchRun:
         for part in sorted(self.record.parts.values(), key=lambda p: p.number):
             if part.batch_id is not None:
                 continue
-            self._reserve(part.indexes, part.number)  # the intent's items, whichever attempt recorded it
+            self._reserve(part.indexes, part.number, part.max_tokens)  # whichever attempt recorded it
             if not self._find(part):
-                self.send(part.number, part.indexes)
+                self.send(part.number, part.indexes, part.max_tokens)
         room.send_more(self, done)
 
-    def send(self, number: int, indexes: list[int]) -> Part:
+    def send(self, number: int, indexes: list[int], max_tokens: int | None = None) -> Part:
         """Part ``number`` (reserved already): its intent recorded, its batch created, its id recorded."""
-        part = Part(number, self.ctx.attempt.number, clock.wall(), indexes)
+        part = Part(number, self.ctx.attempt.number, clock.wall(), indexes,
+                    max_tokens=max_tokens if max_tokens is not None and max_tokens < self.max_tokens else None)
         self.record.intend(part)
-        requests = [(custom_id(self.ctx.job_id, i), self.request(i)) for i in indexes]
+        requests = [(custom_id(self.ctx.job_id, i), self.request(i, part.max_tokens)) for i in indexes]
         with self.ctx.keepalive(self.backend.settings.timeout * 4):
             part.batch_id = self.backend.batch_create(self.ctx.job_id, part.attempt, number, requests)
         self.record.note(f"id:{number}", part.batch_id)
@@ -112,9 +135,9 @@ class BatchRun:
                  part.batch_id, number, len(indexes))
         return part
 
-    def split(self, indexes: list[int]) -> list[list[int]]:
+    def split(self, indexes: list[int], max_tokens: int | None = None) -> list[list[int]]:
         """``indexes`` in parts the provider's batch limits take."""
-        todo = [(custom_id(self.ctx.job_id, i), self.request(i)) for i in indexes]
+        todo = [(custom_id(self.ctx.job_id, i), self.request(i, max_tokens)) for i in indexes]
         try:
             return [[index_of(self.ctx.job_id, name) for name, _ in part] for part in self.backend.batch_split(todo)]
         except ValueError as exc:  # one request larger than any batch may be
@@ -137,10 +160,10 @@ class BatchRun:
                  self.ctx.job_id, part.batch_id, part.attempt)
         return True
 
-    def _reserve(self, indexes: list[int], number: int) -> None:
+    def _reserve(self, indexes: list[int], number: int, max_tokens: int | None = None) -> None:
         """A recorded part's worst case, reserved again (one that stands is kept), or the job stops."""
         try:
-            admission = self.admit(indexes, number)
+            admission = self.admit(indexes, number, max_tokens)
         except Exception:
             self._stop_open()
             raise
@@ -151,11 +174,17 @@ class BatchRun:
         self._stop_open()  # a part still open is canceled, its reservation given back
         raise budget.BudgetReached(admission.refusal)
 
-    def admit(self, indexes: list[int], number: int) -> budget.Admission:
+    def stop_cut(self) -> NoReturn:
+        """An answer was cut off at the output a budget left it (``self.cut``): the job stops, as
+        a direct call's would, the answers read stored."""
+        self._stop_open()
+        raise budget.BudgetReached(self.cut)
+
+    def admit(self, indexes: list[int], number: int, max_tokens: int | None = None) -> budget.Admission:
         """The part's worst case, reserved against the job's and the owner's budgets before
         the provider is asked (model_admit_v3, with no rate-limit turn: a batch is one call),
         for as long as the provider may take; the write of its last results settles it."""
-        tokens, nusd = self.worst(indexes)
+        tokens, nusd = self.worst(indexes, max_tokens)
         # The longest wait, a canceled batch's grace, the look after them (and its calls).
         waits = batches()
         hold = (waits.batch_max_wait + waits.batch_cancel_grace + self.backend.settings.timeout * 4
@@ -168,14 +197,15 @@ class BatchRun:
             raise LeaseLost()
         return admission
 
-    def worst(self, indexes: Iterable[int]) -> tuple[int, int | None]:
+    def worst(self, indexes: Iterable[int], max_tokens: int | None = None) -> tuple[int, int | None]:
+        """The requests' worst case (tokens, nano-USD): input bounds and the output they ask for."""
         tokens, nusd = 0, 0 if self.price is not None else None
+        output = self.max_tokens if max_tokens is None else min(max_tokens, self.max_tokens)
         for i in indexes:
-            request = self.request(i)
-            worst = request.worst_case_tokens()
-            tokens += worst
+            bound = self.input_bound(i)
+            tokens += bound + output
             if nusd is not None:
-                nusd += self.price.nano_usd(worst - request.max_tokens, request.max_tokens, batch=True)
+                nusd += self.price.nano_usd(bound, output, batch=True)
         return tokens, nusd
 
     # --- look -----------------------------------------------------------------------------
@@ -190,7 +220,8 @@ class BatchRun:
         # Counted on the day the part was reserved on, where its worst case was held.
         day = budget.reservation_day(self.ctx.connection, self.ctx.attempt.owner_name(), reservation) or ""
         usage = Pending(self.model, self.ctx.attempt.kind, day=day)
-        requests = {custom_id(self.ctx.job_id, i): self.request(i) for i in part.indexes}
+        requests = {custom_id(self.ctx.job_id, i): self.request(i, part.max_tokens) for i in part.indexes}
+        billed: list = []  # (script, bytes, input and output tokens): what later parts bound their requests by
         reading = True
         try:
             for name, outcome, used in self.backend.batch_results(part.batch_id, requests):
@@ -204,6 +235,9 @@ class BatchRun:
                 value = self.value(index, request, outcome)
                 cached.keep_answer(self, usage, request, outcome, value, _AGAIN)
                 self._count(request, used)
+                if used is not None and not used.estimated:
+                    billed.append((script_of(request), prompt_bytes(request.messages), used.input_tokens,
+                                   used.output_tokens))
                 if value is _AGAIN:
                     _add(usage, self.ctx.meter.take())  # its calls were paid for all the same
                     continue
@@ -223,6 +257,7 @@ class BatchRun:
                  for x in (f"again:{i}", self.record.again[i])]
         if hints:
             self.record.note(*hints)
+        self.record.learn(billed)
         usage.reservations.append(reservation)  # the part's last write settles its reservation whole
         self.store(chunk, usage)
 
@@ -258,6 +293,9 @@ class BatchRun:
             return self.spec.read(self.payload, self.items[index], text)
         except ItemError as exc:
             return {"error": str(exc)}
+        except budget.BudgetReached as exc:  # cut off at the output a budget left it: the job stops
+            self.cut = self.cut or str(exc)
+            return _AGAIN
         except NeedsDirect as exc:
             if exc.answer is not None and self.spec.repair is not None:
                 self.record.again[index] = exc.answer

@@ -17,7 +17,7 @@ from jobs.errors import LeaseLost
 from jobs.lifecycle import transitions
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from jobs.core.running.context import JobContext
     from jobs.models.provider import CallRequest
@@ -39,12 +39,34 @@ class Record:
                 entry = json.loads(value)
                 number = int(name.split(":")[1])
                 self.parts[number] = Part(number, entry["attempt"], entry["at"], from_ranges(entry["items"]),
-                                          raw.get(f"id:{number}"), raw.get(f"ended:{number}") == "1")
+                                          raw.get(f"id:{number}"), raw.get(f"ended:{number}") == "1",
+                                          entry.get("max"))
         self.direct = int(raw.get("direct") or 0)
         #: item index -> a batch answer to repair directly (``BatchSpec.repair``), kept across turns.
         self.again = {int(k[6:]): v for k, v in raw.items() if k.startswith("again:")}
         self.canceled_at = float(raw["canceled_at"]) if raw.get("canceled_at") else None  # past the longest wait
         self.failed_looks = int(raw.get("failed_looks") or 0)  # in a row
+        #: What the job's read parts were billed: per script the most input tokens per prompt
+        #: byte and how many answers that is from, and the longest answer (jobs/usage/batch_parts.py).
+        seen = json.loads(raw.get("seen") or "{}")
+        #: script -> (most input tokens per prompt byte, answers seen, fewest input tokens billed)
+        self.rates: dict[str, tuple[float, int, int]] = {
+            k: (float(v[0]), int(v[1]), int(v[2])) for k, v in seen.get("rates", {}).items()}
+        self.longest_answer: int | None = seen.get("longest")
+
+    def seen_rate(self, script: str) -> tuple[float, int, int] | None:
+        return self.rates.get(script)
+
+    def learn(self, billed: list[tuple[str, int, int, int]]) -> None:
+        """Remember what a read part's answers were billed (``(script, prompt bytes, input
+        tokens, output tokens)`` each): by script the most tokens per byte and the fewest input
+        tokens of one prompt, and the longest answer."""
+        for script, size, input_tokens, output_tokens in billed:
+            most, count, least = self.rates.get(script, (0.0, 0, input_tokens))
+            self.rates[script] = (max(most, input_tokens / max(1, size)), count + 1, min(least, input_tokens))
+            self.longest_answer = max(self.longest_answer or 0, output_tokens)
+        if billed:
+            self.note("seen", json.dumps({"rates": self.rates, "longest": self.longest_answer}, separators=(",", ":")))
 
     def note(self, *pairs: Any, job_hash: bool = False) -> None:
         """Fenced: written only while this attempt holds the lease (batch_note_v1)."""
@@ -57,9 +79,11 @@ class Record:
             raise LeaseLost()
 
     def intend(self, part: Part) -> None:
-        pairs: list[Any] = [f"intent:{part.number}", json.dumps(
-            {"attempt": part.attempt, "at": part.intent_at, "count": len(part.indexes),
-             "items": as_ranges(part.indexes)}, separators=(",", ":"))]
+        entry = {"attempt": part.attempt, "at": part.intent_at, "count": len(part.indexes),
+                 "items": as_ranges(part.indexes)}
+        if part.max_tokens is not None:
+            entry["max"] = part.max_tokens  # the output a budget left each of its items
+        pairs: list[Any] = [f"intent:{part.number}", json.dumps(entry, separators=(",", ":"))]
         if self.first_at is None:
             self.first_at = part.intent_at
             pairs += ["first_at", part.intent_at]
@@ -74,19 +98,27 @@ class Turn(Protocol):
     backend: Any
     items: list
     model: str
+    max_tokens: int
     record: Record
+    cut: str | None
 
-    def request(self, index: int) -> CallRequest: ...
+    def request(self, index: int, max_tokens: int | None = None) -> CallRequest: ...
 
-    def send(self, number: int, indexes: list[int]) -> Part: ...
+    def input_bound(self, index: int) -> int: ...
 
-    def split(self, indexes: list[int]) -> list[list[int]]: ...
+    def cost(self, what: str) -> Callable[[int, int], int]: ...
 
-    def admit(self, indexes: list[int], number: int) -> budget.Admission: ...
+    def send(self, number: int, indexes: list[int], max_tokens: int | None = None) -> Part: ...
+
+    def split(self, indexes: list[int], max_tokens: int | None = None) -> list[list[int]]: ...
+
+    def admit(self, indexes: list[int], number: int, max_tokens: int | None = None) -> budget.Admission: ...
 
     def budget_reached(self, admission: budget.Admission) -> NoReturn: ...
 
-    def worst(self, indexes: Iterable[int]) -> tuple[int, int | None]: ...
+    def stop_cut(self) -> NoReturn: ...
+
+    def worst(self, indexes: Iterable[int], max_tokens: int | None = None) -> tuple[int, int | None]: ...
 
     def read(self, part: Part, done: dict) -> None: ...
 

@@ -15,7 +15,9 @@ next calls, counted as the worker writes them: ``jobs.core.running.context.JobCo
 at the batch rate in batch mode (the first calls go in the provider's batch; repairs are direct).
 ``one_call_tokens_min`` / ``one_call_usd_min``: the least one call of the job can cost (its
 smallest prompt and ``MIN_OUTPUT_TOKENS``) -- the door refuses a job its owner's day has not
-that much left for (``jobs.intake.admission.owner_day_room``).
+that much left for (``jobs.intake.admission.owner_day_room``). In batch mode
+``batch_one_part_budget_*`` is the budget that sends the job as one batch and ``batch_parts``
+how many parts the job's budget allows (jobs/usage/batch_parts.py, the worker's own rule).
 
 Redis: one MGET for the cache and one pipelined read of the owner's days; nothing is written.
 A kind that makes no one call per item (no ``BatchSpec``) has no estimate (``calls`` None).
@@ -34,7 +36,8 @@ from jobs.intake.modes import mode_of
 from jobs.models import backends, cache
 from jobs.models.calls import ModelSettings
 from jobs.models.provider import TOKENS_PER_MESSAGE, estimate_text_tokens
-from jobs.usage import budget, prices
+from jobs.models.spending import TIGHTEN_MARGIN
+from jobs.usage import batch_parts, budget, prices
 from jobs.usage.meter import follow_ups_field, utc_day
 from jobs.usage.prices import money
 from jobs.usage.report import days_back
@@ -122,7 +125,14 @@ def estimate(connection: Redis, kind_name: str, payload: dict, owner: str, now: 
     else:
         out["note"] = "cost unknown: " + prices.why_no_price(settings.name)
     worst_tokens = input_tokens + output_max
-    out["budget_covers_worst_case"] = _covers(budget.parse(payload.get(budget.BUDGET_FIELD)), worst_tokens, worst_nusd)
+    job_budget = budget.parse(payload.get(budget.BUDGET_FIELD))
+    out["budget_covers_worst_case"] = _covers(job_budget, worst_tokens, worst_nusd)
+    if batch:  # how many parts the budget allows, and what budget sends the job as one batch
+        out.update(batch_parts.dry_run(
+            [r.input_bound() for r in todo], [_likely_input(r) for r in todo], settings.max_tokens,
+            math.ceil(seen_output / seen_calls) if seen_calls > 0 else None, job_budget and job_budget.tokens,
+            job_budget and job_budget.usd and prices.nano(job_budget.usd), price, TIGHTEN_MARGIN))
+        out["batch_one_part_budget_usd"] = _usd(out.pop("batch_one_part_budget_nusd"))
     out["owner_day_covers_worst_case"] = _day_covers(today, worst_tokens, worst_nusd)
     return out
 
@@ -179,6 +189,17 @@ def _day_covers(today, worst_tokens: int, worst_nusd: int | None) -> bool | None
     return True
 
 
+def _batch_line(figures: dict[str, Any]) -> str:
+    one = f"{figures['batch_one_part_budget_tokens']:,} tokens"
+    if figures.get("batch_one_part_budget_usd") is not None:
+        one += f" or {_money(figures['batch_one_part_budget_usd'])}"
+    line = f"batch mode: a budget of {one} sends the job as one batch"
+    if figures.get("batch_parts") is not None:
+        line += (f"; under this job's budget it goes in {figures['batch_parts']:,} part(s), answering "
+                 f"{figures['batch_items_in_budget']:,} of {figures['calls']:,} items (expected)")
+    return line
+
+
 def _money(usd: float | None) -> str:
     return money(usd)
 
@@ -196,6 +217,8 @@ def text(figures: dict[str, Any]) -> str:
         also = f", with {repairs:.2f} repairs or corrections an item as they needed" if repairs else ""
         lines.append(f"expected (from the answers your jobs of this kind got{also}): "
                      f"{_money(figures['cost_usd_expected'])}")
+    if figures.get("batch_one_part_budget_tokens") is not None:
+        lines.append(_batch_line(figures))
     for field, what in (("budget_covers_worst_case", "the job's budget"),
                         ("owner_day_covers_worst_case", "what is left of your daily budget")):
         if figures.get(field) is not None:

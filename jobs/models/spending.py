@@ -64,11 +64,29 @@ class AskForLess(Signal):
         self.max_tokens = max_tokens
 
 
-def _script(request: CallRequest) -> str:
+def script_of(request: CallRequest) -> str:
     """Prompts are bounded apart by script: mostly ASCII text, or any other."""
     text = request.prompt_text
     non_ascii = sum(1 for c in text if c >= "\x80")
     return "ascii" if non_ascii * 10 <= len(text) else "other"
+
+
+def tightened_bound(request: CallRequest, seen: tuple[float, int] | None, least_billed: int | None = None) -> int:
+    """``request``'s input bound given ``seen``, the most tokens per prompt byte billed for
+    prompts of its script and how many answers that is from (None: none seen): the prompt's
+    UTF-8 bytes until ``TIGHTEN_AFTER`` answers, then ``TIGHTEN_MARGIN`` times that rate (and
+    the chat template's tokens), never above the bytes. Direct calls (``Spending``) and a batch
+    job's later parts (jobs/batch/room.py) bound their input with it. ``least_billed``: the
+    fewest input tokens billed for one prompt of the script, when known: the chat template's
+    tokens are billed within every prompt's, so a prompt costs at most its bytes at the rate
+    seen plus that many (a prompt shorter than those seen is template more than text)."""
+    strict = request.input_bound()
+    if seen is None or seen[1] < TIGHTEN_AFTER:
+        return strict
+    overhead = strict - prompt_bytes(request.messages)
+    if least_billed is not None:
+        overhead = min(overhead, least_billed)
+    return min(strict, math.ceil(prompt_bytes(request.messages) * seen[0] * TIGHTEN_MARGIN) + overhead)
 
 
 class Spending:
@@ -161,12 +179,7 @@ class Spending:
         byte the provider billed for them: English prompts then reserve ~a third of their
         bytes, not all of them, while a Japanese prompt in an English job is still held to its
         bytes."""
-        strict = request.input_bound()
-        seen = self._tokens_per_byte.get(_script(request))
-        if seen is None or seen[1] < TIGHTEN_AFTER:
-            return strict
-        overhead = strict - prompt_bytes(request.messages)
-        return min(strict, math.ceil(prompt_bytes(request.messages) * seen[0] * TIGHTEN_MARGIN) + overhead)
+        return tightened_bound(request, self._tokens_per_byte.get(script_of(request)))
 
     def _learn(self, request: CallRequest, usage: Usage) -> None:
         """Remember what the provider billed for this prompt (tokens per byte, by script) and
@@ -175,7 +188,7 @@ class Spending:
             return
         size = max(1, prompt_bytes(request.messages))
         with self._learned:
-            script = _script(request)
+            script = script_of(request)
             most, count = self._tokens_per_byte.get(script, (0.0, 0))
             self._tokens_per_byte[script] = (max(most, usage.input_tokens / size), count + 1)
             self._answers_seen = (self._answers_seen[0] + usage.output_tokens, self._answers_seen[1] + 1)
@@ -183,7 +196,7 @@ class Spending:
     def _estimated_input(self, request: CallRequest) -> int:
         """The input tokens a call probably costs: from what this attempt saw billed, else
         ``estimate_text_tokens``; never above the bound."""
-        seen = self._tokens_per_byte.get(_script(request))
+        seen = self._tokens_per_byte.get(script_of(request))
         if seen is not None and seen[1]:
             guess = math.ceil(prompt_bytes(request.messages) * seen[0])
         else:

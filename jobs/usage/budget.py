@@ -35,7 +35,7 @@ from jobs.config import budgets, model_calls
 from jobs.core.text import decoded
 from jobs.errors import InvalidJob, PermanentError, RetryLater
 from jobs.lifecycle import scripts
-from jobs.usage import prices
+from jobs.usage import batch_parts, prices
 from jobs.usage.meter import day_ttl, utc_day
 from jobs.usage.prices import money
 
@@ -134,7 +134,7 @@ PRUNED_PER_ADMISSION = 20
 
 #: The fewest output tokens worth asking for when a budget has no room for a call's whole
 #: max_tokens: below this the job stops rather than ask for an answer too short to use.
-MIN_OUTPUT_TOKENS = 16
+MIN_OUTPUT_TOKENS = batch_parts.MIN_OUTPUT_TOKENS
 
 
 @dataclass
