@@ -15,7 +15,9 @@ the first answer about each item, ``"never"`` every one.
 What a call cost: ``billed`` lists the usage of every answer the server delivered (prompt and
 completion tokens), and ``hold_after(n)`` holds every request after the n-th delivered answer
 until ``release()``; a held request whose client went away meanwhile (a SIGKILLed worker) is
-never answered, so it costs nothing, like a provider that stops when its client disconnects.
+never answered, so it costs nothing, like a provider that stops when its client disconnects
+-- or, with ``bills_abandoned = True``, is billed all the same, like a provider that finishes
+generating a request whose client went away.
 
 For load: ``latency`` delays every answer (a model that takes 0.5 s a call), ``capacity``
 answers 429 with ``Retry-After`` to any request beyond that many in flight (a server or an
@@ -81,6 +83,8 @@ class Reply:
     def respond(self, server: FakeOpenAI, handler: BaseHTTPRequestHandler, seen: Seen) -> None:
         status, body, usage = self.result(server, seen)
         if not server.wait_if_held(handler):
+            if server.bills_abandoned and usage:
+                server.bill(*usage)  # generated all the same, for no one
             return
         if send_json(handler, status, body) and usage:
             server.bill(*usage)
@@ -202,6 +206,7 @@ class FakeOpenAI:
         self.lock = threading.Lock()
         self.billed: list[tuple[int, int]] = []  # (prompt, completion) tokens of each delivered answer
         self.hold_from: int | None = None
+        self.bills_abandoned = False  # a held request whose client went away is billed all the same
         self.passed = 0  # answers let through (exactly ``hold_from`` while holding)
         self.released = threading.Event()
         self.httpd = _Server(("127.0.0.1", 0), _handler_for(self))

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The scripts that change a job (see transitions' docstring), by name without their version.
 TRANSITIONS = {"archived", "batch_note", "cancel", "claim", "end_outside", "fail", "finish", "heartbeat", "index_job",
                "owner_index_expiry", "park", "reclaim", "release", "replay", "requeue_swallowed", "retain",
-               "store_items", "usage_record", "webhook"}
+               "reservations_settle", "store_items", "usage_record", "webhook"}
 #: The scripts that change no job, run from their own modules.
 OTHERS = {"cache_retire", "cache_sweep", "compact_finished_rq_job", "door_take", "failure_heads", "model_admit",
           "model_concurrency", "model_rate", "release_stale_lock", "reservations_sweep"}
@@ -177,6 +177,9 @@ def test_each_transition_sends_the_keys_its_callers_sent_before(conn, monkeypatc
                                                    keys.owner_reservations(owner),
                                                    keys.owner_reservation_records(owner),
                                                    keys.received_answers(job)]),
+        "settle_abandoned": (lambda: transitions.settle_abandoned(conn, job, owner, []),
+                             "reservations_settle_v1", [keys.job(job), keys.owner_reservations(owner),
+                                                        keys.owner_reservation_records(owner)]),
         "finish": (lambda: transitions.finish(conn, job, owner, kind, now, []),
                    "finish_v3", common + [keys.items(job), keys.errors(job), keys.REJECTED_WRITES]
                    + keys.outcome_keys("succeeded", kind, now) + [keys.payload(job)] + indexes),

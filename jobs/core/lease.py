@@ -222,6 +222,7 @@ class Attempt:
         """``outcome`` names the all-time total it counts in (/metrics): ``succeeded``, or
         ``succeeded_with_item_errors`` (jobs/core/outcome.py)."""
         now = clock.wall() if now is None else now
+        self.settle_abandoned(now)
         ok, retried = self.write(
             transitions.finish, self.job_id, self.owner_name(), self.kind, now,
             [self.job_id, self.token, now, json.dumps(result, separators=(",", ":")), settings().result_ttl,
@@ -232,6 +233,13 @@ class Attempt:
             raise LeaseLost()
         self.settle(Outcome.SUCCEEDED)
 
+    def settle_abandoned(self, now: float) -> None:
+        """Before the job reads ended (or queued again): calls of its killed work-horses that
+        still hold reservations are counted as estimated calls now, not when their deadlines
+        pass (reservations_settle_v1). The job's own calls were settled by its item writes."""
+        self.write(transitions.settle_abandoned, self.job_id, self.owner_name(),
+                   [self.token, f"{self.job_id}:", now])
+
     def fail(self, message: str, permanent: bool, now: float | None = None, reason: str | None = None) -> str:
         """Record this attempt's error (``reason``: its history entry's text, if another): the
         history entry keeps it up to FULL_ERROR_BYTES, the job hash its LEASH_ERROR_MAX_CHARS
@@ -241,6 +249,7 @@ class Attempt:
         # A cancel (or RQ's stop command) ends in failed too, but is counted apart: alerts are
         # about failures.
         outcome = "canceled" if message == CANCELED else "stopped" if message == STOPPED_BY_RQ else "failed"
+        self.settle_abandoned(now)
         reply, retried = self.write(
             transitions.fail, self.job_id, self.owner_name(), outcome, self.kind, now,
             [self.job_id, self.token, now, message, 1 if permanent else 0,

@@ -93,6 +93,15 @@ def batch_usage_record(connection: Redis, job_id: str, owner: str, day: str, mod
         "received_answers": keys.received_answers(job_id)}, [*args, ""])
 
 
+def settle_abandoned(connection: Redis, job_id: str, owner: str, args: list) -> Any:
+    """Before an ending: the job's direct calls whose reservations still stand (an earlier
+    work-horse's, killed with calls in flight) are counted as estimated calls."""
+    return scripts.run(connection, "reservations_settle_v1", {
+        "job": keys.job(job_id), "reservations": keys.owner_reservations(owner),
+        "reservation_records": keys.owner_reservation_records(owner)},
+        args)
+
+
 def finish(connection: Redis, job_id: str, owner: str, kind: str, now: float, args: list) -> Any:
     """running -> succeeded (fenced)."""
     return scripts.run(connection, "finish_v3", {
