@@ -6,9 +6,11 @@ A re-run after a reclaim, a zombie waking up, a replay: each may reach the line 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
+import redis
 from redis import Redis
 
 from jobs import keys
@@ -27,7 +29,25 @@ def once(connection: Redis, job_id: str, name: str, effect: Callable[[], Any]) -
     try:
         effect()
     except BaseException:
-        connection.delete(marker)
+        _forget(connection, marker)
         raise
     return True
+
+
+def _forget(connection: Redis, marker: str) -> None:
+    """The effect raised: its marker goes, riding out a Redis blip for as long as a lease lasts
+    -- an effect that failed because Redis was away (a restart, a failover) would otherwise
+    leave its marker behind, and no later attempt would run it: the job would end with its
+    side effect never run."""
+    deadline = time.monotonic() + settings().lease_seconds
+    delay = 0.1
+    while True:
+        try:
+            connection.delete(marker)
+            return
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            if time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
