@@ -74,6 +74,7 @@ def execute(kind_name: str, payload: dict, attempt: Attempt | None = None) -> di
     kind = kinds.get(kind_name)
     why_not = parents.blocked(attempt.connection, attempt.job_id)
     deferrals.clear(attempt.connection, attempt.job_id)  # running again: what it waited for is back
+    attempt.settle_abandoned(clock.wall())  # a killed attempt's calls: counted now, their room freed
     ctx = JobContext(attempt, payload, model_factory=backends.get_backend, batch_runner=batch_run.run)
     try:
         if why_not:

@@ -234,9 +234,9 @@ class Attempt:
         self.settle(Outcome.SUCCEEDED)
 
     def settle_abandoned(self, now: float) -> None:
-        """Before the job reads ended (or queued again): calls of its killed work-horses that
-        still hold reservations are counted as estimated calls now, not when their deadlines
-        pass (reservations_settle_v1). The job's own calls were settled by its item writes."""
+        """As an attempt starts, and before it ends the job (or queues it again): calls of the
+        job's killed work-horses that still hold reservations are counted as estimated calls
+        now, their room freed, not when their deadlines pass (reservations_settle_v1)."""
         self.write(transitions.settle_abandoned, self.job_id, self.owner_name(),
                    [self.token, f"{self.job_id}:", now])
 
