@@ -34,3 +34,22 @@ def test_an_effect_that_fails_while_redis_restarts_can_run_again(own_redis, env)
     assert effects.once(client, "j1", "notify", lambda: client.incr("effect:count"))
     assert int(client.get("effect:count")) == 1
     client.close()
+
+
+def test_a_marker_whose_reply_a_blip_lost_is_known_as_the_callers_own(conn, monkeypatch):
+    """The SET that takes the marker lands but its reply is lost (a connection reset after
+    Redis ran it): asked again, the caller finds its own token there and runs the effect --
+    before, it found the marker taken, skipped the effect, and no attempt ever ran it."""
+    real_set, ran = conn.set, []
+
+    def lossy_set(*args, **kwargs):
+        reply = real_set(*args, **kwargs)
+        if not ran:
+            ran.append("lost")
+            raise redis.exceptions.ConnectionError("connection reset after the command ran")
+        return reply
+
+    monkeypatch.setattr(conn, "set", lossy_set)
+    assert effects.once(conn, "j2", "notify", lambda: ran.append("effect"), token="attempt-1")
+    assert ran == ["lost", "effect"]
+    assert not effects.once(conn, "j2", "notify", lambda: ran.append("again"), token="attempt-2")

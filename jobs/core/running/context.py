@@ -207,7 +207,7 @@ class JobContext:
         """Run a side effect at most once per job (see jobs.effects). Checks the lease first,
         so an attempt that already lost the job does not get through."""
         self.progress(self.attempt.done)
-        return effects.once(self.connection, self.job_id, name, effect)
+        return effects.once(self.connection, self.job_id, name, effect, token=self.attempt.token)
 
     def renew(self) -> None:
         """Renew the lease without changing progress (a job that is waiting, not stuck)."""

@@ -15,16 +15,19 @@ from redis import Redis
 
 from jobs import keys
 from jobs.config import settings
+from jobs.core.text import decoded
 
 
-def once(connection: Redis, job_id: str, name: str, effect: Callable[[], Any]) -> bool:
+def once(connection: Redis, job_id: str, name: str, effect: Callable[[], Any], token: str = "1") -> bool:
     """Run ``effect`` unless it already ran (or is running) for this job; True if it ran now.
 
     The marker is set before the effect runs: a crash inside the effect means it is not
     repeated (at most once). If the effect raises, the marker is removed so a retry may try.
+    ``token`` (the attempt's) is the marker's value: a marker set by a command whose reply a
+    Redis blip lost is recognised as this caller's own when it asks again.
     """
     marker = keys.effect(job_id, name)
-    if not connection.set(marker, "1", nx=True, ex=settings().result_ttl):
+    if not _mark(connection, marker, token):
         return False
     try:
         effect()
@@ -32,6 +35,24 @@ def once(connection: Redis, job_id: str, name: str, effect: Callable[[], Any]) -
         _forget(connection, marker)
         raise
     return True
+
+
+def _mark(connection: Redis, marker: str, token: str) -> bool:
+    """Set the marker (True), or find it set by someone else (False), riding out a blip: a SET
+    whose reply was lost may have landed, so the question is asked again, and a marker holding
+    this caller's token is its own."""
+    deadline = time.monotonic() + settings().lease_seconds
+    delay, retried = 0.1, False
+    while True:
+        try:
+            if connection.set(marker, token, nx=True, ex=settings().result_ttl):
+                return True
+            return retried and token != "1" and decoded(connection.get(marker)) == token
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            if time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay, retried = min(delay * 2, 1.0), True
 
 
 def _forget(connection: Redis, marker: str) -> None:
