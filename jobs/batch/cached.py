@@ -45,10 +45,16 @@ def answer_from_cache(run: Turn, done: dict[int, Any], again: object, chunk_size
         run.store(chunk, usage)
 
 
-def keep_answer(run: Turn, usage: Pending, request: CallRequest, outcome: Any, value: Any, again: object) -> None:
+def keep_answer(run: Turn, usage: Pending, request: CallRequest, outcome: Any, value: Any, again: object,
+                full: CallRequest | None = None) -> None:
     """A batch's answer that its item kept (``value``: a result, not an item's error nor
     ``again``, asked directly), cached by the write that stores its chunk. An answer thrown
-    away -- off-label, breaking the schema, cut off -- is never cached (jobs.models.cache)."""
+    away -- off-label, breaking the schema, cut off -- is never cached (jobs.models.cache).
+    ``full``: the item's request as asked at the deployment's max_tokens, when a budget gave
+    ``request`` fewer: an answer that ended on its own within them answers that one too, and is
+    cached under it (a re-run asks the item in full)."""
+    if full is not None and request.budget_cut and getattr(outcome, "finish", None) != answer_cache.CUT_OFF:
+        request = full
     cache = getattr(run.backend, "cache", None)
     if cache is None or not cache.on or not hasattr(outcome, "finish") or not answer_cache.cacheable(outcome, request):
         return

@@ -78,7 +78,7 @@ class BatchRun:
         parts were billed for prompts of its script (``spending.tightened_bound``)."""
         request = self.request(index)
         seen = self.record.seen_rate(script_of(request))
-        return tightened_bound(request, seen and seen[:2], seen and seen[2])
+        return tightened_bound(request, seen and seen[:2], seen and seen[2], seen and seen[3])
 
     def cost(self, what: str) -> Callable[[int, int], int]:
         """What a request costs in the unit of budget ``what`` (tokens, or nano-USD at the batch rate)."""
@@ -233,7 +233,8 @@ class BatchRun:
                     continue  # stored by an earlier look that was cut short
                 request = requests[name]
                 value = self.value(index, request, outcome)
-                cached.keep_answer(self, usage, request, outcome, value, _AGAIN)
+                cached.keep_answer(self, usage, request, outcome, value, _AGAIN,
+                                   self.request(index) if part.max_tokens is not None else None)
                 self._count(request, used)
                 if used is not None and not used.estimated:
                     billed.append((script_of(request), prompt_bytes(request.messages), used.input_tokens,

@@ -49,21 +49,23 @@ class Record:
         #: What the job's read parts were billed: per script the most input tokens per prompt
         #: byte and how many answers that is from, and the longest answer (jobs/usage/batch_parts.py).
         seen = json.loads(raw.get("seen") or "{}")
-        #: script -> (most input tokens per prompt byte, answers seen, fewest input tokens billed)
-        self.rates: dict[str, tuple[float, int, int]] = {
-            k: (float(v[0]), int(v[1]), int(v[2])) for k, v in seen.get("rates", {}).items()}
+        #: script -> (most input tokens per prompt byte, answers seen, fewest input tokens billed
+        #: for one prompt, fewest bytes of one)
+        self.rates: dict[str, tuple[float, int, int, int]] = {
+            k: (float(v[0]), int(v[1]), int(v[2]), int(v[3])) for k, v in seen.get("rates", {}).items()}
         self.longest_answer: int | None = seen.get("longest")
 
-    def seen_rate(self, script: str) -> tuple[float, int, int] | None:
+    def seen_rate(self, script: str) -> tuple[float, int, int, int] | None:
         return self.rates.get(script)
 
     def learn(self, billed: list[tuple[str, int, int, int]]) -> None:
         """Remember what a read part's answers were billed (``(script, prompt bytes, input
         tokens, output tokens)`` each): by script the most tokens per byte and the fewest input
-        tokens of one prompt, and the longest answer."""
+        tokens and the fewest bytes of one prompt, and the longest answer."""
         for script, size, input_tokens, output_tokens in billed:
-            most, count, least = self.rates.get(script, (0.0, 0, input_tokens))
-            self.rates[script] = (max(most, input_tokens / max(1, size)), count + 1, min(least, input_tokens))
+            most, count, least, shortest = self.rates.get(script, (0.0, 0, input_tokens, size))
+            self.rates[script] = (max(most, input_tokens / max(1, size)), count + 1, min(least, input_tokens),
+                                  min(shortest, size))
             self.longest_answer = max(self.longest_answer or 0, output_tokens)
         if billed:
             self.note("seen", json.dumps({"rates": self.rates, "longest": self.longest_answer}, separators=(",", ":")))

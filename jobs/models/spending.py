@@ -71,21 +71,25 @@ def script_of(request: CallRequest) -> str:
     return "ascii" if non_ascii * 10 <= len(text) else "other"
 
 
-def tightened_bound(request: CallRequest, seen: tuple[float, int] | None, least_billed: int | None = None) -> int:
+def tightened_bound(request: CallRequest, seen: tuple[float, int] | None, least_billed: int | None = None,
+                    shortest: int | None = None) -> int:
     """``request``'s input bound given ``seen``, the most tokens per prompt byte billed for
     prompts of its script and how many answers that is from (None: none seen): the prompt's
     UTF-8 bytes until ``TIGHTEN_AFTER`` answers, then ``TIGHTEN_MARGIN`` times that rate (and
     the chat template's tokens), never above the bytes. Direct calls (``Spending``) and a batch
-    job's later parts (jobs/batch/room.py) bound their input with it. ``least_billed``: the
-    fewest input tokens billed for one prompt of the script, when known: the chat template's
-    tokens are billed within every prompt's, so a prompt costs at most its bytes at the rate
-    seen plus that many (a prompt shorter than those seen is template more than text)."""
+    job's later parts (jobs/batch/room.py) bound their input with it. ``least_billed`` and
+    ``shortest``: the fewest input tokens billed for one prompt of the script and the fewest
+    bytes of one, when known. The chat template's tokens are billed within every prompt's, so
+    the rate seen (billed / bytes) already counts them for a prompt at least as long as the
+    shortest seen (its share of the template is no larger); a shorter prompt gets the fewest
+    tokens billed on top (it is template more than text)."""
     strict = request.input_bound()
     if seen is None or seen[1] < TIGHTEN_AFTER:
         return strict
     overhead = strict - prompt_bytes(request.messages)
     if least_billed is not None:
-        overhead = min(overhead, least_billed)
+        overhead = 0 if shortest is not None and prompt_bytes(request.messages) >= shortest else min(overhead,
+                                                                                                     least_billed)
     return min(strict, math.ceil(prompt_bytes(request.messages) * seen[0] * TIGHTEN_MARGIN) + overhead)
 
 
