@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from jobs import keys
-from jobs.core import effects
+from jobs.core.running import effects
 from tests.test_redis_outage import own_redis  # noqa: F401  (a Redis of the test's own, restartable)
 
 pytestmark = pytest.mark.slow
