@@ -82,11 +82,8 @@ class Reply:
 
     def respond(self, server: FakeOpenAI, handler: BaseHTTPRequestHandler, seen: Seen) -> None:
         status, body, usage = self.result(server, seen)
-        if not server.wait_if_held(handler):
-            if server.bills_abandoned and usage:
-                server.bill(*usage)  # generated all the same, for no one
-            return
-        if send_json(handler, status, body) and usage:
+        delivered = server.wait_if_held(handler) and send_json(handler, status, body)
+        if usage and (delivered or server.bills_abandoned):  # bills_abandoned: generated all the same
             server.bill(*usage)
 
 

@@ -158,8 +158,10 @@ def check_run(conn, server, kind: str, budget: str, final: dict, before: tuple[i
     paid = tuple(a - b for a, b in zip(after, before, strict=True))
     usage = final["usage"]
     if abandoned:
-        assert usage["calls"] == paid[0] and usage["estimated_calls"] == abandoned, (usage, paid)
-        assert usage["input_tokens"] + usage["output_tokens"] == pytest.approx(paid[1] + paid[2], rel=0.1)
+        # Every call billed is counted; a call the killed work-horse had admitted (reserved) but not
+        # yet sent is counted too, as an estimate: nothing tells it from one the provider is answering.
+        assert paid[0] <= usage["calls"] <= paid[0] + 8 and usage["estimated_calls"] >= abandoned, (usage, paid)
+        assert paid[1] + paid[2] <= (usage["input_tokens"] + usage["output_tokens"]) * 1.1, (usage, paid)
     else:
         assert (usage["calls"], usage["input_tokens"], usage["output_tokens"]) == paid, (usage, paid)
     tokens = max(usage["input_tokens"] + usage["output_tokens"], paid[1] + paid[2])
@@ -249,9 +251,10 @@ FAULT_CELLS = [("extract", "none"), ("prompt", "tokens"), ("classify", "owner_da
 def test_a_worker_killed_mid_job_leaves_the_cell_holding(conn, workers, stand_in, env, kind, budget):
     """SIGKILL of the worker and its work-horse with calls held at the provider, which bills
     them all the same (it finishes generating for no one): the job is reclaimed and finishes or
-    stops at its budget, the killed calls counted as estimates before it reads ended; billed =
-    counted (calls exactly, tokens within 10 %), no budget passed, only the calls in flight at
-    the kill asked again, results right."""
+    stops at its budget, the killed calls counted as estimates before it reads ended; every call
+    billed is counted (tokens within 10 %; a call admitted but not yet sent at the kill is counted
+    as an estimate too), no budget passed, only the calls in flight at the kill asked again,
+    results right."""
     if budget == "owner_day":
         env.setenv("LEASH_OWNER_DAILY_TOKENS", str(BUDGET_TOKENS))
     env.setenv("LEASH_LEASE_SECONDS", "5")
