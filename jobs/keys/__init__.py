@@ -34,7 +34,7 @@ PERMANENT = (
     model_keys.MODELS, model_keys.model_concurrency("*"), model_keys.usage_model("*"), owner_keys.reservation_owners(),
     shared_keys.STATE_INDEX_READY, shared_keys.SCHEMA, model_keys.CACHE_INDEX, model_keys.CACHE_SIZES,
     model_keys.CACHE_BYTES, shared_keys.WEBHOOKS_DUE, shared_keys.PAUSED, shared_keys.QUIET,
-    shared_keys.WAITING_BUDGET, shared_keys.WAITING_PROVIDER,
+    shared_keys.WAITING_BUDGET, shared_keys.WAITING_PROVIDER, shared_keys.OPERATOR_AUDIT, shared_keys.REAPER_REFUSALS,
 )
 
 

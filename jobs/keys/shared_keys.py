@@ -43,9 +43,15 @@ BATCH_LOOKS = PREFIX + "batch:looks"
 READY_PROBE = PREFIX + "ready:probe"
 #: Throttle key so that, of many workers, one reaps per interval.
 REAPER_THROTTLE = PREFIX + "reaper:throttle"
+#: Hash: how many writes Redis had refused for memory (INFO errorstats) at the reaper's last
+#: round, and when (jobs/core/upkeep/reaper.py: leases that ran out while Redis was full get a grace).
+REAPER_REFUSALS = PREFIX + "reaper:refusals"
 #: Stream of replay audit entries (who, when, selector, ids), capped at REPLAY_AUDIT_MAXLEN.
 REPLAY_AUDIT = PREFIX + "audit:replays"
 REPLAY_AUDIT_MAXLEN = 1000
+#: Stream of the operator's switches thrown (who, when, pause/resume/quiet, of what), capped.
+OPERATOR_AUDIT = PREFIX + "audit:operator"
+OPERATOR_AUDIT_MAXLEN = 1000
 #: The archive (jobs/archive/): ended jobs to write to SQL (sorted set: job id -> when first noted),
 #: what its last writes met (hash: ok_at, error, error_at), and the throttle of its sweep.
 ARCHIVE_DUE, ARCHIVE_STATUS, ARCHIVE_THROTTLE = (PREFIX + "archive:" + n for n in ("due", "status", "throttle"))
