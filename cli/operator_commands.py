@@ -10,9 +10,9 @@ import click
 from rq.serializers import JSONSerializer
 from rq.worker import Worker
 
-from jobs import keys
 from jobs.config import settings
 from jobs.core import clock, switches
+from jobs.deadletter import default_actor
 from jobs.read import fleet
 
 from .exit_codes import BadInput
@@ -20,8 +20,7 @@ from .redis_target import connect_checked
 
 
 def _known_queue(conn, queue: str) -> str:
-    known = set(settings().queues) | {k.decode().removeprefix(keys.rq_queue(""))
-                                      for k in conn.smembers(keys.rq_queues_set())}
+    known = fleet.known_queues(conn, settings().queues)
     if queue not in known:
         raise BadInput(f"no queue named {queue!r}: the queues are {', '.join(sorted(known))}")
     return queue
@@ -38,7 +37,7 @@ def pause(queue, as_json):
     until `leash resume QUEUE`. A job already running goes on to its end."""
     conn = connect_checked()
     queue = _known_queue(conn, queue)
-    changed = switches.pause(conn, queue)
+    changed = switches.pause(conn, queue, actor=f"cli:{default_actor()}")
     since = switches.paused(conn).get(queue)
     if as_json:
         click.echo(json.dumps({"queue": queue, "paused": True, "since": clock.iso(since), "changed": changed}))
@@ -55,7 +54,7 @@ def resume(queue, as_json):
     """Resume a paused QUEUE: workers take its jobs again within a few seconds."""
     conn = connect_checked()
     queue = _known_queue(conn, queue)
-    changed = switches.resume(conn, queue)
+    changed = switches.resume(conn, queue, actor=f"cli:{default_actor()}")
     if as_json:
         click.echo(json.dumps({"queue": queue, "paused": False, "changed": changed}))
     else:
@@ -76,7 +75,7 @@ def quiet(worker, every, as_json):
     if worker and worker not in alive:
         raise BadInput(f"no worker named {worker!r} is running; `leash workers` lists them")
     names = alive if every else [worker]
-    told = switches.quiet(conn, names)
+    told = switches.quiet(conn, names, actor=f"cli:{default_actor()}")
     if as_json:
         click.echo(json.dumps({"quiet": names, "newly": told}))
         return
@@ -131,4 +130,20 @@ def queue_command(as_json):
                        f"{counts['held']:>7} held")
 
 
-COMMANDS = (pause, resume, quiet, workers, queue_command)
+@click.command("operator-log")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000), help="How many entries.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: {\"entries\": [...]}.")
+def operator_log(limit, as_json):
+    """The latest pauses, resumes and quiets, newest first: who (cli:USER, dashboard:USER), when, what."""
+    entries = switches.audit_log(connect_checked(), count=limit)
+    if as_json:
+        click.echo(json.dumps({"entries": entries}))
+        return
+    for e in entries:
+        click.echo(f"{e['at']}  {e['actor']:<24} {e['action']:<7} {', '.join(e['targets']) or '(no worker)'}"
+                   + ("" if e["changed"] else "  (no change)"))
+    if not entries:
+        click.echo("no operator action recorded yet")
+
+
+COMMANDS = (pause, resume, quiet, workers, queue_command, operator_log)

@@ -99,7 +99,7 @@ def test_no_command_exits_with_a_bare_number():
 NEEDS_REDIS = [("submit", "--labels", "a,b", "-"), ("status", "x"), ("watch", "x"), ("results", "x"),
                ("cancel", "x"), ("jobs",), ("failures",), ("alert", "--max-failures", "1"), ("replay", "x"),
                ("replay-log",), ("usage",), ("doctor",), ("archive", "status"), ("pause", "leash"),
-               ("resume", "leash"), ("quiet", "--all"), ("workers",), ("queue",)]
+               ("resume", "leash"), ("quiet", "--all"), ("workers",), ("queue",), ("operator-log",)]
 
 
 def test_the_walk_and_the_redis_list_cover_the_same_commands():

@@ -51,7 +51,7 @@ BODIES = [
 
 def _address(rule, job_id: str) -> str:
     values = {"job_id": job_id, "queue_name": "leash", "registry_name": "failed", "per_page": 10, "order": "asc",
-              "page": 1, "instance_number": 0, "filename": "style.css", "fmt": "csv"}
+              "page": 1, "instance_number": 0, "filename": "style.css", "fmt": "csv", "worker_name": "w1"}
     path = rule.rule
     for name in rule.arguments:
         path = path.replace(f"<{name}>", str(values[name]))

@@ -51,6 +51,7 @@ from . import (
     error_replies,
     failures_page,
     metrics,
+    operator_api,
     overview_page,
     pages,
     proxy_check,
@@ -148,6 +149,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.register_blueprint(pages.bp)
     signin.init_app(app)
     app.register_blueprint(overview_page.bp)
+    app.register_blueprint(operator_api.bp)
     app.register_blueprint(failures_page.bp)
     # A browser asking for an API address gets the page (the API does not import the pages).
     app.extensions["leash_html_views"] = {"api.job": pages.job_page, "api.job_list": pages.jobs_page}

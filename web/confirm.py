@@ -35,3 +35,23 @@ def confirm_page(action: str, fields: dict, endpoint: str, **args):
         back=url_for("api.job", job_id=fields["job_id"])))
     response.headers["Cache-Control"] = "no-store"
     return response
+
+
+#: The operator's actions that ask first (a quiet worker takes no job until it is restarted).
+OPERATOR_ACTIONS = {
+    "quiet": ("Quiet this worker?", "Quiet worker",
+              "It finishes the job it runs and takes no new one until it is restarted (stop it then with "
+              "SIGTERM: nothing to hand back). Its queued jobs go to the other workers."),
+    "quiet_all": ("Quiet every worker?", "Quiet every worker",
+                  "Each worker finishes the job it runs and takes no new one until it is restarted: nothing "
+                  "queued runs meanwhile. To hold one queue for a while, pause it instead."),
+}
+
+
+def operator_confirm_page(action: str, worker: str | None, action_url: str):
+    title, button, explained = OPERATOR_ACTIONS[action]
+    response = make_response(render_template(
+        "operator_confirm.html", title=title, button=button, explained=explained, worker=worker,
+        action_url=action_url, every=worker is None, back=url_for("overview.overview_page")))
+    response.headers["Cache-Control"] = "no-store"
+    return response

@@ -94,7 +94,7 @@ def _patch_rq_dashboard() -> None:
     web.Worker = _JsonWorker
 
 
-def _credentials_ok(user: str, password: str) -> bool:
+def credentials_ok(user: str, password: str) -> bool:
     """Whether the basic-auth header names the operator; a header that does not is a failed
     guess (web/guessing.py), a request without one is not (a browser's first ask)."""
     header = request.headers.get("Authorization")
@@ -134,7 +134,7 @@ def _guard():
         return None
     user = current_app.config.get("LEASH_DASHBOARD_USER")
     password = current_app.config.get("LEASH_DASHBOARD_PASSWORD")
-    if user and password and not _credentials_ok(user, password):
+    if user and password and not credentials_ok(user, password):
         return _challenge()
     problem = _bad_address(request.view_args or {})
     if problem:

@@ -42,7 +42,7 @@ def _operator() -> str | None:
     user = current_app.config.get("LEASH_DASHBOARD_USER")
     password = current_app.config.get("LEASH_DASHBOARD_PASSWORD")
     header = request.headers.get("Authorization", "")
-    if user and password and header[:6].lower() == "basic " and dashboard._credentials_ok(user, password):
+    if user and password and header[:6].lower() == "basic " and dashboard.credentials_ok(user, password):
         return user
     return None
 

@@ -15,11 +15,12 @@ from datetime import UTC, datetime
 from flask import Blueprint, make_response, render_template
 
 from jobs.core import clock, deferrals, switches
-from jobs.read import humane, money, overview
+from jobs.read import fleet, humane, money, overview
 from jobs.usage.report import cost_text, days_back, owner_usage, unpriced_models
 
 from . import charts
 from .auth import Need, browser_owner
+from .operator_api import is_operator
 from .reads import redis_conn
 
 bp = Blueprint("overview", __name__)
@@ -101,11 +102,14 @@ def _provider_wait(connection) -> dict | None:
 def overview_page():
     owner = browser_owner(Need.LIST)
     connection = redis_conn()
+    operator = is_operator()  # the dashboard's operator: the queues' and workers' buttons
     response = make_response(render_template(
         "overview.html", charts=overview_charts(connection, owner), workers=overview.workers(connection, owner),
         running=overview.running(connection, owner), days=cost_per_day(connection, owner),
         paused={queue: clock.iso(since) for queue, since in switches.paused(connection).items()},
         provider_wait=_provider_wait(connection),
+        operator=operator, queues=fleet.queues(connection) if operator else [],
+        quiet=switches.quiet_workers(connection),
         refresh=REFRESH_SECONDS, ago=humane.relative, money_cell=money.cost_cell, utc=humane.utc,
         now=humane.utc(clock.iso(clock.wall()))))
     response.headers["Cache-Control"] = "no-cache, private"

@@ -10,6 +10,9 @@ Both are records in Redis (keys.PAUSED, keys.QUIET) that workers read before eve
 again before every claim, so a switch thrown while a worker waits in its dequeue still holds:
 a job taken from a paused queue, or by a quiet worker, goes back to the front of its queue
 unclaimed. A quiet worker is also told at once through RQ's worker commands (pubsub).
+
+Each switch thrown with an ``actor`` (the CLI, the operator's API and buttons) leaves an audit
+entry (who, what, when, whether it changed anything) in a capped stream: ``audit_log``.
 """
 
 from __future__ import annotations
@@ -19,19 +22,25 @@ from rq.command import send_command
 
 from jobs import keys
 from jobs.core import clock
+from jobs.core.text import decoded
 
 #: The command a worker handles to become quiet (sent on RQ's pubsub channel of the worker).
 QUIET_COMMAND = "leash-quiet"
 
 
-def pause(connection: Redis, queue: str, now: float | None = None) -> bool:
+def pause(connection: Redis, queue: str, now: float | None = None, actor: str | None = None) -> bool:
     """Pause a queue; False if it was paused already (the first pause's time is kept)."""
-    return bool(connection.hsetnx(keys.PAUSED, queue, clock.wall() if now is None else now))
+    now = clock.wall() if now is None else now
+    changed = bool(connection.hsetnx(keys.PAUSED, queue, now))
+    _audit(connection, actor, "pause", [queue], changed, now)
+    return changed
 
 
-def resume(connection: Redis, queue: str) -> bool:
+def resume(connection: Redis, queue: str, actor: str | None = None) -> bool:
     """Resume a queue; False if it was not paused."""
-    return bool(connection.hdel(keys.PAUSED, queue))
+    changed = bool(connection.hdel(keys.PAUSED, queue))
+    _audit(connection, actor, "resume", [queue], changed, clock.wall())
+    return changed
 
 
 def paused(connection: Redis) -> dict[str, float]:
@@ -39,7 +48,8 @@ def paused(connection: Redis) -> dict[str, float]:
     return {k.decode(): float(v) for k, v in connection.hgetall(keys.PAUSED).items()}
 
 
-def quiet(connection: Redis, worker_names: list[str], now: float | None = None) -> list[str]:
+def quiet(connection: Redis, worker_names: list[str], now: float | None = None,
+          actor: str | None = None) -> list[str]:
     """Tell workers to finish their job and take no new one; the names newly made quiet."""
     now = clock.wall() if now is None else now
     told = []
@@ -47,6 +57,7 @@ def quiet(connection: Redis, worker_names: list[str], now: float | None = None) 
         if connection.hsetnx(keys.QUIET, name, now):
             told.append(name)
         send_command(connection, name, QUIET_COMMAND)  # at once, if it listens; the record holds anyway
+    _audit(connection, actor, "quiet", worker_names, bool(told), now)
     return told
 
 
@@ -67,3 +78,22 @@ def quiet_workers(connection: Redis, alive: set[str] | None = None) -> dict[str,
 def forget_worker(connection: Redis, worker_name: str) -> None:
     """A worker stopping takes its quiet record with it (a new one under its name starts afresh)."""
     connection.hdel(keys.QUIET, worker_name)
+
+
+def _audit(connection: Redis, actor: str | None, action: str, targets: list[str], changed: bool, now: float) -> None:
+    if actor is None:
+        return
+    entry = {"actor": actor, "at": repr(now), "action": action, "targets": ",".join(targets),
+             "changed": "1" if changed else "0"}
+    connection.xadd(keys.OPERATOR_AUDIT, entry, maxlen=keys.OPERATOR_AUDIT_MAXLEN, approximate=True)
+
+
+def audit_log(connection: Redis, count: int = 20) -> list[dict]:
+    """The latest switches thrown (pause, resume, quiet), newest first."""
+    out = []
+    for entry_id, fields in connection.xrevrange(keys.OPERATOR_AUDIT, count=count):
+        f = {decoded(k): decoded(v) for k, v in fields.items()}
+        out.append({"id": decoded(entry_id), "actor": f.get("actor"), "at": clock.iso(float(f.get("at") or 0)),
+                    "action": f.get("action"), "targets": [t for t in (f.get("targets") or "").split(",") if t],
+                    "changed": f.get("changed") == "1"})
+    return out

@@ -94,6 +94,12 @@ class QueueRow:
         return asdict(self)
 
 
+def known_queues(connection: Redis, configured: list[str] | tuple[str, ...]) -> set[str]:
+    """The queues an operator may name: the deployment's (LEASH_QUEUE) and every queue RQ knows."""
+    known = {k.decode().removeprefix(keys.rq_queue("")) for k in connection.smembers(keys.rq_queues_set())}
+    return set(configured) | known
+
+
 def oldest_ages(connection: Redis, names: list[str], now: float | None = None) -> dict[str, float | None]:
     """Seconds the oldest ready job of each queue has waited (RQ's enqueued_at of the head)."""
     now = clock.wall() if now is None else now

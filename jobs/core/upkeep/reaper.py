@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 
+import redis
 from redis import Redis
 from rq import Queue
 from rq.command import send_stop_job_command
@@ -21,7 +22,10 @@ from rq.job import Job
 from rq.rate_limit import RateLimitRegistry
 
 from jobs import keys
+from jobs.config import settings
 from jobs.core import clock, lease, state_index
+from jobs.core.store import memory_wait
+from jobs.core.store.connection import is_out_of_memory
 from jobs.core.text import summary_of_ids
 from jobs.core.upkeep import consistency
 from jobs.lifecycle import transitions
@@ -53,14 +57,23 @@ class Reaper:
         self.interval = interval
         self.queue_names = queue_names
         self._next_at = 0.0
+        self._graced: set[str] = set()  # jobs whose grace was logged (once each)
 
     def tick(self, now: float | None = None) -> int:
         """Reap if this process's interval has passed and no other worker reaped just now."""
         if clock.monotonic() < self._next_at:
             return 0
         self._next_at = clock.monotonic() + self.interval
-        if not self.connection.set(keys.REAPER_THROTTLE, self.name, nx=True, px=int(self.interval * 1000)):
+        try:
+            mine = self.connection.set(keys.REAPER_THROTTLE, self.name, nx=True, px=int(self.interval * 1000))
+        except redis.exceptions.ResponseError as exc:
+            if is_out_of_memory(exc):
+                memory_wait.note_refused()  # its leases' grace counts from here (see reap)
+            raise
+        memory_wait.note_writes_back()  # the throttle's write was taken
+        if not mine:
             return 0
+        self.note_refusals(now)
         done = self.reap(now) + self.stop_unheeded_cancels(now) + self.requeue_swallowed(now)
         if self.count_abandoned_calls is not None:
             self.count_abandoned_calls(self.connection, now)
@@ -78,10 +91,14 @@ class Reaper:
                 pipe.hmget(keys.job(raw.decode()), "queue", "worker", "lease_expires_at")
             rows = pipe.execute()
         meta = {}
+        grace = memory_wait.lease_grace(settings().lease_seconds, now)
         for raw, (queue, worker, expires) in zip(due, rows, strict=True):
             job_id = raw.decode()
             if queue is None:  # the job hash is gone: nothing to reclaim
                 self.connection.zrem(keys.LEASES, job_id)
+                continue
+            if grace is not None and expires is not None and float(expires) >= grace[0] - 1.0:
+                self._grant_grace(job_id, grace[1])
                 continue
             by_queue.setdefault(queue.decode(), []).append(job_id)
             meta[job_id] = (worker.decode() if worker else None, float(expires) if expires else None)
@@ -111,6 +128,32 @@ class Reaper:
             log.warning("reclaimed %d job(s) whose lease expired, now %s: %s", len(entries), new_state,
                         summary_of_ids(entries))
         return sum(len(entries) for entries in reclaimed.values())
+
+    def note_refusals(self, now: float | None = None) -> None:
+        """Whether Redis refused writes for memory since the last round (of any worker): its own
+        count (INFO errorstats) against the one the last round kept. A worker started after
+        Redis was full learns so here, before it reaps."""
+        now = clock.wall() if now is None else now
+        try:
+            count = int(self.connection.info("errorstats").get("errorstat_OOM", {}).get("count", 0))
+        except redis.exceptions.ResponseError:  # INFO not allowed (a managed plan): what the process saw
+            return
+        seen, at = self.connection.hmget(keys.REAPER_REFUSALS, "count", "at")
+        self.connection.hset(keys.REAPER_REFUSALS, mapping={"count": count, "at": repr(now)})
+        if seen is not None and at is not None and count > int(seen):
+            memory_wait.note_refused(now, since=float(at))
+            memory_wait.note_writes_back(now)  # this round's writes were taken
+
+    def _grant_grace(self, job_id: str, until: float) -> None:
+        """A lease that ran out while Redis refused writes is not taken back at once: its
+        work-horse holds answers it was paid for and writes them (with its token) as soon as
+        writes land. Reclaimed now, another attempt would ask for them again."""
+        if job_id not in self._graced:
+            self._graced.add(job_id)
+            log.info("job %s: its lease ran out while Redis refused writes; its worker has until %s to renew it",
+                     job_id, clock.iso(until))
+        if len(self._graced) > 10 * BATCH:
+            self._graced.clear()
 
     def stop_unheeded_cancels(self, now: float | None = None) -> int:
         """A cancel is cooperative; if the job did not heartbeat within the grace period,
