@@ -22,15 +22,19 @@ from tests.test_batch_jobs import submit_batch
 
 pytestmark = pytest.mark.slow
 
-JOBS = 10
+#: (jobs, seconds between looks): the short run, and the issue's 20 jobs with 5-s looks (a look
+#: SWALLOWED_AFTER after the last: the previous pass's marker is just old enough to alarm).
+RUNS = [pytest.param(10, SWALLOWED_AFTER + 1, id="10-jobs"), pytest.param(20, 5.0, id="20-jobs-5s-looks")]
 
 
+@pytest.mark.parametrize(("jobs", "poll"), RUNS)
 def test_batch_jobs_through_many_looks_raise_no_swallowed_alarm_and_are_dequeued_once_a_look(
-        conn, burst, batch_env, env, monkeypatch, caplog):
+        conn, burst, batch_env, env, monkeypatch, caplog, jobs, poll):
     server = batch_env
     server.batches.auto = True  # each look moves the batch one step: three looks a job
-    # Looks further apart than SWALLOWED_AFTER: the previous pass's marker is old enough to alarm.
-    env.setenv("LEASH_BATCH_POLL_SECONDS", f"{SWALLOWED_AFTER + 1:g}")
+    # Looks at least SWALLOWED_AFTER apart: the previous pass's marker is old enough to alarm.
+    assert poll >= SWALLOWED_AFTER
+    env.setenv("LEASH_BATCH_POLL_SECONDS", f"{poll:g}")
     taken: list[str] = []
     claims: list[tuple[str, bool]] = []
     dequeue, claim = LeashWorker.dequeue_job_and_maintain_ttl, lease.claim
@@ -51,10 +55,10 @@ def test_batch_jobs_through_many_looks_raise_no_swallowed_alarm_and_are_dequeued
 
     monkeypatch.setattr(LeashWorker, "dequeue_job_and_maintain_ttl", dequeue_then_reap)
     monkeypatch.setattr(lease, "claim", recorded_claim)
-    job_ids = [submit_batch(conn, f"s{n}-", 2)[0] for n in range(JOBS)]
+    job_ids = [submit_batch(conn, f"s{n}-", 2)[0] for n in range(jobs)]
 
     with caplog.at_level(logging.INFO):
-        burst(follow=120)
+        burst(follow=240)
 
     alarms = [r.getMessage() for r in caplog.records if "before claiming" in r.getMessage()
               or "not claimable" in r.getMessage() or "stale entry" in r.getMessage()]
