@@ -179,3 +179,15 @@ def test_without_dashboard_credentials_nobody_is_the_operator_but_under_leash_de
     dev = make_app(LEASH_DEV=True).test_client()
     assert dev.post("/operator/queues/leash/pause", json={}).status_code == 200
     assert 'id="operator-queues"' in dev.get("/overview", headers=HTML).get_data(as_text=True)
+
+
+def test_guessing_the_metrics_token_here_is_slowed_as_at_metrics(op_app, conn):
+    client = op_app.test_client()
+    answers = [client.get("/operator/queues", headers={"Authorization": f"Bearer guess-{n}"}).status_code
+               for n in range(12)]
+    assert answers[:10] == [403] * 10 and answers[-1] == 429, answers
+
+
+def test_an_owners_token_is_not_counted_as_a_guess(op_app, conn):
+    client = op_app.test_client()
+    assert [client.get("/operator/queues", headers=bearer("bob")).status_code for _ in range(12)] == [403] * 12

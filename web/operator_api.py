@@ -45,6 +45,7 @@ from jobs.core import clock, switches
 from jobs.read import fleet
 
 from . import dashboard, guessing
+from .auth import owner_for_token
 from .confirm import needs_confirming, operator_confirm_page
 from .error_replies import wants_html
 from .reads import redis_conn
@@ -90,13 +91,19 @@ def _session_operator() -> str | None:
 
 
 def _metrics_token() -> bool:
+    """Whether the request carries LEASH_METRICS_TOKEN. A bearer token that is neither it nor an
+    owner's counts as a failed guess, as at /metrics: these reads must not become its oracle."""
     expected = current_app.config.get("LEASH_METRICS_TOKEN")
     scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
     if not expected or scheme.lower() != "bearer":
         return False
     presented = presented.strip()
     guessing.check("metrics", presented, "metrics tokens")
-    return hmac.compare_digest(presented.encode(), expected.encode())
+    if hmac.compare_digest(presented.encode(), expected.encode()):
+        return True
+    if owner_for_token(presented) is None:
+        guessing.failed("metrics", presented, "metrics tokens")
+    return False
 
 
 def operator(change: bool) -> str:
