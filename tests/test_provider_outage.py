@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 #: How long the provider stays down once the job is waiting for it: a short outage, and the
 #: issue's full 5 minutes (the job's waits grow to a minute; the worker sleeps meanwhile).
-OUTAGES = [pytest.param(6.0, id="6s"), pytest.param(300.0, id="5min")]
+OUTAGES = [pytest.param(6.0, id="6s"), pytest.param(300.0, id="5min", marks=pytest.mark.timeout(600))]
 
 
 @pytest.mark.parametrize("outage", OUTAGES)
