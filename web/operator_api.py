@@ -160,7 +160,7 @@ def _known_queue(queue: str) -> str:
 
 
 def _alive() -> list[str]:
-    return [w.name for w in Worker.all(connection=redis_conn(), serializer=JSONSerializer)]
+    return sorted(w.name for w in Worker.all(connection=redis_conn(), serializer=JSONSerializer))
 
 
 def _answer(body: dict, status: int = 200):
