@@ -22,8 +22,9 @@ from rq.worker import Worker
 
 from cli.devserver import start_redis, stop
 from jobs import keys
-from jobs.core import lease, memory_wait, states
-from jobs.core.reaper import Reaper
+from jobs.core import lease, states
+from jobs.core.store import memory_wait
+from jobs.core.upkeep.reaper import Reaper
 from jobs.enqueue import enqueue
 from tests.conftest import wait_for
 from tests.test_items_workers import calls_per_item

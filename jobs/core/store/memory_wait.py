@@ -22,7 +22,7 @@ MAX_DELAY = 5.0
 #: What this process knows of Redis refusing writes for memory (unix seconds): the last refusal
 #: it met or learnt of, when those refusals began (a gap of EPISODE_GAP starts anew), and when
 #: its writes were first taken again after them. The reaper of a worker reads them to give the
-#: leases that ran out meanwhile time to be renewed (jobs/core/reaper.py).
+#: leases that ran out meanwhile time to be renewed (jobs/core/upkeep/reaper.py).
 last_refused_at: float | None = None
 refused_since: float | None = None
 writes_back_at: float | None = None
