@@ -54,8 +54,8 @@ def job_address(job_id: str) -> str:
     return f"{web_url()}/jobs/{job_id}"
 
 
-def status_or_exit(conn, job_id: str) -> dict:
+def status_or_exit(conn, job_id: str, whole_error: bool = False) -> dict:
     try:
-        return states.status(conn, job_id)
+        return states.status(conn, job_id, whole_error=whole_error)
     except NoSuchJob:
         raise BadInput(f"no such job: {job_id} (in the Redis at {conn.leash_url})") from None

@@ -33,7 +33,7 @@ from .watch import follow
 def status(job_id, as_json, full):
     """Print a job's status. Exit status 0 queued, running or succeeded; 1 failed or canceled;
     4 succeeded with item errors (the table: leash --help)."""
-    fields = printable(status_or_exit(connect_checked(), job_id))  # what a terminal can show
+    fields = printable(status_or_exit(connect_checked(), job_id, whole_error=full))  # what a terminal can show
     if as_json:
         click.echo(json.dumps(fields))
     else:
