@@ -17,9 +17,12 @@ import re
 
 import pytest
 from click.testing import CliRunner
+from rq.job import Job, JobStatus
+from rq.serializers import JSONSerializer
 
 from cli import exit_codes, main
 from cli.devfeed import _event
+from jobs import keys
 from jobs.core import lease, outcome
 from jobs.core.outcome import STOPPED_BY_RQ
 from jobs.enqueue import enqueue
@@ -64,8 +67,11 @@ def make_jobs(conn, burst) -> dict[str, str]:
     assert cli("cancel", canceled).exit_code == 0
     jobs["canceled"] = canceled
     stopped = classify(conn, ["stopped -> positive"])
-    # As the worker ends a job RQ's stop command reached (jobs/worker/leash_worker.py).
+    # As a worker leaves a job RQ's stop command reached: taken off RQ's queue, failed in leash
+    # (jobs/worker/leash_worker.py), stopped in RQ.
+    conn.lrem(keys.rq_queue("leash"), 0, stopped)
     lease.claim(conn, stopped, "leash", "worker-1").fail(STOPPED_BY_RQ, permanent=True)
+    Job.fetch(stopped, connection=conn, serializer=JSONSerializer).set_status(JobStatus.STOPPED)
     jobs["stopped by RQ"] = stopped
     for job_id in jobs.values():
         ended(conn, job_id)
@@ -166,8 +172,9 @@ def test_every_surface_says_the_same_of_a_job_in_every_outcome(conn, burst, mode
     # And `leash jobs --state` finds each job under its own outcome only.
     for name, job_id in jobs.items():
         for view in outcome.ENDED:
-            shown = job_id in cli("jobs", "--owner", OWNER, "--state", view, "--limit", "50").stdout
-            assert shown == (view == expected[name]), (name, view)
+            found = cli("jobs", "--owner", OWNER, "--state", view, "--limit", "50")
+            shown = job_id in found.stdout
+            assert shown == (view == expected[name]), (name, view, found.output, client.get(f"/jobs/{job_id}").get_json())
 
 
 def list_row(page: str, job_id: str) -> str:

@@ -12,6 +12,9 @@ settings."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -22,8 +25,25 @@ def raw(name: str) -> str | None:
     """The variable as set (None when unset or empty). Only declared names may be read."""
     if name not in DECLARED:
         raise KeyError(f"{name} is not a declared setting (jobs/config/declarations.py)")
-    value = os.environ.get(name)
+    published = _overlay.get()
+    value = published[name] if published is not None and name in published else os.environ.get(name)
     return value if value not in (None, "") else None
+
+
+#: Settings read in place of the environment, within ``overlay``.
+_overlay: ContextVar[dict[str, str | None] | None] = ContextVar("leash_settings_overlay", default=None)
+
+
+@contextmanager
+def overlay(values: dict[str, str | None]) -> Iterator[None]:
+    """Within it (this thread or task only), the settings named in ``values`` read those (None:
+    unset) instead of the environment: the model settings a queue's workers published, while a
+    job is priced (jobs/intake/deployed_model.py)."""
+    token = _overlay.set(dict(values))
+    try:
+        yield
+    finally:
+        _overlay.reset(token)
 
 
 def get(name: str) -> Any:

@@ -207,7 +207,8 @@ def _money(usd: float | None) -> str:
 def text(figures: dict[str, Any]) -> str:
     """An estimate for people, a few lines (``leash submit --dry-run``, the form)."""
     if figures.get("calls") is None:
-        return f"{figures['items']:,} items: {figures.get('note', 'no estimate')}"
+        return f"{figures['items']:,} items: {figures.get('note', 'no estimate')}" + (
+            f"\n{figures['model_settings']}" if figures.get("model_settings") else "")
     lines = [f"{figures['items']:,} items: {figures['calls']:,} calls, {figures['cached_items']:,} answered from "
              f"the request cache (free)",
              f"worst case: {figures['input_tokens']:,} input + {figures['output_tokens_max']:,} output tokens, "
@@ -225,4 +226,6 @@ def text(figures: dict[str, Any]) -> str:
             lines.append(f"{what} {'covers' if figures[field] else 'does NOT cover'} the worst case")
     if figures.get("note"):
         lines.append(figures["note"])
+    if figures.get("model_settings"):  # whose model settings priced it (jobs.intake.deployed_model)
+        lines.append(figures["model_settings"])
     return "\n".join(lines)

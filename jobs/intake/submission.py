@@ -29,7 +29,7 @@ from redis import Redis
 from jobs import kinds
 from jobs.enqueue import Checked, check, check_name, repeat_of, write
 from jobs.errors import InvalidJob, LeashError, PermanentError, QueueFull
-from jobs.intake import admission, estimate, limits
+from jobs.intake import admission, deployed_model, estimate, limits
 from jobs.intake.admission import Refusal
 from jobs.intake.modes import check_mode
 from jobs.models import backends
@@ -98,6 +98,14 @@ def submit(connection: Redis, submission: Submission, dry_run: bool = False) -> 
         if refusal is not None:
             raise Refused(refusal)
     job = _check(submission)
+    # What depends on the model (its price, the door's USD-budget check, the estimate the job
+    # keeps) is read from the settings the workers of the job's queue published, not this
+    # process's environment (jobs.intake.deployed_model).
+    with deployed_model.priced_with(connection, job.queue) as source:
+        return _priced(connection, submission, job, dry_run, source)
+
+
+def _priced(connection: Redis, submission: Submission, job: Checked, dry_run: bool, source: str) -> Submitted:
     unpriced = _unpriced_usd_budget(job)
     if unpriced:  # the worker would stop it at its first call: refused here instead
         raise Invalid(unpriced, [("budget_usd", unpriced)])
@@ -106,14 +114,14 @@ def submit(connection: Redis, submission: Submission, dry_run: bool = False) -> 
         if refusal is not None:
             raise Refused(refusal)
         try:
-            return Submitted(estimate=_estimate(connection, job))
+            return Submitted(estimate=_estimate(connection, job) | {"model_settings": source})
         except InvalidJob as exc:  # no estimate here (no model configured): said as a refusal of the payload
             raise Invalid(str(exc), [(None, str(exc))]) from None
     refusal = _refusal(connection, job, None, dry_run=False)
     if refusal is not None:
         raise Refused(refusal)
     try:
-        price = _estimate(connection, job)
+        price = _estimate(connection, job) | {"model_settings": source}
     except InvalidJob:  # no estimate here (no model configured): the job goes without one
         price = None
     refusal = admission.owner_day_room(connection, job.owner, price)

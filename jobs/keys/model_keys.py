@@ -38,6 +38,12 @@ CACHE_SIZES = PREFIX + "cache-sizes"
 CACHE_BYTES = PREFIX + "cache-bytes"
 
 
+def model_settings(queue: str) -> str:
+    """The model settings the workers of ``queue`` run with, as the last of them published them
+    (a string of JSON with an expiry; jobs/intake/deployed_model.py): what prices a job."""
+    return f"{PREFIX}model_settings:{queue}"
+
+
 def usage_model(model: str) -> str:
     """Hash of one model's all-time usage and cost (``/metrics``)."""
     return f"{PREFIX}usage:model:{model}"

@@ -18,6 +18,7 @@ from jobs.archive import sweep as archive_sweep
 from jobs.core import clock, lease
 from jobs.core.lease import Outcome
 from jobs.core.store.connection import follow_primary
+from jobs.intake import deployed_model as deployment
 from jobs.models import cache
 from jobs.webhooks import outbox as webhook_outbox
 from jobs.worker import scheduler_locks
@@ -40,6 +41,7 @@ class Chores:
         self.reaper = reaper
         self.noted_full = noted_full
         self._cache_swept_at = float("-inf")
+        self._published_at = float("-inf")
         self._scheduler_checked_at = 0.0
 
     def tick(self) -> None:
@@ -47,6 +49,9 @@ class Chores:
             self.reaper.tick()
             archive_sweep.tick(self.connection)  # ended jobs to SQL; an unreachable archive is logged
             webhook_outbox.tick(self.connection)  # ended jobs' webhooks: an RQ job each (jobs/webhooks/)
+            if clock.monotonic() >= self._published_at + deployment.EVERY_SECONDS:
+                self._published_at = clock.monotonic()  # the model settings the doors price with
+                deployment.publish(self.connection, list(self.reaper.queue_names), self.reaper.name)
             if clock.monotonic() >= self._cache_swept_at + cache.SWEEP_EVERY:
                 self._cache_swept_at = clock.monotonic()
                 cache.sweep(self.connection)  # expired answers leave the request cache's index
