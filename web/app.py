@@ -84,6 +84,7 @@ def _config_from_env() -> dict:
         "LEASH_DASHBOARD_PASSWORD": web.dashboard_password,
         "LEASH_DEV": web.dev,
         "SESSION_COOKIE_SECURE": web.secure_cookies,
+        "LEASH_MAX_SESSIONS": web.max_sessions,
         # A request must not hang on a Redis that accepts connections but does not answer.
         "LEASH_REDIS_TIMEOUT": redis_settings().redis_timeout,
         "LEASH_METRICS_TOKEN": web.metrics_token,
@@ -134,6 +135,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     kinds.import_kinds()
     app.extensions["leash_redis"] = guarded_connection(app.config["REDIS_URL"], app.config["LEASH_REDIS_TIMEOUT"])
     _warn_if_redis_may_evict(app.config["REDIS_URL"])
+    auth.forget_removed_tokens(app)
 
     metrics.init_app(app)  # first, so its timer starts before any hook can answer early
     app.before_request(_body_limit)

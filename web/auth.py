@@ -26,18 +26,20 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import secrets
+import logging
 from enum import Enum
 
 from flask import current_app, g, request, session
+from redis.exceptions import RedisError
 from werkzeug.exceptions import BadRequest, Unauthorized
 
-from jobs import keys
+from jobs.intake import sessions
 from jobs.read.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens  # noqa: F401  (parse_tokens: web.app)
 
 from . import guessing
 from .error_replies import wants_html
 
+log = logging.getLogger(__name__)
 _OWNER = OWNER_PATTERN
 #: The owner of form submissions by visitors who are not signed in (LEASH_PUBLIC_SUBMIT=1).
 PUBLIC_OWNER = "public"
@@ -116,11 +118,14 @@ def _header_owner() -> str | None:
 
 
 def start_session(owner: str, token: str) -> None:
-    """Sign this browser in: a fresh session (and CSRF token) whose id Redis keeps for the
-    cookie's lifetime; the cookie carries the id, the owner and a digest of the token."""
-    session_id = secrets.token_urlsafe(24)
+    """Sign this browser in: a fresh session (and CSRF token) that Redis keeps for the cookie's
+    lifetime; the cookie carries its id, the owner and a digest of the token. Past the owner's
+    LEASH_MAX_SESSIONS, its oldest sessions are signed out."""
     lifetime = int(current_app.permanent_session_lifetime.total_seconds())
-    _redis().set(keys.browser_session(session_id), owner, ex=lifetime)
+    session_id, revoked = sessions.start(_redis(), owner, token_digest(token), lifetime,
+                                         current_app.config["LEASH_MAX_SESSIONS"])
+    if revoked:
+        log.info("owner %r signed in past LEASH_MAX_SESSIONS: its %d oldest session(s) signed out", owner, revoked)
     session.clear()
     session.update(owner=owner, signed_in=token_digest(token), session_id=session_id)
     session.permanent = True
@@ -128,10 +133,27 @@ def start_session(owner: str, token: str) -> None:
 
 def end_session() -> None:
     """Sign this browser out, and every copy of its cookie with it."""
-    session_id = session.get("session_id")
-    if isinstance(session_id, str):
-        _redis().delete(keys.browser_session(session_id))
+    owner, session_id = session.get("owner"), session.get("session_id")
+    if isinstance(owner, str) and isinstance(session_id, str):
+        sessions.end(_redis(), owner, session_id)
     session.clear()
+
+
+def forget_removed_tokens(app) -> None:
+    """At start: drop the sessions of tokens no longer in LEASH_API_TOKENS, so adding a token
+    back later does not revive them. A Redis away at start only delays this to the next start
+    (each session's token is still checked on every request)."""
+    with app.app_context():
+        digests: dict[str, set[str]] = {}
+        for token, owner in _tokens().items():
+            digests.setdefault(owner, set()).add(token_digest(token))
+        try:
+            dropped = sessions.forget_removed_tokens(_redis(), digests)
+        except RedisError as error:
+            log.warning("sessions of removed tokens not swept at start (Redis: %s)", error)
+            return
+    if dropped:
+        log.info("signed out %d browser session(s) whose token is no longer in LEASH_API_TOKENS", dropped)
 
 
 def _redis():
@@ -152,9 +174,9 @@ def _live_session_owner() -> str | None:
         return None  # signed in before sessions were kept server-side: sign in again
     if not any(token_owner == owner and hmac.compare_digest(token_digest(token), digest)
                for token, token_owner in _tokens().items()):
-        return None  # its token was removed from LEASH_API_TOKENS
-    kept = _redis().get(keys.browser_session(session_id))
-    return owner if kept is not None and kept.decode() == owner else None
+        sessions.end(_redis(), owner, session_id)  # its token was removed: never to come back
+        return None
+    return owner if sessions.live(_redis(), owner, session_id, digest) else None
 
 
 def signed_in_owner() -> str | None:

@@ -137,6 +137,8 @@ declare("LEASH_API_TOKENS", "str", "", "`owner=token,...`; unset: an open API (d
 declare("LEASH_DASHBOARD_USER", "str", None, "rq-dashboard at /rq: basic-auth user")
 declare("LEASH_DASHBOARD_PASSWORD", "str", None, "rq-dashboard at /rq: basic-auth password")
 declare("LEASH_MAX_BODY_BYTES", "int", 1024 * 1024, "request body limit", 1)
+declare("LEASH_MAX_SESSIONS", "int", 20,
+        "signed-in browser sessions per owner; signing in past it signs the oldest out", 1)
 declare("LEASH_SECURE_COOKIES", "bool", False, "`1`: cookies only over HTTPS")
 declare("LEASH_REDIS_TIMEOUT", "float", 5.0,
         "seconds before an unanswered Redis call is given up: a 503 in the web app, exit 1 from a command", 0.01)

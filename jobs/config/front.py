@@ -16,6 +16,7 @@ class WebApp:
     dashboard_user: str | None
     dashboard_password: str | None
     max_body_bytes: int
+    max_sessions: int
     secure_cookies: bool
     metrics_token: str | None
     metrics_public: bool

@@ -35,6 +35,7 @@ PERMANENT = (
     shared_keys.STATE_INDEX_READY, shared_keys.SCHEMA, model_keys.CACHE_INDEX, model_keys.CACHE_SIZES,
     model_keys.CACHE_BYTES, shared_keys.WEBHOOKS_DUE, shared_keys.PAUSED, shared_keys.QUIET,
     shared_keys.WAITING_BUDGET, shared_keys.WAITING_PROVIDER, shared_keys.OPERATOR_AUDIT, shared_keys.REAPER_REFUSALS,
+    owner_keys.SESSION_OWNERS,
 )
 
 

@@ -57,10 +57,20 @@ def guess_rate_scope(door: str, by: str, value: str) -> tuple[str, ...]:
     return ("guess", door, by, value)
 
 
-def browser_session(session_id: str) -> str:
-    """A signed-in browser's session (value: its owner), kept for the cookie's lifetime and
-    deleted at sign-out: a copy of the cookie is worth nothing once it is gone."""
-    return f"{PREFIX}session:{session_id}"
+def owner_sessions(owner: str) -> str:
+    """Hash of an owner's signed-in browser sessions: session id -> a keyed digest of the token it
+    signed in with (jobs/intake/sessions.py). Expires with the newest session."""
+    return f"{PREFIX}owner:{len(owner)}:{owner}:sessions"
+
+
+def owner_session_expiries(owner: str) -> str:
+    """Sorted set of an owner's session ids by when each lapses: the oldest go first when the
+    owner passes LEASH_MAX_SESSIONS. Expires with the newest session."""
+    return f"{PREFIX}owner:{len(owner)}:{owner}:session_expiries"
+
+#: Set of the owners that have signed in from a browser: what the start-up sweep of sessions
+#: whose token was removed walks (one entry per owner, never per session).
+SESSION_OWNERS = f"{PREFIX}session_owners"
 
 
 def rate_scope(counter: str, *values: str) -> tuple[str, ...]:
