@@ -163,6 +163,16 @@ def test_a_browser_change_needs_the_csrf_token(op_app, conn, registered):
     entries = switches.audit_log(conn)
     assert [(e["action"], e["actor"]) for e in entries] == [("quiet", "dashboard:ops (browser)"),
                                                             ("pause", "dashboard:ops (browser)")]
+    # Quiet every worker: the overview's button, the confirm page, then all of them.
+    page = browser.get("/overview", headers=HTML)
+    assert 'id="quiet-all"' in page.get_data(as_text=True)
+    asked = browser.post("/operator/workers/quiet", headers=HTML, data={"csrf_token": token, "all": "true"})
+    assert asked.status_code == 200 and 'name="all" value="true"' in asked.get_data(as_text=True)
+    assert set(switches.quiet_workers(conn)) == {"w-one"}
+    every = browser.post("/operator/workers/quiet", headers=HTML,
+                         data={"csrf_token": token, "all": "true", "confirm": "yes"})
+    assert every.status_code == 303 and set(switches.quiet_workers(conn)) == {"w-one", "w-two"}
+    assert 'id="quiet-all"' not in browser.get("/overview", headers=HTML).get_data(as_text=True)
     # Other credentials: the browser's operator session ends with them.
     other = make_app(LEASH_API_TOKENS=",".join(f"{o}={t}" for o, t in TOKENS.items()),
                      LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD="a-new-password-now")
