@@ -67,7 +67,7 @@ def test_a_cache_setting_that_is_not_one_of_its_words_is_named(conn, env):
 def test_cache_hits_are_counted_on_the_item_the_owners_day_and_metrics(conn, env):
     from jobs.usage.report import owner_usage
     from tests.test_web_metrics import samples
-    from tests.web_support import make_app
+    from tests.web_support import create_app_with
 
     job_id, _ = enqueue(conn, "prompt", {"items": ["a"] * 2, "template": "{item}"}, owner="alice", now=NOW)
     attempt = lease.claim(conn, job_id, "leash", "w", now=NOW)
@@ -76,7 +76,7 @@ def test_cache_hits_are_counted_on_the_item_the_owners_day_and_metrics(conn, env
     assert conn.hget(keys.usage(job_id), "i0") == b"0,0,0,1"
     assert conn.hget(keys.job(job_id), "usage_cache_hits") == b"1"
     assert owner_usage(conn, "alice", days=1, now=NOW)["total"]["usage"]["cache_hits"] == 1
-    found = samples(make_app().test_client().get("/metrics"))
+    found = samples(create_app_with().test_client().get("/metrics"))
     assert found[("leash_model_cache_hits_total", (("model", "m"),))] == 1
 
 

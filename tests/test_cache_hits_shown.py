@@ -11,7 +11,7 @@ from cli import main
 from cli.devfeed import _event
 from jobs.core import states
 from tests.test_request_cache import items, run, worker  # noqa: F401 - the fixture
-from tests.web_support import HTML, make_app
+from tests.web_support import HTML, create_app_with
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,7 @@ def test_a_job_answered_from_the_cache_says_so_wherever_usage_is_shown(conn, wor
     assert words in status and "no model calls yet" not in status, status
     assert "3 of 5 answered from the request cache (free)" in CliRunner().invoke(
         main, ["status", partly["job_id"]]).output
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     page = client.get(f"/jobs/{whole['job_id']}", headers=HTML).data.decode()
     assert words in page and "no model calls yet" not in page
     assert words in client.get("/jobs", headers=HTML).data.decode()

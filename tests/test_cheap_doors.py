@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.test_batch_jobs import submit_batch, waiting
-from tests.web_support import CLASSIFY, HTML, TOKENS, bearer, csrf_from, make_app
+from tests.web_support import CLASSIFY, HTML, TOKENS, bearer, create_app_with, csrf_from
 
 TOKEN_LIST = ",".join(f"{o}={t}" for o, t in TOKENS.items())
 
@@ -25,7 +25,7 @@ def _dry_run(client, owner: str):
 
 def test_dry_runs_are_limited_per_owner_and_per_address(conn, env):
     env.setenv("LEASH_DRY_RUN_RATE", "3/minute")
-    app = make_app(LEASH_API_TOKENS=TOKEN_LIST)
+    app = create_app_with(LEASH_API_TOKENS=TOKEN_LIST)
     one = _from(app, "203.0.113.40")
     assert [_dry_run(one, "alice").status_code for _ in range(3)] == [200] * 3
     refused = _dry_run(one, "alice")
@@ -43,7 +43,7 @@ def test_dry_runs_are_limited_per_owner_and_per_address(conn, env):
 
 def test_the_public_forms_estimate_button_is_limited_per_address(conn, env):
     env.setenv("LEASH_DRY_RUN_RATE", "2/minute")
-    app = make_app(LEASH_PUBLIC_SUBMIT=True)
+    app = create_app_with(LEASH_PUBLIC_SUBMIT=True)
     visitor = _from(app, "198.51.100.50")
     token = csrf_from(visitor.get("/", headers=HTML).data)
 
@@ -62,7 +62,7 @@ def test_look_now_is_taken_at_most_once_per_job_every_30_seconds(conn, burst, ba
     job_id, _ = submit_batch(conn, "look", 2, owner="shared")
     burst()
     waiting(conn, job_id)
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     assert client.post(f"/jobs/{job_id}/look").status_code == 202
     again = client.post(f"/jobs/{job_id}/look")
     assert again.status_code == 429 and 25 <= int(again.headers["Retry-After"]) <= 30

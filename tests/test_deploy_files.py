@@ -17,7 +17,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from tests.conftest import ROOT
-from tests.web_support import make_app
+from tests.web_support import create_app_with
 
 #: The package-manager files the buildpack knows; it refuses to build with none or several.
 PACKAGE_MANAGER_FILES = ["requirements.txt", "uv.lock", "poetry.lock", "Pipfile.lock", "Pipfile"]
@@ -166,7 +166,7 @@ def test_the_health_check_path_answers(conn):
     checks = app_json()["healthchecks"]["web"]
     paths = {check["path"] for check in checks if "path" in check}
     assert paths == {"/healthz"}
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     assert client.get("/healthz").status_code == 200
 
 
@@ -201,3 +201,16 @@ def test_render_yaml_keeps_jobs_from_eviction_and_generates_the_secret():
     assert web_env["SECRET_KEY"] == {"key": "SECRET_KEY", "generateValue": True}
     for name in ("LEASH_API_TOKENS", "LEASH_DASHBOARD_USER", "LEASH_DASHBOARD_PASSWORD"):
         assert web_env[name] == {"key": name, "sync": False}  # asked for at deploy time
+
+
+def test_secret_key_is_the_one_secret_every_recipe_and_doc_sets():
+    """LEASH_SECRET_KEY is SECRET_KEY's deprecated name: no recipe sets it, the settings table
+    and the changelog say it is deprecated, and the deploy docs name only SECRET_KEY."""
+    assert "LEASH_SECRET_KEY" not in app_json()["env"]
+    assert "LEASH_SECRET_KEY" not in {v["key"] for service in render_services().values()
+                                      for v in service.get("envVars", [])}
+    rows = [line for line in (ROOT / "docs" / "SETTINGS.md").read_text().splitlines() if "LEASH_SECRET_KEY" in line]
+    assert rows and all(line.startswith("| `LEASH_SECRET_KEY` |") and "deprecated" in line for line in rows)
+    unreleased = (ROOT / "CHANGELOG.md").read_text().split("\n## ", 2)[1]
+    assert "`LEASH_SECRET_KEY` is deprecated" in unreleased
+    assert "LEASH_SECRET_KEY" not in (ROOT / "docs" / "DEPLOY.md").read_text()

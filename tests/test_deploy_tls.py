@@ -18,7 +18,7 @@ from jobs import enqueue
 from jobs.core import states
 from jobs.core.store.connection import connect
 from tests.conftest import wait_for
-from tests.web_support import basic, make_app
+from tests.web_support import basic, create_app_with
 
 pytestmark = pytest.mark.slow
 
@@ -87,7 +87,7 @@ def test_certificate_checking_is_on_when_the_url_asks_for_it(tls_redis):
 def test_a_worker_and_the_web_app_run_jobs_over_rediss(tls_conn, workers):
     # Backoff 1 s: the retry goes through RQ's scheduler process, which opens its own connection.
     workers.start(extra_env={"LEASH_RETRY_BACKOFF": "1"})
-    app = make_app(REDIS_URL=None)  # REDIS_URL from the environment: the rediss:// one
+    app = create_app_with(REDIS_URL=None)  # REDIS_URL from the environment: the rediss:// one
     client = app.test_client()
     response = client.post("/jobs", json={"kind": "count", "items": ["a", "b"], "delay": 0})
     assert response.status_code == 202
@@ -103,7 +103,7 @@ def test_a_worker_and_the_web_app_run_jobs_over_rediss(tls_conn, workers):
 
 
 def test_the_dashboard_reads_rq_over_rediss(tls_conn):
-    app = make_app(REDIS_URL=None, LEASH_DASHBOARD_USER="ops", LEASH_DASHBOARD_PASSWORD="a-long-dashboard-password")
+    app = create_app_with(REDIS_URL=None, LEASH_DASHBOARD_USER="ops", LEASH_DASHBOARD_PASSWORD="a-long-dashboard-password")
     enqueue(tls_conn, "count", {"items": ["a"]})
     response = app.test_client().get("/rq/0/data/queues.json", headers=basic("ops", "a-long-dashboard-password"))
     assert response.status_code == 200, response.data[:500]

@@ -18,7 +18,7 @@ from rq.worker import Worker
 from cli import main
 from cli.devserver import start_redis, stop
 from tests.conftest import wait_for
-from tests.web_support import make_app
+from tests.web_support import create_app_with
 
 
 @pytest.fixture
@@ -111,14 +111,14 @@ def test_workers_and_the_web_app_warn_once_at_start_when_redis_may_evict(own_red
     assert "set maxmemory-policy noeviction" in text
 
     with caplog.at_level(logging.WARNING):
-        make_app(REDIS_URL=url)
+        create_app_with(REDIS_URL=url)
     warned = [r.getMessage() for r in caplog.records if "maxmemory-policy volatile-lru" in r.getMessage()]
     assert len(warned) == 1
 
     conn.config_set("maxmemory-policy", "noeviction")
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        make_app(REDIS_URL=url)
+        create_app_with(REDIS_URL=url)
     assert not [r for r in caplog.records if "maxmemory-policy" in r.getMessage()]
 
 
@@ -147,7 +147,7 @@ def test_readiness_reports_a_full_redis_and_no_workers_while_liveness_stays_200(
     from jobs.read.redis_health import NO_WORKERS, WRITES_REFUSED
 
     conn, url = own_redis(appendonly=True)
-    client = make_app(REDIS_URL=url).test_client()
+    client = create_app_with(REDIS_URL=url).test_client()
     assert client.get("/healthz").status_code == 200
     ready = client.get("/readyz")
     assert ready.status_code == 503 and ready.get_json()["problems"] == [NO_WORKERS]
@@ -168,7 +168,7 @@ def test_readiness_reports_a_full_redis_and_no_workers_while_liveness_stays_200(
 
 def test_doctor_warns_when_every_peer_is_trusted_and_a_request_came_without_the_routers_header(conn, env, caplog):
     env.setenv("LEASH_TRUSTED_PROXIES", "*")
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     assert client.get("/jobs", headers={"X-Forwarded-For": "198.51.100.7"}).status_code == 200
     assert client.get("/healthz").status_code == 200  # the platform's own probe: not counted
     ok = json.loads(doctor("--json").stdout)

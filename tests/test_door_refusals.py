@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli import exit_codes, main
-from tests.web_support import make_app
+from tests.web_support import create_app_with
 
 JOB = {"kind": "prompt", "items": ["a", "b"], "template": "Say {item}"}
 
@@ -26,7 +26,7 @@ def unpriced_model(env):
 
 
 def test_a_usd_budget_without_a_price_is_refused_at_every_door(conn, unpriced_model):
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     response = client.post("/jobs", json={**JOB, "budget": {"usd": 1}})
     assert response.status_code == 422, response.get_json()
     error = response.get_json()["error"]
@@ -41,7 +41,7 @@ def test_a_usd_budget_without_a_price_is_refused_at_every_door(conn, unpriced_mo
 
 
 def test_a_token_budget_or_a_priced_model_goes_through(conn, unpriced_model):
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     assert client.post("/jobs", json={**JOB, "budget": {"tokens": 5000}}).status_code == 202
     unpriced_model.setenv("LEASH_MODEL_PRICES", json.dumps({"house-model-7b": {"input": 1, "output": 2}}))
     assert client.post("/jobs", json={**JOB, "budget": {"usd": 1}}).status_code == 202

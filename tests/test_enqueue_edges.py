@@ -23,13 +23,13 @@ from jobs.core.rq_side import retry_intervals
 from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob
 from tests.conftest import wait_for
-from tests.web_support import CLASSIFY, make_app
+from tests.web_support import CLASSIFY, create_app_with
 
 ITEMS = {"items": ["a"], "labels": ["x", "y"]}
 
 
 def test_eight_clients_with_one_key_at_once_all_get_the_same_existing_job(conn):
-    app = make_app()
+    app = create_app_with()
     answers: list[tuple[int, str | None]] = []
     lock = threading.Lock()
 
@@ -66,7 +66,7 @@ def test_a_submission_cut_short_by_a_stalled_redis_leaves_nothing_and_the_retry_
     workdir = Path(tempfile.mkdtemp(prefix="leash-stall-"))
     proc, url = start_redis(workdir)
     try:
-        app = make_app(REDIS_URL=url, LEASH_REDIS_TIMEOUT=0.3)
+        app = create_app_with(REDIS_URL=url, LEASH_REDIS_TIMEOUT=0.3)
         client = app.test_client()
         assert client.get("/jobs").status_code == 200  # connected before the stall
         proc.send_signal(signal.SIGSTOP)
@@ -131,7 +131,7 @@ def test_jobs_go_to_the_first_queue_unless_another_served_one_is_named(conn, env
     with pytest.raises(InvalidJob, match="high, low"):
         enqueue(conn, "classify", ITEMS, queue="nope")
 
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     refused = client.post("/jobs", json={**CLASSIFY, "queue": "nope"})
     assert refused.status_code == 422 and "LEASH_QUEUE" in refused.get_json()["error"]
     accepted = client.post("/jobs", json={**CLASSIFY, "queue": "low"})
@@ -155,7 +155,7 @@ def test_an_owners_jobs_start_in_the_order_they_were_submitted(conn, burst):
 
 
 def test_a_job_may_ask_for_fewer_items_at_once_through_the_api(conn):
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     assert client.post("/jobs", json={**CLASSIFY, "item_concurrency": 2}).status_code == 202
     refused = client.post("/jobs", json={**CLASSIFY, "item_concurrency": 0})
     assert refused.status_code == 422 and "item_concurrency" in refused.get_json()["error"]
@@ -215,7 +215,7 @@ def test_a_full_redis_is_a_503_with_a_reason_on_the_web_and_one_line_exit_1_from
         full = redis.Redis.from_url(url)
         full.config_set("maxmemory-policy", "noeviction")
         full.config_set("maxmemory", max(1, int(full.info("memory")["used_memory"]) - 1024))
-        client = make_app(REDIS_URL=url).test_client()
+        client = create_app_with(REDIS_URL=url).test_client()
         refused = client.post("/jobs", json=CLASSIFY)
         assert refused.status_code == 503 and "Retry-After" in refused.headers
         assert refused.get_json()["error"].startswith("the job store (Redis) is full")

@@ -12,7 +12,7 @@ from cli.devserver import start_redis, stop
 from jobs import keys
 from jobs.enqueue import enqueue
 from tests.conftest import wait_for
-from tests.web_support import CLASSIFY, make_app
+from tests.web_support import CLASSIFY, create_app_with
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,7 @@ def test_workers_stay_up_through_a_full_redis_and_their_running_jobs_end_true(tm
         # Full: a limit far under what is used (whatever client buffers come and go), so every
         # write that could add memory is refused.
         full.config_set("maxmemory", int(full.info("memory")["used_memory"]) // 2)
-        refused = make_app(REDIS_URL=url).test_client().post("/jobs", json=CLASSIFY)
+        refused = create_app_with(REDIS_URL=url).test_client().post("/jobs", json=CLASSIFY)
         assert refused.status_code == 503
 
         # Three lease lengths full: no worker exits (the condition is "still alive at the end").
@@ -53,7 +53,7 @@ def test_workers_stay_up_through_a_full_redis_and_their_running_jobs_end_true(tm
         # RQ's bookkeeping refused meanwhile or not, its record goes with the job (retention).
         wait_for(lambda: all(0 < full.ttl(keys.rq_job(i)) <= full.ttl(keys.job(i)) + 1 for i in ids), 30,
                  message="RQ's records of the ended jobs expiring with them")
-        assert make_app(REDIS_URL=url).test_client().post("/jobs", json=CLASSIFY).status_code == 202
+        assert create_app_with(REDIS_URL=url).test_client().post("/jobs", json=CLASSIFY).status_code == 202
 
         for log in logs:
             log.close()

@@ -17,7 +17,7 @@ from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob
 from tests.test_items_workers import ended
 from tests.test_web_metrics import samples
-from tests.web_support import HTML, make_app
+from tests.web_support import HTML, create_app_with
 
 OWNER = "shared"  # the owner of an open API and of the CLI without LEASH_API_TOKENS
 
@@ -57,7 +57,7 @@ def test_a_job_with_some_item_errors_says_so_on_every_surface(conn, burst, kinds
     assert job_id in cli("jobs", "--owner", OWNER, "--state", "succeeded_with_item_errors").output
     assert job_id not in cli("jobs", "--owner", OWNER, "--state", "succeeded").output
 
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     page = client.get(f"/jobs/{job_id}", headers=HTML).data.decode()
     assert 'class="state state-succeeded_with_item_errors">succeeded with 2 of 4 item errors' in page
     assert 'id="item-errors-note"' in page
@@ -128,7 +128,7 @@ def test_retrying_the_errored_items_asks_only_those_again(conn, burst, kinds_env
 
     final = run(conn, burst, ["one", "bad two", "three", "bad four"])
     job_id = final["job_id"]
-    page = make_app().test_client().get(f"/jobs/{job_id}", headers=HTML).data.decode()
+    page = create_app_with().test_client().get(f"/jobs/{job_id}", headers=HTML).data.decode()
     assert 'id="retry-errored-button"' in page and "Retry the 2 errored items" in page
     assert "would ask 2 errored items" in cli("replay", "--errored-items", "--dry-run", job_id).output
     conn.set("test:answers:fixed", 1)  # the model answers them now
@@ -147,7 +147,7 @@ def test_a_job_failed_by_its_item_errors_retries_them_through_the_api(conn, burs
     final = run(conn, burst, ["bad one", "bad two"])
     assert final["state"] == "failed"
     conn.set("test:answers:fixed", 1)
-    response = make_app().test_client().post(f"/jobs/{final['job_id']}/replay", json={"errored_items": True})
+    response = create_app_with().test_client().post(f"/jobs/{final['job_id']}/replay", json={"errored_items": True})
     assert response.status_code == 202, response.get_json()
     burst()
     again = ended(conn, final["job_id"])
@@ -173,7 +173,7 @@ def test_at_the_owners_queued_cap_retrying_errored_items_leaves_the_job_exactly_
         for field in ("state", "outcome", "item_errors", "done", "error", "result"):
             assert now[field] == then[field], (job, field, now[field], then[field])
         assert "reopened" not in json.dumps(now)
-    page = make_app().test_client().post(f"/jobs/{job_id}/replay", json={"errored_items": True})
+    page = create_app_with().test_client().post(f"/jobs/{job_id}/replay", json={"errored_items": True})
     assert page.status_code == 429 and "left as it was" in page.get_json()["error"]
     assert states.status(conn, job_id)["outcome"] == "succeeded_with_item_errors"
     # With room again, the job goes from succeeded straight to queued, its errored items dropped.

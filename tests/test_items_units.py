@@ -355,9 +355,9 @@ def test_a_gate_keeps_the_newest_limit_when_replies_arrive_out_of_order(conn):
 
 
 def test_the_api_refuses_a_bad_item_concurrency_with_a_clear_error(env, conn):
-    from tests.web_support import CLASSIFY, make_app
+    from tests.web_support import CLASSIFY, create_app_with
 
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     refused = client.post("/jobs", json={**CLASSIFY, "item_concurrency": "lots"})
     assert refused.status_code in (400, 422) and "item_concurrency" in refused.get_json()["error"]
     accepted = client.post("/jobs", json={**CLASSIFY, "item_concurrency": 2})

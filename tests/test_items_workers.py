@@ -17,7 +17,7 @@ from jobs.enqueue import enqueue
 from tests.conftest import wait_for
 from tests.fake_openai import MODEL
 from tests.test_web_metrics import samples
-from tests.web_support import make_app
+from tests.web_support import create_app_with
 
 pytestmark = pytest.mark.slow
 
@@ -124,7 +124,7 @@ def test_a_server_that_takes_few_calls_at_once_brings_the_shared_limit_down_to_i
     assert model_server.rate_limited < 0.25 * answered
     limit = int(conn.hget(keys.model_concurrency(MODEL), "limit"))
     assert 1 <= limit <= 4
-    metrics = samples(make_app().test_client().get("/metrics"))
+    metrics = samples(create_app_with().test_client().get("/metrics"))
     model = (("model", MODEL),)
     assert metrics[("leash_model_concurrency", model)] == limit
     assert metrics[("leash_model_429s_total", model)] == model_server.rate_limited

@@ -15,7 +15,7 @@ from jobs.config import limits
 from jobs.enqueue import enqueue
 from jobs.intake.limits import json_size
 from tests.conftest import wait_for
-from tests.web_support import make_app
+from tests.web_support import create_app_with
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +80,7 @@ def _wait_ended(conn, job_id: str, timeout: float = 90) -> str:
 @pytest.fixture
 def long_owner_client(conn):
     token = "t" * 32
-    return make_app(LEASH_API_TOKENS=f"{LONGEST_OWNER}={token}").test_client(), {"Authorization": f"Bearer {token}"}
+    return create_app_with(LEASH_API_TOKENS=f"{LONGEST_OWNER}={token}").test_client(), {"Authorization": f"Bearer {token}"}
 
 
 @pytest.mark.parametrize("kind_fields", [
@@ -121,7 +121,7 @@ def test_a_failed_jobs_hash_and_status_stay_small_whatever_its_error_says(conn, 
     job_id, _ = enqueue(conn, "long_error", {}, owner=LONGEST_OWNER)
     burst()
     assert _wait_ended(conn, job_id) == "failed"
-    client = make_app(LEASH_API_TOKENS=f"{LONGEST_OWNER}={'t' * 32}").test_client()
+    client = create_app_with(LEASH_API_TOKENS=f"{LONGEST_OWNER}={'t' * 32}").test_client()
     status = client.get(f"/jobs/{job_id}", headers={"Authorization": f"Bearer {'t' * 32}"})
     error = status.get_json()["error"]
     assert error.startswith("PermanentError: \U0001F600") and "xxxxxxxx" in error and "[truncated]" in error

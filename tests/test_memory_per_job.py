@@ -18,7 +18,7 @@ from jobs.core.rq_side import finished_data
 from jobs.enqueue import enqueue
 from jobs.lifecycle import scripts
 from jobs.read.results import item_inputs, submitted_items
-from tests.web_support import basic, finish_job, make_app
+from tests.web_support import basic, create_app_with, finish_job
 
 #: MEMORY USAGE of a finished 2-item job's own keys (RQ's job hash, leash's job hash, items,
 #: history and payload copy): ~2,130 bytes for the `count` job below, ~3,200 while RQ's hash
@@ -64,7 +64,7 @@ def test_a_succeeded_job_keeps_one_copy_of_its_payload_and_rq_still_reads_its_re
 
     # rq-dashboard lists the job under Finished and shows its page, description and progress.
     auth = basic("operator", "pw")
-    client = make_app(LEASH_DASHBOARD_USER="operator", LEASH_DASHBOARD_PASSWORD="pw").test_client()
+    client = create_app_with(LEASH_DASHBOARD_USER="operator", LEASH_DASHBOARD_PASSWORD="pw").test_client()
     listed = client.get("/rq/0/data/jobs/leash/finished/100/asc/1.json", headers=auth).get_json()["jobs"]
     assert {"id": job_id, "description": "count (2 items) for alice"}.items() <= \
         next(j for j in listed if j["id"] == job_id).items()

@@ -15,7 +15,7 @@ from rq.worker import Worker
 from cli import main
 from jobs import keys
 from jobs.core import switches
-from tests.web_support import HTML, TOKENS, basic, bearer, csrf_from, make_app, sign_in
+from tests.web_support import HTML, TOKENS, basic, bearer, create_app_with, csrf_from, sign_in
 
 USER, PASSWORD, METRICS = "ops", "a-long-dashboard-password", "metrics-token-0123456789"
 OPERATOR = basic(USER, PASSWORD)
@@ -24,8 +24,8 @@ JSON_BODY = {"Content-Type": "application/json"}
 
 @pytest.fixture
 def op_app(conn):
-    return make_app(LEASH_API_TOKENS=",".join(f"{o}={t}" for o, t in TOKENS.items()),
-                    LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD, LEASH_METRICS_TOKEN=METRICS)
+    return create_app_with(LEASH_API_TOKENS=",".join(f"{o}={t}" for o, t in TOKENS.items()),
+                           LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD, LEASH_METRICS_TOKEN=METRICS)
 
 
 @pytest.fixture
@@ -174,8 +174,8 @@ def test_a_browser_change_needs_the_csrf_token(op_app, conn, registered):
     assert every.status_code == 303 and set(switches.quiet_workers(conn)) == {"w-one", "w-two"}
     assert 'id="quiet-all"' not in browser.get("/overview", headers=HTML).get_data(as_text=True)
     # Other credentials: the browser's operator session ends with them.
-    other = make_app(LEASH_API_TOKENS=",".join(f"{o}={t}" for o, t in TOKENS.items()),
-                     LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD="a-new-password-now")
+    other = create_app_with(LEASH_API_TOKENS=",".join(f"{o}={t}" for o, t in TOKENS.items()),
+                            LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD="a-new-password-now")
     cookie = browser.get_cookie("leash_session")
     moved = other.test_client()
     moved.set_cookie("leash_session", cookie.value)
@@ -183,10 +183,10 @@ def test_a_browser_change_needs_the_csrf_token(op_app, conn, registered):
 
 
 def test_without_dashboard_credentials_nobody_is_the_operator_but_under_leash_dev(conn):
-    plain = make_app(LEASH_API_TOKENS=",".join(f"{o}={t}" for o, t in TOKENS.items())).test_client()
+    plain = create_app_with(LEASH_API_TOKENS=",".join(f"{o}={t}" for o, t in TOKENS.items())).test_client()
     assert plain.get("/operator/signin").status_code == 403
     assert plain.post("/operator/queues/leash/pause", headers=bearer("alice"), json={}).status_code == 403
-    dev = make_app(LEASH_DEV=True).test_client()
+    dev = create_app_with(LEASH_DEV=True).test_client()
     assert dev.post("/operator/queues/leash/pause", json={}).status_code == 200
     assert 'id="operator-queues"' in dev.get("/overview", headers=HTML).get_data(as_text=True)
 

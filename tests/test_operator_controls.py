@@ -18,7 +18,7 @@ from cli import main
 from jobs.core import states
 from jobs.enqueue import enqueue
 from tests.conftest import wait_for
-from tests.web_support import make_app
+from tests.web_support import create_app_with
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +59,7 @@ def test_a_paused_queue_starts_nothing_while_three_workers_idle_and_resume_start
     assert code == 0 and row["queued"] + row["held"] == 6 and row["paused_since"] is not None
     assert row["owners"] == {"default": {"queued": row["queued"], "waiting": 0, "held": row["held"]}}
     assert row["oldest_age"] >= hold - 1
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     ready = client.get("/readyz")
     assert ready.status_code == 200 and list(ready.get_json()["paused"]) == ["leash"]
     assert 'id="paused-leash"' in client.get("/overview").get_data(as_text=True)
@@ -71,7 +71,7 @@ def test_a_paused_queue_starts_nothing_while_three_workers_idle_and_resume_start
         final = wait_for(lambda j=job_id: (s := states.status(conn, j))["state"] == "succeeded" and s, 60,
                          message=f"job {job_id} to run after the resume")
         assert final["attempts"] == 1
-    assert make_app().test_client().get("/readyz").get_json() == {"ok": True}
+    assert create_app_with().test_client().get("/readyz").get_json() == {"ok": True}
 
 
 def test_pause_and_quiet_refuse_what_does_not_exist_with_exit_2(conn):

@@ -15,12 +15,12 @@ from jobs import keys
 from jobs.core import deferrals, switches
 from jobs.enqueue import enqueue
 from tests.test_web_metrics import samples
-from tests.web_support import CLASSIFY, TOKENS, bearer, make_app
+from tests.web_support import CLASSIFY, TOKENS, bearer, create_app_with
 
 
 def test_metrics_say_workers_by_state_the_oldest_queued_age_paused_queues_waits_and_the_archive_lag(env, conn):
     env.setenv("LEASH_OWNER_CONCURRENCY", "10")
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     job_ids = [client.post("/jobs", json=CLASSIFY).get_json()["job_id"] for _ in range(3)]
     # Written, not waited for: the head of the queue was enqueued 120 s ago.
     head = time.time() - 120
@@ -61,7 +61,7 @@ def access_lines(caplog) -> list[dict]:
 
 
 def test_production_writes_one_json_access_line_per_request_without_secrets(conn, caplog):
-    client = make_app(LEASH_API_TOKENS=",".join(f"{o}={t}" for o, t in TOKENS.items())).test_client()
+    client = create_app_with(LEASH_API_TOKENS=",".join(f"{o}={t}" for o, t in TOKENS.items())).test_client()
     with caplog.at_level(logging.INFO, logger="leash.access"):
         assert client.get("/jobs?token=do-not-log-me", headers=bearer("alice")).status_code == 200
         assert client.get("/jobs/nope", headers=bearer("bob")).status_code == 404
@@ -75,8 +75,8 @@ def test_production_writes_one_json_access_line_per_request_without_secrets(conn
 
 def test_development_writes_no_access_line_unless_asked(conn, caplog):
     with caplog.at_level(logging.INFO, logger="leash.access"):
-        make_app().test_client().get("/healthz")
+        create_app_with().test_client().get("/healthz")
         assert access_lines(caplog) == []
-        make_app(LEASH_ACCESS_LOG="1").test_client().get("/healthz")
+        create_app_with(LEASH_ACCESS_LOG="1").test_client().get("/healthz")
     [line] = access_lines(caplog)
     assert line["path"] == "/healthz" and line["status"] == 200 and line["owner"] is None

@@ -31,7 +31,7 @@ from tests.conftest import BATCH_POLL
 from tests.fake_openai import MODEL
 from tests.test_items_workers import ended
 from tests.test_web_metrics import samples
-from tests.web_support import HTML, make_app
+from tests.web_support import HTML, create_app_with
 
 pytestmark = pytest.mark.slow
 
@@ -104,7 +104,7 @@ def test_every_surface_says_the_same_of_a_job_in_every_outcome(conn, burst, mode
     env.setenv("LEASH_BATCH_POLL_SECONDS", BATCH_POLL)
     env.setenv("LEASH_MODEL_PRICES", json.dumps({MODEL: {"input": 0.15, "output": 0.6}}))
     jobs = make_jobs(conn, burst)
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     listed = cli("jobs", "--owner", OWNER, "--limit", "50")
     assert listed.exit_code == 0, listed.output
     my_jobs = client.get("/jobs?limit=50", headers=HTML).data.decode()

@@ -15,7 +15,7 @@ from jobs.enqueue import enqueue
 from tests.conftest import wait_for
 from tests.fake_openai import Error
 from tests.test_items_workers import ended, stored
-from tests.web_support import make_app
+from tests.web_support import create_app_with
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +46,7 @@ def test_a_provider_down_mid_job_is_waited_out_with_no_attempt_spent_and_the_wor
     # The worker is free meanwhile: it runs a job that needs no provider.
     other, _ = enqueue(conn, "count", {"items": ["x"], "delay": 0.01})
     assert ended(conn, other)["state"] == "succeeded"
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     assert 'id="provider-wait"' in client.get("/overview").get_data(as_text=True)
     assert 'leash_jobs_waiting{for="provider"} 1.0' in client.get("/metrics").get_data(as_text=True)
 

@@ -97,8 +97,9 @@ def _cpu_seconds(pid: int, seen: set[int]) -> float:
 def _web_client(url: str):
     from web.app import create_app
 
-    app = create_app({"TESTING": True, "SECRET_KEY": "test-secret", "REDIS_URL": url, "LEASH_API_TOKENS": "",
+    app = create_app({"SECRET_KEY": "test-secret", "REDIS_URL": url, "LEASH_API_TOKENS": "",
                       "LEASH_DASHBOARD_USER": None, "LEASH_DASHBOARD_PASSWORD": None, "LEASH_DEV": False})
+    app.config["TESTING"] = True
     return app.test_client()
 
 

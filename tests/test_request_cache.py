@@ -185,9 +185,9 @@ def test_a_shared_cache_does_not_let_a_dry_run_probe_other_owners_inputs(conn, w
 
 def test_anonymous_visitors_of_a_public_form_share_no_cache(conn, worker):
     from jobs.core import payload_copy
-    from tests.web_support import HTML, csrf_from, make_app
+    from tests.web_support import HTML, create_app_with, csrf_from
 
-    app = make_app(LEASH_PUBLIC_SUBMIT=True, LEASH_API_TOKENS="alice=alice-token-0123456789abcdef")
+    app = create_app_with(LEASH_PUBLIC_SUBMIT=True, LEASH_API_TOKENS="alice=alice-token-0123456789abcdef")
     visitor = app.test_client()
     token = csrf_from(visitor.get("/", headers=HTML).data)
     form = {"kind": "prompt", "template": TEMPLATE, "items": "\n".join(items(0, 3)), "csrf_token": token}

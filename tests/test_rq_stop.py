@@ -19,7 +19,7 @@ from jobs.core.outcome import STOPPED_BY_RQ
 from jobs.enqueue import enqueue
 from tests.conftest import wait_for
 from tests.test_web_metrics import samples
-from tests.web_support import HTML, make_app
+from tests.web_support import HTML, create_app_with
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +48,7 @@ def test_rqs_stop_command_reads_as_stopped_everywhere(conn, workers, env):
     assert job_id not in run.invoke(main, ["jobs", "--owner", OWNER, "--state", "failed"]).output
     watched = run.invoke(main, ["watch", job_id])
     assert watched.exit_code == 1 and "stopped by RQ's stop command" in watched.output
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     page = client.get(f"/jobs/{job_id}", headers=HTML).data.decode()
     assert 'id="stopped-note"' in page and "state-stopped" in page
     assert samples(client.get("/metrics"))[("leash_jobs_stopped_total", (("kind", "hang"),))] == 1

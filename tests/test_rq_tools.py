@@ -19,7 +19,7 @@ from jobs.deadletter import failures
 from jobs.enqueue import enqueue
 from tests.conftest import REDIS_URL, ROOT, wait_for
 from tests.kinds_for_tests import item_calls
-from tests.web_support import basic, make_app
+from tests.web_support import basic, create_app_with
 
 pytestmark = pytest.mark.slow
 
@@ -107,7 +107,7 @@ def test_rq_dashboard_requeue_buttons_are_replays(conn, burst):
     second = fail_on_a_model_error(conn, burst, flag="two")
     settle(conn, first, second)
     conn.delete("test:broken:one", "test:broken:two")
-    client = make_app(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD).test_client()
+    client = create_app_with(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD).test_client()
     auth = basic(USER, PASSWORD)
     client.get("/rq/", headers=auth)
     csrf = {**auth, "X-CSRFToken": client.get_cookie("_csrf_token", path="/rq").value}
@@ -151,7 +151,7 @@ def test_rq_empty_fails_the_jobs_frees_the_slots_and_replay_brings_them_back(con
 def test_rq_dashboard_delete_of_a_queued_job_fails_it_and_frees_its_slot(conn):
     held, waiting = (enqueue(conn, "count", {"items": ["a"]})[0] for _ in range(2))
     enqueue(conn, "count", {"items": ["a"]})
-    client = make_app(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD).test_client()
+    client = create_app_with(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD).test_client()
     auth = basic(USER, PASSWORD)
     client.get("/rq/", headers=auth)
     csrf = {**auth, "X-CSRFToken": client.get_cookie("_csrf_token", path="/rq").value}
@@ -174,7 +174,7 @@ def test_rq_dashboard_delete_of_a_job_waiting_for_its_retry_fails_it_and_replay_
     burst()
     wait_for(lambda: conn.zscore(keys.rq_scheduled("leash", conn), job_id) is not None, 20, message="the retry scheduled")
     assert state(conn, job_id)["state"] == "queued"
-    client = make_app(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD).test_client()
+    client = create_app_with(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD).test_client()
     auth = basic(USER, PASSWORD)
     client.get("/rq/", headers=auth)
     csrf = {**auth, "X-CSRFToken": client.get_cookie("_csrf_token", path="/rq").value}
@@ -198,7 +198,7 @@ def test_rq_dashboard_delete_of_a_running_job_lets_it_finish_and_records_it_trul
     job_id, _ = enqueue(conn, "count", {"items": [f"i{n}" for n in range(8)], "delay": 0.4})
     worker = workers.start("--no-scheduler", extra_env={"LEASH_ITEM_CONCURRENCY": "1"})
     wait_for(lambda: state(conn, job_id)["done"] >= 2, 20, message="two items stored")
-    client = make_app(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD).test_client()
+    client = create_app_with(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD).test_client()
     auth = basic(USER, PASSWORD)
     client.get("/rq/", headers=auth)
     csrf = {**auth, "X-CSRFToken": client.get_cookie("_csrf_token", path="/rq").value}

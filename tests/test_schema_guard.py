@@ -12,7 +12,7 @@ import pytest
 
 from jobs.errors import ItemError
 from jobs.models import structured
-from tests.web_support import HTML, csrf_from, make_app
+from tests.web_support import HTML, create_app_with, csrf_from
 
 
 def with_property(**extra) -> dict:
@@ -140,7 +140,7 @@ HOSTILE = {"redos": REDOS, "nested": NESTED, **{name: schema for name, (schema, 
 def test_every_door_answers_a_hostile_schema_with_a_422_or_takes_it(conn, name):
     schema = HOSTILE[name]
     words = REFUSED[name][1] if name in REFUSED else None
-    app = make_app(LEASH_PUBLIC_SUBMIT=True)
+    app = create_app_with(LEASH_PUBLIC_SUBMIT=True)
     api = app.test_client()
     for dry_run in (True, False):
         response = api.post("/jobs", json={"kind": "extract", "items": ["a" * 40 + "!"], "schema": schema,

@@ -144,7 +144,7 @@ def test_the_cli_the_web_app_and_rq_dashboard_work_through_sentinel_and_after_a_
     env.setenv("LEASH_DEV", "1")  # rq-dashboard mounted without a password
     workers.start("--name", "sentinel-cli")
     runner = CliRunner()
-    web = create_app({"TESTING": True, "LEASH_DEV": True}).test_client()
+    web = create_app({"LEASH_DEV": True}).test_client()
 
     def state_of(job_id: str) -> str | None:
         result = runner.invoke(main, ["status", job_id, "--json"])

@@ -11,7 +11,7 @@ import pytest
 
 from jobs import keys
 from jobs.core import states
-from tests.web_support import CLASSIFY, RoundTrips, finish_job, make_app
+from tests.web_support import CLASSIFY, RoundTrips, create_app_with, finish_job
 
 
 def submit(client, body=CLASSIFY, **kwargs):
@@ -72,7 +72,7 @@ def test_bad_submissions_get_the_right_code_and_a_message_saying_what_to_fix(cli
 
 
 def test_a_body_over_the_limit_is_413_before_it_is_parsed(conn):
-    small = make_app(MAX_CONTENT_LENGTH=1000).test_client()
+    small = create_app_with(LEASH_MAX_BODY_BYTES=1000).test_client()
     for content_type in ("application/json", "text/plain"):  # 413 wins over 415 and over bad JSON
         response = small.post("/jobs", data=b"{" * 1001, headers={"Content-Type": content_type})
         assert response.status_code == 413
@@ -194,7 +194,8 @@ def test_unknown_addresses_and_methods_are_json_404_and_405(client, conn):
 
 
 def test_an_unexpected_error_is_a_json_500_without_a_traceback(conn):
-    app = make_app(PROPAGATE_EXCEPTIONS=False)
+    app = create_app_with()
+    app.config["PROPAGATE_EXCEPTIONS"] = False  # Flask's own: the error handler answers, as in production
 
     @app.get("/explode")
     def explode():
@@ -224,7 +225,7 @@ def _assert_all_503(client):
 
 
 def test_a_refused_redis_connection_is_503_everywhere(conn):
-    _assert_all_503(make_app(REDIS_URL="redis://127.0.0.1:1/0").test_client())
+    _assert_all_503(create_app_with(REDIS_URL="redis://127.0.0.1:1/0").test_client())
 
 
 def test_a_redis_that_does_not_answer_is_503_after_the_timeout(conn):
@@ -246,7 +247,7 @@ def test_a_redis_that_does_not_answer_is_503_after_the_timeout(conn):
     thread.start()
     try:
         port = silent.getsockname()[1]
-        _assert_all_503(make_app(REDIS_URL=f"redis://127.0.0.1:{port}/0", LEASH_REDIS_TIMEOUT=0.2).test_client())
+        _assert_all_503(create_app_with(REDIS_URL=f"redis://127.0.0.1:{port}/0", LEASH_REDIS_TIMEOUT=0.2).test_client())
         assert accepted, "the app never reached the silent server"
     finally:
         stop.set()

@@ -22,7 +22,7 @@ from jobs import keys
 from jobs.core import payload_copy
 from jobs.enqueue import enqueue
 from tests.conftest import wait_for
-from tests.web_support import CLASSIFY, HTML, basic, csrf_from, finish_job, make_app
+from tests.web_support import CLASSIFY, HTML, basic, create_app_with, csrf_from, finish_job
 
 pytestmark = pytest.mark.slow
 
@@ -154,7 +154,7 @@ def _series(client) -> set[str]:
 
 
 def test_made_up_http_methods_add_at_most_a_few_metrics_series(conn):
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     client.get("/healthz")
     before = _series(client)
     statuses = {client.open("/healthz", method=f"FOO{n}").status_code for n in range(300)}
@@ -173,7 +173,7 @@ LONE = "bad \udfff text"
     ("template", {"kind": "prompt", "items": ["fine"], "template": "Say {item} \udc80"}),
 ])
 def test_a_lone_surrogate_is_a_422_naming_the_field(conn, field, payload):
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     # json.dumps escapes it as \\udfff: valid JSON, which Python's parser turns back into a lone surrogate.
     response = client.post("/jobs", data=json.dumps(payload), headers={"Content-Type": "application/json"})
     assert response.status_code == 422, response.data
@@ -195,7 +195,7 @@ def test_text_already_stored_with_a_lone_surrogate_is_shown_not_a_500(conn, tmp_
     payload["items"][1] = LONE
     conn.set(keys.payload(job_id), json.dumps(payload))
     finish_job(conn, job_id, ["a", {"label": "b \ud83d", "note": LONE}])
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     for path, headers, shows in ((f"/jobs/{job_id}/result.csv", {}, "bad \ufffd text"),
                                  (f"/jobs/{job_id}/result.jsonl", {}, "bad \ufffd text"),
                                  (f"/jobs/{job_id}", HTML, "b \ufffd"), (f"/jobs/{job_id}/result", {}, "\\udfff"),
@@ -232,14 +232,14 @@ USER, PASSWORD = "operator", "correct horse battery staple"
     ("/rq/7/view/workers", 404),
 ])
 def test_rq_dashboard_probes_are_4xx_with_a_json_error(conn, path, expected):
-    client = make_app(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD).test_client()
+    client = create_app_with(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD).test_client()
     response = client.get(path, headers={**basic(USER, PASSWORD), "Accept": "application/json"})
     assert response.status_code == expected, (path, response.status_code)
     assert response.get_json()["error"]
 
 
 def test_rq_dashboard_actions_on_an_unknown_job_are_404(conn):
-    client = make_app(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD).test_client()
+    client = create_app_with(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD).test_client()
     auth = basic(USER, PASSWORD)
     client.get("/rq/", headers=auth)
     token = client.get_cookie("_csrf_token", path="/rq").value
@@ -250,7 +250,7 @@ def test_rq_dashboard_actions_on_an_unknown_job_are_404(conn):
 @pytest.mark.parametrize("header", ["Basic é", "Basic ÿÿÿÿ", "Basic \u0100abc", "Basic " + "=" * 10, "Basic",
                                     "Basic /w==", "Basic " + "A" * 9])
 def test_a_basic_auth_header_that_is_not_base64_is_a_401(conn, header):
-    client = make_app(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD).test_client()
+    client = create_app_with(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD).test_client()
     response = client.get("/rq/", headers={"Authorization": header})
     assert response.status_code == 401 and response.get_json()["error"]
 

@@ -10,7 +10,7 @@ from rq import Queue, Worker
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from tests.web_support import CLASSIFY, HTML, TOKENS, basic, csrf_from, make_app, sign_in
+from tests.web_support import CLASSIFY, HTML, TOKENS, basic, create_app_with, csrf_from, sign_in
 
 ODD_JSON = [[1, 2], 1, "x", None, True, 1.5, {"token": 1}, {"token": [1, 2]}, {"token": {"a": 1}},
             {"csrf_token": 5, "kind": ["classify"]}, {}]
@@ -18,7 +18,7 @@ ODD_JSON = [[1, 2], 1, "x", None, True, 1.5, {"token": 1}, {"token": [1, 2]}, {"
 
 @pytest.fixture
 def token_client(conn):
-    return make_app(LEASH_API_TOKENS=",".join(f"{o}={t}" for o, t in TOKENS.items())).test_client()
+    return create_app_with(LEASH_API_TOKENS=",".join(f"{o}={t}" for o, t in TOKENS.items())).test_client()
 
 
 @pytest.mark.parametrize("body", ODD_JSON, ids=repr)
@@ -52,7 +52,7 @@ def test_a_usd_budget_that_is_not_a_finite_number_is_a_422_naming_the_box(token_
 
 
 def test_the_dashboards_workers_tab_answers_while_a_leash_job_runs(conn):
-    app = make_app(LEASH_DASHBOARD_USER="op", LEASH_DASHBOARD_PASSWORD="pw")
+    app = create_app_with(LEASH_DASHBOARD_USER="op", LEASH_DASHBOARD_PASSWORD="pw")
     client = app.test_client()
     job_id = client.post("/jobs", json=CLASSIFY).get_json()["job_id"]
     worker = Worker([Queue("leash", connection=conn, serializer=JSONSerializer)], connection=conn,

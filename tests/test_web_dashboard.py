@@ -7,24 +7,24 @@ import json
 
 import pytest
 
-from tests.web_support import CLASSIFY, basic, make_app
+from tests.web_support import CLASSIFY, basic, create_app_with
 
 USER, PASSWORD = "operator", "correct horse battery staple"
 
 
 @pytest.fixture
 def dashboard_app(conn):
-    return make_app(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD)
+    return create_app_with(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD)
 
 
 def test_without_credentials_configured_the_dashboard_is_not_mounted(conn):
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     assert client.get("/rq/").status_code == 404
-    assert make_app(LEASH_DASHBOARD_USER=USER).test_client().get("/rq/").status_code == 404  # half-configured
+    assert create_app_with(LEASH_DASHBOARD_USER=USER).test_client().get("/rq/").status_code == 404  # half-configured
 
 
 def test_under_leash_dev_it_is_mounted_without_a_password(conn):
-    assert make_app(LEASH_DEV=True).test_client().get("/rq/").status_code == 200
+    assert create_app_with(LEASH_DEV=True).test_client().get("/rq/").status_code == 200
 
 
 @pytest.mark.parametrize("headers", [{}, basic(USER, "wrong"), basic("someone", PASSWORD),
@@ -77,13 +77,13 @@ def test_requeue_all_by_get_is_refused(dashboard_app, conn):
 
 
 def test_a_second_app_in_the_same_process_still_works(conn):
-    first = make_app(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD)
-    second = make_app(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD)
+    first = create_app_with(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD)
+    second = create_app_with(LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD)
     for app in (first, second):
         client = app.test_client()
         assert client.get("/rq/").status_code == 401
         assert client.get("/rq/", headers=basic(USER, PASSWORD)).status_code == 200
-    assert make_app().test_client().get("/rq/").status_code == 404  # nothing leaks into a later app
+    assert create_app_with().test_client().get("/rq/").status_code == 404  # nothing leaks into a later app
 
 
 def test_the_dashboard_reuses_one_redis_client_instead_of_one_per_request(dashboard_app, conn):

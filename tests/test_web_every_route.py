@@ -13,7 +13,7 @@ import flask_wtf.csrf
 import pytest
 
 from tests.test_schema_guard import NESTED, REDOS, REFUSED, SELF, ref_chain
-from tests.web_support import CLASSIFY, HTML, TOKENS, basic, bearer, make_app, sign_in
+from tests.web_support import CLASSIFY, HTML, TOKENS, basic, bearer, create_app_with, sign_in
 
 USER, PASSWORD = "operator", "pw"
 BIG = "x" * 200_000
@@ -77,10 +77,9 @@ def test_no_route_answers_any_odd_body_with_a_5xx(conn, csrf, public, monkeypatc
     monkeypatch.setenv("LEASH_GUESS_RATE", "100000/minute")  # the identities' wrong doors must not lock them out
     if not csrf:  # every token accepted: the bodies reach the views behind the check
         monkeypatch.setattr(flask_wtf.csrf, "validate_csrf", lambda *args, **kwargs: None)
-    app = make_app(LEASH_API_TOKENS=",".join(f"{o}={t}" for o, t in TOKENS.items()),
-                   LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD, MAX_CONTENT_LENGTH=1024 * 1024,
-                   LEASH_PUBLIC_SUBMIT=public)
-    app.config["MAX_FORM_MEMORY_SIZE"] = app.config["MAX_CONTENT_LENGTH"]
+    app = create_app_with(LEASH_API_TOKENS=",".join(f"{o}={t}" for o, t in TOKENS.items()),
+                          LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD,
+                          LEASH_MAX_BODY_BYTES=1024 * 1024, LEASH_PUBLIC_SUBMIT=public)
     job_id = app.test_client().post("/jobs", json=CLASSIFY, headers=bearer("alice")).get_json()["job_id"]
     rules = list(app.url_map.iter_rules())
     assert any(r.endpoint.startswith("rq_dashboard.") for r in rules)

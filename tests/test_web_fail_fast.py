@@ -23,7 +23,7 @@ from cli.devserver import start_redis
 from jobs.core.store.connection import connect
 from jobs.enqueue import enqueue
 from tests.conftest import ROOT, wait_for
-from tests.web_support import CLASSIFY, basic, make_app
+from tests.web_support import CLASSIFY, basic, create_app_with
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +62,7 @@ def _timed(call):
 
 
 def test_after_the_first_timeout_requests_are_a_503_at_once_and_recover_when_redis_answers(stallable_redis):
-    client = make_app(REDIS_URL=stallable_redis.url, LEASH_REDIS_TIMEOUT=REDIS_TIMEOUT).test_client()
+    client = create_app_with(REDIS_URL=stallable_redis.url, LEASH_REDIS_TIMEOUT=REDIS_TIMEOUT).test_client()
     job_id = client.post("/jobs", json=CLASSIFY).get_json()["job_id"]
     stallable_redis.stall()
 
@@ -87,7 +87,7 @@ def test_after_the_first_timeout_requests_are_a_503_at_once_and_recover_when_red
 
 
 def test_a_refused_connection_also_opens_the_breaker_and_a_restart_closes_it(stallable_redis, tmp_path):
-    client = make_app(REDIS_URL=stallable_redis.url, LEASH_REDIS_TIMEOUT=REDIS_TIMEOUT).test_client()
+    client = create_app_with(REDIS_URL=stallable_redis.url, LEASH_REDIS_TIMEOUT=REDIS_TIMEOUT).test_client()
     assert client.get("/healthz").status_code == 200
     port = stallable_redis.url.rsplit(":", 1)[1].split("/")[0]
     stallable_redis.proc.kill()
@@ -132,7 +132,7 @@ def test_once_one_request_met_the_stall_32_concurrent_reads_are_fast_503s_in_eve
     # The web process as the Procfile starts it (`leash web`): one process, so the thread that
     # met the stall and every other thread share one breaker. Ten stalls in a row, each checked.
     server = web_server(extra_env={"REDIS_URL": stallable_redis.url, "LEASH_REDIS_TIMEOUT": str(REDIS_TIMEOUT)})
-    client = make_app(REDIS_URL=stallable_redis.url).test_client()
+    client = create_app_with(REDIS_URL=stallable_redis.url).test_client()
     job_id = client.post("/jobs", json=CLASSIFY).get_json()["job_id"]
     path = f"/jobs/{job_id}"
     assert all(status == 200 for status, _, _ in _burst(server.port, path, 32))  # the pool warm
@@ -181,7 +181,7 @@ def _read_by_server(server_port: int, client_port: int) -> bool:
 def test_a_deploys_sigterm_answers_the_requests_already_received_then_the_server_exits(stallable_redis,
                                                                                         web_server):
     server = web_server(extra_env={"REDIS_URL": stallable_redis.url, "LEASH_REDIS_TIMEOUT": str(REDIS_TIMEOUT)})
-    client = make_app(REDIS_URL=stallable_redis.url).test_client()
+    client = create_app_with(REDIS_URL=stallable_redis.url).test_client()
     job_id = client.post("/jobs", json=CLASSIFY).get_json()["job_id"]
     stallable_redis.stall()  # the request below then takes LEASH_REDIS_TIMEOUT in the app
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
@@ -205,8 +205,8 @@ def test_a_deploys_sigterm_answers_the_requests_already_received_then_the_server
 
 
 def test_rq_dashboard_pages_are_a_503_at_once_while_the_stall_is_known(stallable_redis):
-    client = make_app(REDIS_URL=stallable_redis.url, LEASH_REDIS_TIMEOUT=REDIS_TIMEOUT,
-                      LEASH_DASHBOARD_USER="ops", LEASH_DASHBOARD_PASSWORD="ops-password-123").test_client()
+    client = create_app_with(REDIS_URL=stallable_redis.url, LEASH_REDIS_TIMEOUT=REDIS_TIMEOUT,
+                             LEASH_DASHBOARD_USER="ops", LEASH_DASHBOARD_PASSWORD="ops-password-123").test_client()
     auth = basic("ops", "ops-password-123")
     assert client.get("/rq/", headers=auth).status_code == 200
     stallable_redis.stall()

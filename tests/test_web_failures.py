@@ -13,7 +13,7 @@ from jobs import deadletter, keys
 from jobs.core import lease, states
 from jobs.deadletter import failures
 from jobs.read import failure_groups
-from tests.web_support import CLASSIFY, HTML, TOKENS, basic, bearer, csrf_from, make_app, sign_in
+from tests.web_support import CLASSIFY, HTML, TOKENS, basic, bearer, create_app_with, csrf_from, sign_in
 
 
 @pytest.fixture
@@ -84,8 +84,8 @@ def test_replaying_ticked_jobs_takes_only_those_and_needs_the_csrf_token(browser
 
 
 def test_owners_see_and_replay_their_own_and_the_dashboard_operator_everyones(conn):
-    app = make_app(LEASH_API_TOKENS=",".join(f"{o}={t}" for o, t in TOKENS.items()), LEASH_DASHBOARD_USER="ops",
-                   LEASH_DASHBOARD_PASSWORD="pw-ops-long-enough")
+    app = create_app_with(LEASH_API_TOKENS=",".join(f"{o}={t}" for o, t in TOKENS.items()), LEASH_DASHBOARD_USER="ops",
+                          LEASH_DASHBOARD_PASSWORD="pw-ops-long-enough")
     client = app.test_client()
     alice = bearer("alice")
     mine = failed_job(client, conn, "ValueError: alice's broken item", headers=alice)

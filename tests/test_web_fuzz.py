@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from jobs.config import limits
 from jobs.intake.limits import json_size
-from tests.web_support import CLASSIFY, HTML, csrf_from, make_app
+from tests.web_support import CLASSIFY, HTML, create_app_with, csrf_from
 
 JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30)
 JSON_VALUES = st.recursive(JSON_SCALARS, lambda children: st.lists(children, max_size=5)
@@ -46,7 +46,7 @@ _settings = settings(max_examples=150, deadline=None, suppress_health_check=[Hea
 @_settings
 @given(body=NEAR_MISSES | JSON_VALUES, headers=HEADERS)
 def test_random_json_bodies_never_get_a_5xx(conn, body, headers):
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     _check(client.post("/jobs", data=json.dumps(body), headers={"Content-Type": "application/json", **headers}))
 
 
@@ -54,7 +54,7 @@ def test_random_json_bodies_never_get_a_5xx(conn, body, headers):
 @given(raw=st.binary(max_size=300) | st.text(max_size=300).map(str.encode), content_type=CONTENT_TYPES,
        headers=HEADERS)
 def test_random_bytes_and_content_types_never_get_a_5xx(conn, raw, content_type, headers):
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     _check(client.post("/jobs", data=raw, headers={"Content-Type": content_type, **headers}))
 
 
@@ -63,7 +63,7 @@ def test_random_bytes_and_content_types_never_get_a_5xx(conn, raw, content_type,
                     min_size=1, max_size=60),
        query=st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126, exclude_characters="#"), max_size=40))
 def test_random_job_ids_and_query_strings_never_get_a_5xx(conn, path, query):
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     for url in (f"/jobs/{path}", f"/jobs/{path}/result?{query}", f"/jobs?{query}"):
         _check(client.get(url))
     _check(client.post(f"/jobs/{path}/cancel"))
@@ -80,7 +80,7 @@ def _report(name: str, statuses: Counter) -> None:
 
 def test_json_nested_near_the_parsers_limit_never_gets_a_5xx(conn):
     statuses: Counter = Counter()
-    client = make_app().test_client()
+    client = create_app_with().test_client()
 
     @_settings
     @given(depth=st.integers(1, 64) | st.integers(900, 1100) | st.integers(2000, 20_000),
@@ -104,7 +104,7 @@ CSV_CELLS = st.text(max_size=40) | st.sampled_from(['"', '""', '"open', 'a"b', "
 
 def test_csv_uploads_with_long_cells_bad_bytes_and_broken_quotes_never_get_a_5xx(conn):
     statuses: Counter = Counter()
-    browser = make_app().test_client()
+    browser = create_app_with().test_client()
     token = csrf_from(browser.get("/", headers=HTML).data)
 
     @_settings
@@ -130,7 +130,7 @@ LABELS = st.lists(st.text(max_size=60) | st.sampled_from(["x" * 100_000, "\U0001
 
 def test_huge_and_odd_labels_are_refused_or_fit_the_summary_never_a_5xx(conn):
     statuses: Counter = Counter()
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     budget = limits()
 
     @_settings
@@ -174,7 +174,7 @@ def test_rq_dashboard_routes_never_get_a_5xx(conn):
 
     seed = 20261201
     pick = random.Random(seed)
-    client = make_app(LEASH_DASHBOARD_USER="ops", LEASH_DASHBOARD_PASSWORD="ops-password-123").test_client()
+    client = create_app_with(LEASH_DASHBOARD_USER="ops", LEASH_DASHBOARD_PASSWORD="ops-password-123").test_client()
     auth = basic("ops", "ops-password-123")
     queued = client.post("/jobs", json=CLASSIFY).get_json()["job_id"]
     client.get("/rq/", headers=auth)

@@ -10,7 +10,7 @@ import logging
 
 import pytest
 
-from tests.web_support import HTML, TOKENS, basic, csrf_from, make_app
+from tests.web_support import HTML, TOKENS, basic, create_app_with, csrf_from
 
 TOKEN_LIST = ",".join(f"{o}={t}" for o, t in TOKENS.items())
 
@@ -18,8 +18,8 @@ TOKEN_LIST = ",".join(f"{o}={t}" for o, t in TOKENS.items())
 @pytest.fixture
 def app(conn, monkeypatch):
     monkeypatch.setenv("LEASH_GUESS_RATE", "3/minute")
-    return make_app(LEASH_API_TOKENS=TOKEN_LIST, LEASH_DASHBOARD_USER="operator", LEASH_DASHBOARD_PASSWORD="pw",
-                    LEASH_METRICS_TOKEN="metrics-token-0123456789")
+    return create_app_with(LEASH_API_TOKENS=TOKEN_LIST, LEASH_DASHBOARD_USER="operator", LEASH_DASHBOARD_PASSWORD="pw",
+                           LEASH_METRICS_TOKEN="metrics-token-0123456789")
 
 
 def _from(app, address: str):

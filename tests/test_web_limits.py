@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.web_support import CLASSIFY, HTML, csrf_from, make_app
+from tests.web_support import CLASSIFY, HTML, create_app_with, csrf_from
 
 PROMPT = {"kind": "prompt", "items": ["a", "b"], "template": "Summarise: {item}"}
 
@@ -43,7 +43,7 @@ def test_limits_are_settings(env, conn):
     env.setenv("LEASH_MAX_LABELS", "2")
     env.setenv("LEASH_MAX_PAYLOAD_BYTES", "2000")
     env.setenv("LEASH_MAX_PAYLOAD_DEPTH", "3")
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     assert "(at most 3, LEASH_MAX_ITEMS)" in post(client, {**CLASSIFY, "items": list("abcd")}).get_json()["error"]
     assert "(at most 2, LEASH_MAX_LABELS)" in post(client, {**CLASSIFY, "labels": list("abc")}).get_json()["error"]
     too_big = post(client, {**CLASSIFY, "items": ["x" * 1500, "y" * 600]})

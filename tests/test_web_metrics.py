@@ -8,7 +8,7 @@ import time
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobs import keys
-from tests.web_support import CLASSIFY, make_app
+from tests.web_support import CLASSIFY, create_app_with
 
 
 def samples(response) -> dict[tuple[str, tuple], float]:
@@ -24,7 +24,7 @@ def samples(response) -> dict[tuple[str, tuple], float]:
 def test_metrics_report_the_queue_from_redis(env, conn):
     env.setenv("LEASH_OWNER_CONCURRENCY", "10")  # all three ready at once, none held by the owner's limit
     env.setenv("LEASH_QUEUE", "leash,bulk")
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     for _ in range(3):
         assert client.post("/jobs", json=CLASSIFY).status_code == 202
     assert client.post("/jobs", json={**CLASSIFY, "queue": "bulk"}).status_code == 202
@@ -60,7 +60,7 @@ def test_metrics_count_requests_by_route_and_status(client, conn):
 
 
 def test_metrics_still_answer_when_redis_is_down(conn):
-    found = samples(make_app(REDIS_URL="redis://127.0.0.1:1/0").test_client().get("/metrics"))
+    found = samples(create_app_with(REDIS_URL="redis://127.0.0.1:1/0").test_client().get("/metrics"))
     assert found[("leash_redis_up", ())] == 0
     assert ("leash_queue_depth", (("queue", "leash"),)) not in found
 
@@ -71,7 +71,7 @@ def test_metrics_content_type_names_its_charset_once(client, conn):
 
 
 def test_with_a_metrics_token_only_a_scraper_presenting_it_sees_the_numbers(conn):
-    client = make_app(LEASH_METRICS_TOKEN="scrape-token-0123456789").test_client()
+    client = create_app_with(LEASH_METRICS_TOKEN="scrape-token-0123456789").test_client()
     for headers in ({}, {"Authorization": "Bearer wrong-token"}, {"Authorization": "Basic c2NyYXBlOng="},
                     {"Authorization": "Bearer scrape-token-012345678"}):
         refused = client.get("/metrics", headers=headers)
@@ -83,23 +83,23 @@ def test_with_a_metrics_token_only_a_scraper_presenting_it_sees_the_numbers(conn
 
 def test_metrics_token_comes_from_the_environment(env, conn):
     env.setenv("LEASH_METRICS_TOKEN", "from-the-env-0123456789")
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     assert client.get("/metrics").status_code == 401
     assert client.get("/metrics", headers={"Authorization": "Bearer from-the-env-0123456789"}).status_code == 200
 
 
 def test_in_production_metrics_need_a_token_unless_made_public_on_purpose(conn, caplog):
-    from tests.web_support import TOKENS, make_app
+    from tests.web_support import TOKENS, create_app_with
 
     tokens = ",".join(f"{o}={t}" for o, t in TOKENS.items())
-    closed = make_app(LEASH_API_TOKENS=tokens).test_client().get("/metrics")
+    closed = create_app_with(LEASH_API_TOKENS=tokens).test_client().get("/metrics")
     assert closed.status_code == 403
     assert "LEASH_METRICS_TOKEN" in closed.get_json()["error"] and "LEASH_METRICS_PUBLIC" in closed.get_json()["error"]
     assert "leash_queue_depth" not in closed.get_data(as_text=True)
     assert any("LEASH_METRICS_TOKEN" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
-    assert make_app(LEASH_API_TOKENS=tokens, LEASH_METRICS_PUBLIC=True).test_client().get("/metrics").status_code == 200
-    assert make_app(LEASH_TRUSTED_USER_HEADER="X-User").test_client().get("/metrics").status_code == 403
-    assert make_app().test_client().get("/metrics").status_code == 200  # development: open
+    assert create_app_with(LEASH_API_TOKENS=tokens, LEASH_METRICS_PUBLIC=True).test_client().get("/metrics").status_code == 200
+    assert create_app_with(LEASH_TRUSTED_USER_HEADER="X-User").test_client().get("/metrics").status_code == 403
+    assert create_app_with().test_client().get("/metrics").status_code == 200  # development: open
 
 
 def test_the_deploy_recipes_set_a_metrics_token():

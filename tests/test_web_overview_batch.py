@@ -16,7 +16,7 @@ from jobs.core import lease
 from jobs.core.rq_side import rq_queue
 from jobs.enqueue import enqueue
 from jobs.read import overview
-from tests.web_support import HTML, csrf_from, make_app
+from tests.web_support import HTML, create_app_with, csrf_from
 from web import charts
 
 
@@ -60,7 +60,7 @@ def test_axis_labels_are_short_figures_kept_inside_the_chart():
 
 
 def test_rq_dashboard_pages_lead_back_to_leash(conn):
-    client = make_app(LEASH_DEV=True).test_client()
+    client = create_app_with(LEASH_DEV=True).test_client()
     page = client.get("/rq/").data.decode()
     assert '<a href="/overview">&larr; Back to leash</a>' in page and '<a href="/failures">Failures</a>' in page
     assert page.index('class="leash-back"') < page.index('id="navbar-dashboard"')

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cli.devserver import free_port
 from tests.conftest import ROOT
-from tests.web_support import make_app
+from tests.web_support import create_app_with
 from web import serve
 from web.app import SecretKeyMissing
 
@@ -97,8 +97,8 @@ def test_outside_leash_dev_the_web_server_refuses_to_start_without_a_secret_key_
 
 def test_create_app_outside_leash_dev_refuses_without_a_secret_key(conn):
     with pytest.raises(SecretKeyMissing, match="SECRET_KEY is not set"):
-        make_app(SECRET_KEY=None)
-    assert make_app(SECRET_KEY=None, LEASH_DEV=True).config["SECRET_KEY"]
+        create_app_with(SECRET_KEY=None)
+    assert create_app_with(SECRET_KEY=None, LEASH_DEV=True).config["SECRET_KEY"]
 
 
 @pytest.mark.parametrize("setting,value,named", [

@@ -11,7 +11,7 @@ import urllib.error
 import urllib.request
 
 from tests.conftest import wait_for
-from tests.web_support import make_app
+from tests.web_support import create_app_with
 
 MIB = 1 << 20
 
@@ -69,7 +69,7 @@ def test_the_cost_of_reading_one_request_is_bounded(web_server):
 
 
 def test_a_form_of_too_many_fields_is_a_413_before_it_is_parsed(conn):
-    client = make_app().test_client()
+    client = create_app_with().test_client()
     response = client.post("/", data=b"&".join(b"f%d=1" % n for n in range(5000)),
                            content_type="application/x-www-form-urlencoded")
     assert response.status_code == 413 and "5000 fields" in response.get_json()["error"]

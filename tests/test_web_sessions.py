@@ -8,7 +8,7 @@ import re
 
 from jobs import keys
 from jobs.intake import sessions
-from tests.web_support import HTML, TOKENS, bearer, make_app, sign_in
+from tests.web_support import HTML, TOKENS, bearer, create_app_with, sign_in
 
 TOKEN_LIST = ",".join(f"{o}={t}" for o, t in TOKENS.items())
 
@@ -25,7 +25,7 @@ def _reads_jobs(app, cookie: str) -> bool:
 
 
 def test_a_cookie_copied_before_sign_out_no_longer_reads_jobs(conn):
-    app = make_app(LEASH_API_TOKENS=TOKEN_LIST)
+    app = create_app_with(LEASH_API_TOKENS=TOKEN_LIST)
     browser = app.test_client()
     assert sign_in(browser, "alice").status_code == 303
     copied = _cookie(browser)
@@ -40,7 +40,7 @@ def test_a_cookie_copied_before_sign_out_no_longer_reads_jobs(conn):
 
 
 def test_a_session_lives_as_long_as_the_cookie_and_other_sessions_of_the_owner_stay(conn):
-    app = make_app(LEASH_API_TOKENS=TOKEN_LIST)
+    app = create_app_with(LEASH_API_TOKENS=TOKEN_LIST)
     first, second = app.test_client(), app.test_client()
     sign_in(first, "alice")
     sign_in(second, "alice")
@@ -56,7 +56,7 @@ def test_a_session_lives_as_long_as_the_cookie_and_other_sessions_of_the_owner_s
 
 
 def test_a_cookie_signed_in_before_sessions_were_kept_must_sign_in_again(conn):
-    app = make_app(LEASH_API_TOKENS=TOKEN_LIST)
+    app = create_app_with(LEASH_API_TOKENS=TOKEN_LIST)
     browser = app.test_client()
     sign_in(browser, "alice")
     with browser.session_transaction() as session:
@@ -65,7 +65,7 @@ def test_a_cookie_signed_in_before_sessions_were_kept_must_sign_in_again(conn):
 
 
 def test_an_owner_keeps_at_most_its_session_cap_and_the_oldest_go_first(conn):
-    app = make_app(LEASH_API_TOKENS=TOKEN_LIST, LEASH_MAX_SESSIONS=3)
+    app = create_app_with(LEASH_API_TOKENS=TOKEN_LIST, LEASH_MAX_SESSIONS=3)
     browsers = [app.test_client() for _ in range(5)]
     for browser in browsers:
         assert sign_in(browser, "alice").status_code == 303
@@ -78,23 +78,23 @@ def test_an_owner_keeps_at_most_its_session_cap_and_the_oldest_go_first(conn):
 
 
 def test_a_token_removed_and_added_back_does_not_bring_its_sessions_back(conn):
-    with_token = make_app(LEASH_API_TOKENS=TOKEN_LIST)
+    with_token = create_app_with(LEASH_API_TOKENS=TOKEN_LIST)
     browser = with_token.test_client()
     sign_in(browser, "alice")
     cookie = _cookie(browser)
     assert _reads_jobs(with_token, cookie)
     without = ",".join(f"{o}={t}" for o, t in TOKENS.items() if o != "alice")
-    make_app(LEASH_API_TOKENS=without)  # a deploy without alice's token: its start drops her sessions
+    create_app_with(LEASH_API_TOKENS=without)  # a deploy without alice's token: its start drops her sessions
     assert sessions.count(conn, "alice") == 0
-    back = make_app(LEASH_API_TOKENS=TOKEN_LIST)  # the token added back
+    back = create_app_with(LEASH_API_TOKENS=TOKEN_LIST)  # the token added back
     assert not _reads_jobs(back, cookie)
     fresh = back.test_client()
     assert sign_in(fresh, "alice").status_code == 303 and fresh.get("/jobs", headers=HTML).status_code == 200
 
 
 def test_a_session_met_after_its_token_was_removed_is_dropped_on_the_spot(conn):
-    without = make_app(LEASH_API_TOKENS=",".join(f"{o}={t}" for o, t in TOKENS.items() if o != "alice"))
-    with_token = make_app(LEASH_API_TOKENS=TOKEN_LIST)  # a process still started with the token
+    without = create_app_with(LEASH_API_TOKENS=",".join(f"{o}={t}" for o, t in TOKENS.items() if o != "alice"))
+    with_token = create_app_with(LEASH_API_TOKENS=TOKEN_LIST)  # a process still started with the token
     browser = with_token.test_client()
     sign_in(browser, "alice")
     cookie = _cookie(browser)
@@ -105,6 +105,6 @@ def test_a_session_met_after_its_token_was_removed_is_dropped_on_the_spot(conn):
 
 
 def test_the_web_app_starts_when_redis_is_away_and_sweeps_at_its_next_start(conn, caplog):
-    app = make_app(LEASH_API_TOKENS=TOKEN_LIST, REDIS_URL="redis://127.0.0.1:1/0")
+    app = create_app_with(LEASH_API_TOKENS=TOKEN_LIST, REDIS_URL="redis://127.0.0.1:1/0")
     assert app is not None
     assert "not swept at start" in caplog.text

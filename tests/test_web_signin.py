@@ -8,7 +8,7 @@ import pytest
 
 from jobs import keys
 from jobs.enqueue import enqueue
-from tests.web_support import CLASSIFY, HTML, TOKENS, bearer, csrf_from, make_app, sign_in
+from tests.web_support import CLASSIFY, HTML, TOKENS, bearer, create_app_with, csrf_from, sign_in
 
 FORM = {"kind": "classify", "labels": "a, b", "items": "one\ntwo", "submission": "submission-1"}
 TOKEN_LIST = ",".join(f"{o}={t}" for o, t in TOKENS.items())
@@ -87,11 +87,11 @@ def test_sign_in_refuses_an_unknown_token_a_forged_form_and_a_foreign_next(token
 
 
 def test_a_session_signs_out_when_its_token_is_removed(conn):
-    old = make_app(LEASH_API_TOKENS=TOKEN_LIST)
+    old = create_app_with(LEASH_API_TOKENS=TOKEN_LIST)
     browser = old.test_client()
     sign_in(browser, "alice")
     assert browser.get("/", headers=HTML).status_code == 200
-    rotated = make_app(LEASH_API_TOKENS="alice=a-brand-new-token-0123")
+    rotated = create_app_with(LEASH_API_TOKENS="alice=a-brand-new-token-0123")
     cookie = browser.get_cookie("leash_session")
     later = rotated.test_client()
     later.set_cookie("leash_session", cookie.value)
@@ -114,12 +114,12 @@ def test_a_browser_owner_from_before_sign_in_may_read_its_jobs_and_act_no_more(t
 
 def test_the_trusted_header_signs_in_only_when_configured(conn):
     header = {"X-Forwarded-User": "carol@example.com"}
-    ignored = make_app(LEASH_API_TOKENS=TOKEN_LIST).test_client()
+    ignored = create_app_with(LEASH_API_TOKENS=TOKEN_LIST).test_client()
     assert ignored.get("/", headers={**HTML, **header}).status_code == 303
     assert ignored.post("/jobs", json=CLASSIFY, headers=header).status_code == 401
     assert no_jobs(conn)
 
-    proxied = make_app(LEASH_API_TOKENS=TOKEN_LIST, LEASH_TRUSTED_USER_HEADER="X-Forwarded-User").test_client()
+    proxied = create_app_with(LEASH_API_TOKENS=TOKEN_LIST, LEASH_TRUSTED_USER_HEADER="X-Forwarded-User").test_client()
     posted = submit_form(proxied, headers=header)
     assert posted.status_code == 303
     job_id = posted.headers["Location"].rsplit("/", 1)[1]
@@ -132,12 +132,12 @@ def test_the_trusted_header_signs_in_only_when_configured(conn):
     bad = proxied.get("/jobs", headers={"X-Forwarded-User": "carol smith"})
     assert bad.status_code == 400 and "X-Forwarded-User" in bad.get_json()["error"]
     # Without the header the proxy's app is as closed as any.
-    assert make_app(LEASH_TRUSTED_USER_HEADER="X-Forwarded-User").test_client().get("/", headers=HTML).status_code == 303
+    assert create_app_with(LEASH_TRUSTED_USER_HEADER="X-Forwarded-User").test_client().get("/", headers=HTML).status_code == 303
 
 
 @pytest.mark.parametrize("public", [False, True])
 def test_the_public_form_is_an_explicit_opt_in(conn, public):
-    app = make_app(LEASH_API_TOKENS=TOKEN_LIST, LEASH_PUBLIC_SUBMIT=public)
+    app = create_app_with(LEASH_API_TOKENS=TOKEN_LIST, LEASH_PUBLIC_SUBMIT=public)
     visitor = app.test_client()
     if not public:
         assert visitor.get("/", headers=HTML).status_code == 303
@@ -158,7 +158,7 @@ def test_the_public_form_is_an_explicit_opt_in(conn, public):
 
 def test_the_public_owner_is_under_the_same_quotas(conn, env):
     env.setenv("LEASH_MAX_QUEUED_PER_OWNER", "1")
-    app = make_app(LEASH_API_TOKENS=TOKEN_LIST, LEASH_PUBLIC_SUBMIT=True)
+    app = create_app_with(LEASH_API_TOKENS=TOKEN_LIST, LEASH_PUBLIC_SUBMIT=True)
     assert submit_form(app.test_client()).status_code == 303
     refused = submit_form(app.test_client(), submission="submission-2")
     assert refused.status_code == 429 and refused.headers["Retry-After"] == "60"

@@ -40,16 +40,22 @@ def basic(user: str, password: str) -> dict:
     return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
 
-def make_app(**config):
-    base = {"TESTING": True, "SECRET_KEY": "test-secret", "REDIS_URL": REDIS_URL,
-            "LEASH_DASHBOARD_USER": None, "LEASH_DASHBOARD_PASSWORD": None, "LEASH_DEV": False}
-    base.update(config)
-    return create_app(base)
+#: What every test app is made with unless a test says otherwise (the environment may set the rest).
+TEST_SETTINGS = {"SECRET_KEY": "test-secret", "LEASH_SECRET_KEY": None, "REDIS_URL": REDIS_URL,
+                 "LEASH_DASHBOARD_USER": None, "LEASH_DASHBOARD_PASSWORD": None, "LEASH_DEV": False}
+
+
+def create_app_with(**settings):
+    """The app under test, its declared settings (``LEASH_API_TOKENS="..."``, None: unset) read
+    in place of the environment's, as the app reads them: the one way a test sets one."""
+    app = create_app({**TEST_SETTINGS, **settings})
+    app.config["TESTING"] = True  # Flask's own
+    return app
 
 
 @pytest.fixture
 def app(conn):
-    return make_app()
+    return create_app_with()
 
 
 @pytest.fixture
@@ -59,7 +65,7 @@ def client(app):
 
 @pytest.fixture
 def token_app(conn):
-    return make_app(LEASH_API_TOKENS=",".join(f"{o}={t}" for o, t in TOKENS.items()))
+    return create_app_with(LEASH_API_TOKENS=",".join(f"{o}={t}" for o, t in TOKENS.items()))
 
 
 def csrf_from(html: bytes) -> str:

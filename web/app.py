@@ -1,10 +1,12 @@
 """The Flask app factory. Served by ``leash web`` (web/serve.py) from the Procfile.
 
-Configuration comes from the environment (``test_config`` overrides it in tests):
+Configuration comes from the environment, read once into web/app_settings.py (``settings``
+names declared variables read in its place, as tests do):
 
     REDIS_URL                       the job store
-    SECRET_KEY / LEASH_SECRET_KEY   signs the session cookie that carries a browser's owner id;
-                                    required, except under ``leash dev`` (a random key per run)
+    SECRET_KEY                      signs the session cookie that carries a browser's owner id;
+                                    required, except under ``leash dev`` (a random key per run);
+                                    LEASH_SECRET_KEY, its deprecated name, still works
     LEASH_API_TOKENS                owner=token,... for the API; unset: open API, one shared owner
     LEASH_MAX_BODY_BYTES            request body limit (default 1 MiB), checked before parsing
     LEASH_DASHBOARD_USER/_PASSWORD  mount rq-dashboard at /rq behind basic auth
@@ -25,7 +27,7 @@ Configuration comes from the environment (``test_config`` overrides it in tests)
 from __future__ import annotations
 
 import logging
-import secrets
+from collections.abc import Mapping
 from datetime import timedelta
 from urllib.parse import urlsplit
 
@@ -36,16 +38,14 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from jobs import kinds
 from jobs.archive import answers as archive_answers
 from jobs.archive import database as archive_database
-from jobs.config import redis_settings
-from jobs.config.front import web_app
-from jobs.config.operations import operations
 from jobs.core import clock, switches
-from jobs.core.store.connection import check_settings, configured_url, connect
+from jobs.core.store.connection import connect
 from jobs.models import cache as request_cache
 from jobs.read.redis_health import eviction_warning, readiness
 
 from . import (
     api,
+    app_settings,
     auth,
     dashboard,
     error_replies,
@@ -58,44 +58,18 @@ from . import (
     request_logs,
     signin,
 )
+from .app_settings import SECRET_KEY_MISSING, SecretKeyMissing  # noqa: F401 (leash web names them)
 from .redis_guard import guarded_connection
 
 log = logging.getLogger(__name__)
 
-#: The one line the web app (and ``leash web``) stops with outside ``leash dev``.
-SECRET_KEY_MISSING = ("SECRET_KEY is not set; set it to a long random value shared by every web process, e.g. "
-                      "heroku config:set SECRET_KEY=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')")
-
-
-class SecretKeyMissing(RuntimeError):
-    pass
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
-def _config_from_env() -> dict:
-    check_settings()  # a bad value anywhere: the app refuses to start, naming the variable
-    web = web_app()
-    return {
-        "REDIS_URL": configured_url(),
-        "SECRET_KEY": web.session_secret,
-        "LEASH_API_TOKENS": web.api_tokens,
-        "MAX_CONTENT_LENGTH": web.max_body_bytes,
-        "LEASH_DASHBOARD_USER": web.dashboard_user,
-        "LEASH_DASHBOARD_PASSWORD": web.dashboard_password,
-        "LEASH_DEV": web.dev,
-        "SESSION_COOKIE_SECURE": web.secure_cookies,
-        "LEASH_MAX_SESSIONS": web.max_sessions,
-        # A request must not hang on a Redis that accepts connections but does not answer.
-        "LEASH_REDIS_TIMEOUT": redis_settings().redis_timeout,
-        "LEASH_METRICS_TOKEN": web.metrics_token,
-        "LEASH_METRICS_PUBLIC": web.metrics_public,
-        "LEASH_TRUSTED_USER_HEADER": web.trusted_user_header,
-        "LEASH_PUBLIC_SUBMIT": web.public_submit,
-        "LEASH_ACCESS_LOG": operations().access_log,
-    }
-
-
-def create_app(test_config: dict | None = None) -> Flask:
+def create_app(settings: Mapping[str, object] | None = None) -> Flask:
+    """The app, its settings read from the environment once; ``settings`` names declared
+    variables to read in the environment's place (None: unset), as the tests do."""
+    found = app_settings.read(settings)
     app = Flask(__name__)
     app.config.from_mapping(
         SESSION_COOKIE_NAME="leash_session",
@@ -106,35 +80,31 @@ def create_app(test_config: dict | None = None) -> Flask:
         # CSRF is checked where a cookie authenticates (see _csrf_policy), not on token requests.
         WTF_CSRF_CHECK_DEFAULT=False,
         WTF_CSRF_TIME_LIMIT=None,
-        **_config_from_env(),
+        # Flask's own keys, from leash's settings:
+        SECRET_KEY=found.secret,
+        SESSION_COOKIE_SECURE=found.web.secure_cookies,
+        MAX_CONTENT_LENGTH=found.web.max_body_bytes,
+        # Werkzeug caps form fields separately (500 kB); one limit for every kind of body.
+        MAX_FORM_MEMORY_SIZE=found.web.max_body_bytes,
     )
-    if test_config:
-        app.config.update(test_config)
+    app_settings.keep(app, found)
     # Werkzeug answers '/static//x' with a redirect to an absolute URL built from the Host
     # header (any host a client names): no merging, so such a path is a plain 404.
     app.url_map.merge_slashes = False
     request_logs.init_app(app)  # LEASH_LOG_FORMAT, SENTRY_DSN: before anything logs
-    if not app.config["SECRET_KEY"]:
-        if not app.config["LEASH_DEV"]:
-            # A random key per process would forget browsers' sessions (their jobs) on every
-            # restart and flip owners between processes: refuse instead.
-            raise SecretKeyMissing(SECRET_KEY_MISSING)
-        app.config["SECRET_KEY"] = secrets.token_urlsafe(32)  # leash dev: sessions last until it stops
-    # Werkzeug caps form fields separately (500 kB); one limit for every kind of body.
-    app.config["MAX_FORM_MEMORY_SIZE"] = app.config["MAX_CONTENT_LENGTH"]
-    app.config["LEASH_TOKENS"] = auth.parse_tokens(app.config["LEASH_API_TOKENS"])
-    if app.config["LEASH_TRUSTED_USER_HEADER"]:
+    if found.web.trusted_user_header:
         log.warning("LEASH_TRUSTED_USER_HEADER=%s: requests carrying it are signed in as the owner it names; "
-                    "the auth proxy in front must strip it from clients", app.config["LEASH_TRUSTED_USER_HEADER"])
-    elif not app.config["LEASH_TOKENS"]:
+                    "the auth proxy in front must strip it from clients", found.web.trusted_user_header)
+    elif not found.tokens:
         log.warning("LEASH_API_TOKENS is not set: the API is open and its callers share one owner "
                     "(development only)")
-    if (no_archive := archive_database.startup_warning()) and not app.config["LEASH_DEV"]:
+    if (no_archive := archive_database.startup_warning()) and not found.web.dev:
         log.warning(no_archive)
     request_cache.archived = archive_answers.lookup  # a dry run's price counts answers in the archive
     kinds.import_kinds()
-    app.extensions["leash_redis"] = guarded_connection(app.config["REDIS_URL"], app.config["LEASH_REDIS_TIMEOUT"])
-    _warn_if_redis_may_evict(app.config["REDIS_URL"])
+    # A request must not hang on a Redis that accepts connections but does not answer.
+    app.extensions["leash_redis"] = guarded_connection(found.redis_url, found.redis.redis_timeout)
+    _warn_if_redis_may_evict(found.redis_url)
     auth.forget_removed_tokens(app)
 
     metrics.init_app(app)  # first, so its timer starts before any hook can answer early

@@ -34,9 +34,9 @@ from redis.exceptions import RedisError
 from werkzeug.exceptions import BadRequest, Unauthorized
 
 from jobs.intake import sessions
-from jobs.read.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens  # noqa: F401  (parse_tokens: web.app)
+from jobs.read.owners import OWNER_PATTERN, SHARED_OWNER
 
-from . import guessing
+from . import app_settings, guessing
 from .error_replies import wants_html
 
 log = logging.getLogger(__name__)
@@ -69,11 +69,11 @@ class SignInRequired(TokenRequired):
 
 
 def _tokens() -> dict[str, str]:
-    return current_app.config["LEASH_TOKENS"]
+    return app_settings.current().tokens
 
 
 def _trusted_header() -> str | None:
-    return current_app.config.get("LEASH_TRUSTED_USER_HEADER") or None
+    return app_settings.current().web.trusted_user_header or None
 
 
 def open_mode() -> bool:
@@ -93,7 +93,7 @@ def owner_for_token(presented: str) -> str | None:
 def token_digest(token: str) -> str:
     """What a signed-in session keeps of its token: a keyed digest, so removing the token from
     LEASH_API_TOKENS signs its sessions out, and the (readable) cookie does not carry it."""
-    return hmac.new(current_app.config["SECRET_KEY"].encode(), token.encode(), hashlib.sha256).hexdigest()[:32]
+    return hmac.new(app_settings.current().secret.encode(), token.encode(), hashlib.sha256).hexdigest()[:32]
 
 
 def _bearer() -> str | None:
@@ -123,7 +123,7 @@ def start_session(owner: str, token: str) -> None:
     LEASH_MAX_SESSIONS, its oldest sessions are signed out."""
     lifetime = int(current_app.permanent_session_lifetime.total_seconds())
     session_id, revoked = sessions.start(_redis(), owner, token_digest(token), lifetime,
-                                         current_app.config["LEASH_MAX_SESSIONS"])
+                                         app_settings.current().web.max_sessions)
     if revoked:
         log.info("owner %r signed in past LEASH_MAX_SESSIONS: its %d oldest session(s) signed out", owner, revoked)
     session.clear()
@@ -204,12 +204,12 @@ def browser_owner(need: Need = Need.READ) -> str:
     owner = signed_in_owner()
     if owner is None and need in (Need.READ, Need.LIST):
         owner = _legacy_owner()
-    if owner is None and need in (Need.READ, Need.SUBMIT) and current_app.config.get("LEASH_PUBLIC_SUBMIT"):
+    if owner is None and need in (Need.READ, Need.SUBMIT) and app_settings.current().web.public_submit:
         owner = PUBLIC_OWNER
     if owner is None:
         raise SignInRequired("sign in first: open /signin with your API token"
                              + (" (or submit through the form without signing in)"
-                                if current_app.config.get("LEASH_PUBLIC_SUBMIT") else ""))
+                                if app_settings.current().web.public_submit else ""))
     return _known(owner)
 
 

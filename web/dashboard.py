@@ -55,7 +55,7 @@ from rq.worker import Worker
 from jobs import keys
 from jobs.core.store.connection import connect, redis_url
 
-from . import guessing
+from . import app_settings, guessing
 from .error_replies import api_error
 
 log = logging.getLogger(__name__)
@@ -132,8 +132,8 @@ def _challenge() -> Response:
 def _guard():
     if request.blueprint != BLUEPRINT:
         return None
-    user = current_app.config.get("LEASH_DASHBOARD_USER")
-    password = current_app.config.get("LEASH_DASHBOARD_PASSWORD")
+    web = app_settings.current().web
+    user, password = web.dashboard_user, web.dashboard_password
     if user and password and not credentials_ok(user, password):
         return _challenge()
     problem = _bad_address(request.view_args or {})
@@ -244,15 +244,13 @@ def _protect_pages(response: Response) -> Response:
 def _set_csrf_cookie(response: Response) -> Response:
     if request.blueprint == BLUEPRINT and response.status_code < 400:
         response.set_cookie(CSRF_COOKIE, generate_csrf(), path=PREFIX, samesite="Strict",
-                            secure=current_app.config.get("SESSION_COOKIE_SECURE", False), httponly=False)
+                            secure=app_settings.current().web.secure_cookies, httponly=False)
     return response
 
 
 def init_app(app: Flask) -> None:
-    user = app.config.get("LEASH_DASHBOARD_USER")
-    password = app.config.get("LEASH_DASHBOARD_PASSWORD")
-    dev = app.config.get("LEASH_DEV")
-    app.config["LEASH_DASHBOARD_MOUNTED"] = False
+    found = app_settings.of(app)
+    user, password, dev = found.web.dashboard_user, found.web.dashboard_password, found.web.dev
     if not (user and password) and not dev:
         if user or password:
             log.warning("rq-dashboard is not mounted: set both LEASH_DASHBOARD_USER and LEASH_DASHBOARD_PASSWORD")
@@ -261,7 +259,7 @@ def init_app(app: Flask) -> None:
     from rq_dashboard.web import setup_rq_connection
 
     _patch_rq_dashboard()
-    app.config["RQ_DASHBOARD_REDIS_URL"] = app.config.get("REDIS_URL") or redis_url()
+    app.config["RQ_DASHBOARD_REDIS_URL"] = found.redis_url or redis_url()  # rq-dashboard's own key
     setup_rq_connection(app)
     app.register_blueprint(rq_dashboard.blueprint, url_prefix=PREFIX)
     # App-level hooks run before the blueprint's own, so the guard runs before rq-dashboard
@@ -270,6 +268,5 @@ def init_app(app: Flask) -> None:
     app.after_request(_set_csrf_cookie)
     app.after_request(_protect_pages)
     app.register_error_handler(NoSuchJobError, _no_such_rq_job)  # its job views fetch without checking
-    app.config["LEASH_DASHBOARD_MOUNTED"] = True
     if not (user and password):
         log.warning("rq-dashboard is mounted at %s WITHOUT a password (LEASH_DEV=1, development only)", PREFIX)

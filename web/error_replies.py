@@ -57,9 +57,9 @@ def _message(exc: HTTPException) -> str:
         allowed = ", ".join(sorted(m for m in (exc.valid_methods or []) if m not in ("HEAD", "OPTIONS")))
         return f"{request.method} is not allowed on {request.path}; use {allowed or 'another method'}"
     if exc.code == 413:
-        from flask import current_app
+        from . import app_settings
 
-        limit = current_app.config["MAX_CONTENT_LENGTH"]
+        limit = app_settings.current().web.max_body_bytes
         size = request.content_length
         got = f"the request body is {size} bytes; " if size is not None else ""
         return (f"{got}the limit is {limit} bytes (LEASH_MAX_BODY_BYTES): send fewer or shorter items, "

@@ -23,7 +23,7 @@ from jobs.deadletter import durations
 from jobs.intake import admission
 from jobs.read import failure_groups, humane
 
-from . import dashboard
+from . import app_settings, dashboard
 from .auth import Need, browser_owner, request_owner
 from .error_replies import api_error, wants_html
 from .reads import redis_conn
@@ -39,8 +39,8 @@ MAX_REPLAY = 5000
 
 def _operator() -> str | None:
     """The dashboard's operator when this request carries their basic-auth credentials."""
-    user = current_app.config.get("LEASH_DASHBOARD_USER")
-    password = current_app.config.get("LEASH_DASHBOARD_PASSWORD")
+    web = app_settings.current().web
+    user, password = web.dashboard_user, web.dashboard_password
     header = request.headers.get("Authorization", "")
     if user and password and header[:6].lower() == "basic " and dashboard.credentials_ok(user, password):
         return user

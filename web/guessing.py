@@ -32,7 +32,8 @@ from limits.strategies import MovingWindowRateLimiter
 from werkzeug.exceptions import TooManyRequests
 
 from jobs import keys
-from jobs.config.front import web_app
+
+from . import app_settings
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ MAX_REMEMBERED = 10_000
 
 def _scopes(door: str, guessed: str) -> list[tuple[str, ...]]:
     # Keyed by the app's secret: the digest of a near-miss stored in Redis tells a reader nothing.
-    key = str(current_app.secret_key or "").encode()
+    key = app_settings.current().secret.encode()
     guess = hmac.new(key, guessed.encode(errors="replace"), hashlib.sha256).hexdigest()[:24]
     return [keys.guess_rate_scope(door, "address", request.remote_addr or "unknown"),
             keys.guess_rate_scope(door, "guess", guess)]
@@ -89,7 +90,7 @@ def failed(door: str, guessed: str, what: str) -> None:
     """Count a failure; the one that finds the limit reached is logged (once per burst) and refused."""
     limiter, refused = _limiter()
     for scope in _scopes(door, guessed):
-        for rate in parse_many(web_app().guess_rate):
+        for rate in parse_many(app_settings.current().web.guess_rate):
             if not limiter.hit(rate, *scope):
                 reset = limiter.get_window_stats(rate, *scope).reset_time
                 wait = max(1, math.ceil(reset - time.time()))

@@ -38,15 +38,13 @@ from werkzeug.exceptions import Forbidden, Unauthorized
 
 from jobs import keys
 from jobs.archive import pending as archive_pending
-from jobs.config import settings
-from jobs.config.front import web_app
 from jobs.core import clock, deferrals, switches
 from jobs.models import concurrency as model_concurrency
 from jobs.read import fleet
 from jobs.usage.prices import usd
 from jobs.usage.report import model_totals
 
-from . import guessing
+from . import app_settings, guessing
 
 log = logging.getLogger(__name__)
 bp = Blueprint("metrics", __name__)
@@ -237,20 +235,13 @@ CLOSED = ("/metrics is closed: in production it needs LEASH_METRICS_TOKEN (scrap
           "'Authorization: Bearer <token>'), or LEASH_METRICS_PUBLIC=1 to publish the numbers on purpose")
 
 
-def closed(app: Flask) -> bool:
-    from . import auth
-
-    config_ = app.config
-    production = bool(auth.parse_tokens(config_.get("LEASH_API_TOKENS")) or config_.get("LEASH_TRUSTED_USER_HEADER"))
-    return production and not config_.get("LEASH_METRICS_TOKEN") and not config_.get("LEASH_METRICS_PUBLIC")
-
-
 def _check_token() -> None:
     """With LEASH_METRICS_TOKEN set, only a scraper presenting it sees the numbers; without it,
     only development or LEASH_METRICS_PUBLIC=1 shows them to anyone."""
-    expected = current_app.config.get("LEASH_METRICS_TOKEN")
+    found = app_settings.current()
+    expected = found.web.metrics_token
     if not expected:
-        if current_app.config["LEASH_METRICS_CLOSED"]:
+        if found.metrics_closed:
             raise Forbidden(CLOSED)
         return
     scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
@@ -270,17 +261,17 @@ def metrics():
 
 
 def init_app(app: Flask) -> None:
-    app.config["LEASH_METRICS_CLOSED"] = closed(app)
-    if app.config["LEASH_METRICS_CLOSED"]:
+    found = app_settings.of(app)
+    if found.metrics_closed:
         log.warning("GET /metrics answers 403: set LEASH_METRICS_TOKEN for your scraper "
                     "(or LEASH_METRICS_PUBLIC=1 to publish it)")
     registry = CollectorRegistry(auto_describe=False)
-    if web_app().prometheus_multiproc_dir:
+    if found.web.prometheus_multiproc_dir:
         MultiProcessCollector(registry)
     else:
         registry.register(REQUESTS)
         registry.register(LATENCY)
-    registry.register(RedisCollector(app.extensions["leash_redis"], settings().queues))
+    registry.register(RedisCollector(app.extensions["leash_redis"], found.jobs.queues))
     app.extensions["leash_metrics"] = registry
     app.before_request(_start_timer)
     app.after_request(_record)

@@ -40,11 +40,10 @@ from rq.serializers import JSONSerializer
 from rq.worker import Worker
 from werkzeug.exceptions import BadRequest, Forbidden, NotFound, Unauthorized
 
-from jobs.config import settings
 from jobs.core import clock, switches
 from jobs.read import fleet
 
-from . import dashboard, guessing
+from . import app_settings, dashboard, guessing
 from .auth import owner_for_token
 from .confirm import needs_confirming, operator_confirm_page
 from .error_replies import wants_html
@@ -67,18 +66,18 @@ class OperatorRequired(Unauthorized):
 
 
 def _credentials() -> tuple[str, str] | None:
-    user = current_app.config.get("LEASH_DASHBOARD_USER")
-    password = current_app.config.get("LEASH_DASHBOARD_PASSWORD")
+    web = app_settings.current().web
+    user, password = web.dashboard_user, web.dashboard_password
     return (user, password) if user and password else None
 
 
 def _open_dashboard() -> bool:
     """leash dev: the dashboard is mounted without a password, and so are these controls."""
-    return bool(current_app.config.get("LEASH_DEV")) and _credentials() is None
+    return app_settings.current().web.dev and _credentials() is None
 
 
 def _digest(user: str, password: str) -> str:
-    secret = current_app.config["SECRET_KEY"].encode()
+    secret = app_settings.current().secret.encode()
     return hmac.new(secret, f"operator\0{user}\0{password}".encode(), hashlib.sha256).hexdigest()[:32]
 
 
@@ -93,7 +92,7 @@ def _session_operator() -> str | None:
 def _metrics_token() -> bool:
     """Whether the request carries LEASH_METRICS_TOKEN. A bearer token that is neither it nor an
     owner's counts as a failed guess, as at /metrics: these reads must not become its oracle."""
-    expected = current_app.config.get("LEASH_METRICS_TOKEN")
+    expected = app_settings.current().web.metrics_token
     scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
     if not expected or scheme.lower() != "bearer":
         return False
@@ -136,7 +135,7 @@ def operator(change: bool) -> str:
 
 
 def _trusted_owner() -> bool:
-    name = current_app.config.get("LEASH_TRUSTED_USER_HEADER")
+    name = app_settings.current().web.trusted_user_header
     return bool(name) and name in request.headers
 
 
@@ -153,7 +152,7 @@ def _name(value: str, what: str) -> str:
 
 def _known_queue(queue: str) -> str:
     queue = _name(queue, "queue")
-    known = fleet.known_queues(redis_conn(), settings().queues)
+    known = fleet.known_queues(redis_conn(), app_settings.current().jobs.queues)
     if queue not in known:
         raise NotFound(f"no queue named {queue!r}: the queues are {', '.join(sorted(known))}")
     return queue

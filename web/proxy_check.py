@@ -15,7 +15,8 @@ import redis
 from flask import Flask, current_app, request
 
 from jobs import keys
-from jobs.config.front import web_server
+
+from . import app_settings
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ PROBES = ("/healthz", "/readyz")
 
 
 def watch(app: Flask) -> None:
-    if (web_server().trusted_proxies or "").strip() != "*":
+    if (app_settings.of(app).server.trusted_proxies or "").strip() != "*":
         return
     last = {"at": 0.0, "logged": False}
 

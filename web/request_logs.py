@@ -17,6 +17,8 @@ from flask import Flask, g, has_request_context, request
 
 from jobs.observability import logs, reporting
 
+from . import app_settings
+
 access_log = logging.getLogger("leash.access")
 
 SWITCH = ("auto", "1", "0", "true", "false", "on", "off", "yes", "no")
@@ -26,20 +28,17 @@ def init_app(app: Flask) -> None:
     logs.configure_web()  # LEASH_LOG_FORMAT=json when nothing set logging up (leash web does)
     logs.add_context_provider(request_context)
     reporting.init("web")  # SENTRY_DSN
-    if access_log_on(app.config):
+    if access_log_on(app_settings.of(app)):
         app.before_request(_start)
         app.after_request(_access_line)
 
 
-def access_log_on(app_config) -> bool:
-    from . import auth
-
-    value = str(app_config.get("LEASH_ACCESS_LOG") or "auto").strip().lower()
+def access_log_on(found: app_settings.AppSettings) -> bool:
+    value = str(found.operations.access_log or "auto").strip().lower()
     if value not in SWITCH:
         raise ValueError(f"LEASH_ACCESS_LOG must be auto, 1 or 0, got {value!r}")
     if value == "auto":
-        return bool(auth.parse_tokens(app_config.get("LEASH_API_TOKENS"))
-                    or app_config.get("LEASH_TRUSTED_USER_HEADER"))
+        return found.production
     return value in ("1", "true", "on", "yes")
 
 

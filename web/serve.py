@@ -28,9 +28,9 @@ import sys
 import threading
 import time
 
-from jobs.config import redis_settings
-from jobs.config.front import web_app, web_server
 from jobs.observability import logs
+
+from . import app_settings
 
 log = logging.getLogger(__name__)
 
@@ -67,16 +67,17 @@ def _descriptors_for(connections: int) -> int:
 
 
 def waitress_options(host: str, port: int) -> dict:
-    connections = _descriptors_for(web_server().web_connections)
+    found = app_settings.for_server()
+    connections = _descriptors_for(found.server.web_connections)
     return {
         "host": host,
         "port": port,
-        "threads": web_server().web_threads,
+        "threads": found.server.web_threads,
         "connection_limit": connections,
         "asyncore_use_poll": True,  # select() cannot watch descriptors above 1024
         "channel_timeout": CHANNEL_TIMEOUT,
         "max_request_header_size": MAX_HEADER_BYTES,
-        "max_request_body_size": web_app().max_body_bytes,
+        "max_request_body_size": found.max_body_bytes,
         # X-Forwarded-* from anyone would let a client choose the scheme and host the app sees.
         "clear_untrusted_proxy_headers": True,
         "ident": "leash",
@@ -87,7 +88,7 @@ def waitress_options(host: str, port: int) -> dict:
 def guard_options() -> dict:
     """web/server_guard.py's limits: no per-address cap behind a trusted proxy (every connection
     is the proxy's)."""
-    server = web_server()
+    server = app_settings.for_server().server
     behind_proxy = bool((server.trusted_proxies or "").strip())
     return {"per_address_cap": 0 if behind_proxy else server.web_connections_per_address,
             "request_deadline": server.web_request_deadline}
@@ -97,7 +98,7 @@ def _proxy_options() -> dict:
     """LEASH_TRUSTED_PROXIES: the proxy (or ``*``: whatever connects, as behind Heroku's router)
     whose last X-Forwarded-For hop is the client's address (REMOTE_ADDR) and whose
     X-Forwarded-Proto is the scheme; waitress applies them and drops the headers otherwise."""
-    trusted = (web_server().trusted_proxies or "").strip()
+    trusted = (app_settings.for_server().server.trusted_proxies or "").strip()
     if not trusted:
         return {}
     return {"trusted_proxy": trusted, "trusted_proxy_count": 1,
@@ -112,7 +113,7 @@ def _schema_refusal() -> str | None:
     from jobs.core.store import schema
     from jobs.core.store.connection import connect
 
-    connection = connect(socket_timeout=redis_settings().redis_timeout)
+    connection = connect(socket_timeout=app_settings.for_server().redis_timeout)
     try:
         schema.ensure(connection)
     except schema.SchemaTooNew as exc:
@@ -144,7 +145,7 @@ def serve(host: str, port: int, log_level: str = "INFO") -> int:
         sys.stderr.write(f"{refusal}\n")
         return 2
     options = waitress_options(host, port)
-    wanted = web_server().web_connections
+    wanted = app_settings.of(app).server.web_connections
     if options["connection_limit"] < wanted:
         log.warning("the open-file limit allows %d connections, not LEASH_WEB_CONNECTIONS=%d",
                     options["connection_limit"], wanted)

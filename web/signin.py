@@ -13,12 +13,12 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-from flask import Blueprint, Flask, current_app, redirect, render_template, request, session, url_for
+from flask import Blueprint, Flask, redirect, render_template, request, session, url_for
 from flask_wtf import FlaskForm
 from wtforms import HiddenField, PasswordField
 from wtforms.validators import InputRequired
 
-from . import auth, guessing
+from . import app_settings, auth, guessing
 from .error_replies import error_response, wants_html
 
 bp = Blueprint("signin", __name__)
@@ -109,4 +109,4 @@ def init_app(app: Flask) -> None:
             owner = None
         return {"leash_owner_mode": not auth.open_mode(), "leash_signed_in": owner,
                 "leash_signout_form": SignOutForm(formdata=None) if owner and "owner" in session else None,
-                "leash_public_submit": bool(current_app.config.get("LEASH_PUBLIC_SUBMIT"))}
+                "leash_public_submit": app_settings.current().web.public_submit}

@@ -132,7 +132,8 @@ declare("LEASH_CACHE_MAX_MB", "float", 256.0,
 
 # --- the web app -------------------------------------------------------------------------------
 declare("SECRET_KEY", "str", None, "signs browser sessions; required outside `leash dev`")
-declare("LEASH_SECRET_KEY", "str", None, "the same as SECRET_KEY (either may be set)")
+declare("LEASH_SECRET_KEY", "str", None,
+        "deprecated: SECRET_KEY's old name, read when SECRET_KEY is unset (the web app logs a line saying so)")
 declare("LEASH_API_TOKENS", "str", "", "`owner=token,...`; unset: an open API (development only)")
 declare("LEASH_DASHBOARD_USER", "str", None, "rq-dashboard at /rq: basic-auth user")
 declare("LEASH_DASHBOARD_PASSWORD", "str", None, "rq-dashboard at /rq: basic-auth password")

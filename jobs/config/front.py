@@ -28,7 +28,8 @@ class WebApp:
 
     @property
     def session_secret(self) -> str | None:
-        """SECRET_KEY, else LEASH_SECRET_KEY (either may be set)."""
+        """SECRET_KEY, the one secret; else LEASH_SECRET_KEY, its deprecated name (web/app_settings.py
+        logs a line when it is the one read)."""
         return self.secret_key or self.leash_secret_key
 
 
