@@ -20,7 +20,8 @@ TRANSITIONS = {"archived", "batch_note", "cancel", "claim", "end_outside", "fail
                "reservations_settle", "store_items", "usage_record", "webhook"}
 #: The scripts that change no job, run from their own modules.
 OTHERS = {"cache_retire", "cache_sweep", "compact_finished_rq_job", "door_take", "failure_heads", "model_admit",
-          "model_concurrency", "model_rate", "release_stale_lock", "reservations_sweep"}
+          "model_concurrency", "model_rate", "release_stale_lock", "reservations_sweep",
+          "session_start"}
 
 
 def family(name: str) -> str:

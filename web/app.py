@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 from flask import Flask, jsonify, request
 from flask_wtf.csrf import CSRFProtect
+from redis.exceptions import RedisError
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from jobs import kinds
@@ -104,8 +105,7 @@ def create_app(settings: Mapping[str, object] | None = None) -> Flask:
     kinds.import_kinds()
     # A request must not hang on a Redis that accepts connections but does not answer.
     app.extensions["leash_redis"] = guarded_connection(found.redis_url, found.redis.redis_timeout)
-    _warn_if_redis_may_evict(found.redis_url)
-    auth.forget_removed_tokens(app)
+    _at_start(app, found.redis_url)
 
     metrics.init_app(app)  # first, so its timer starts before any hook can answer early
     app.before_request(_body_limit)
@@ -230,13 +230,21 @@ def _csrf_policy():
         current_app.extensions["csrf"].protect()
 
 
-def _warn_if_redis_may_evict(url: str | None) -> None:
-    """One WARNING at start when Redis may evict leash's keys. Asked on a connection of its
-    own, briefly: a Redis that is away at start must neither delay it nor open the breaker
-    that the app's own connection keeps."""
+def _at_start(app: Flask, url: str | None) -> None:
+    """What the web app asks of Redis as it starts: one WARNING when Redis may evict leash's keys,
+    and the sweep of sessions whose token was removed (web/auth.py). Asked on a connection of its
+    own, briefly: a Redis that is away at start must neither delay it nor open the breaker that
+    the app's own connection keeps (it is said elsewhere; the sweep waits for the next start)."""
     client = connect(url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except RedisError:
+        log.warning("Redis did not answer at start: sessions of removed tokens are swept at the next start")
+        client.close()
+        return
     try:
         if warning := eviction_warning(client):
             log.warning(warning)
+        auth.forget_removed_tokens(app, client)
     finally:
         client.close()

@@ -30,7 +30,6 @@ import logging
 from enum import Enum
 
 from flask import current_app, g, request, session
-from redis.exceptions import RedisError
 from werkzeug.exceptions import BadRequest, Unauthorized
 
 from jobs.intake import sessions
@@ -139,19 +138,14 @@ def end_session() -> None:
     session.clear()
 
 
-def forget_removed_tokens(app) -> None:
+def forget_removed_tokens(app, connection) -> None:
     """At start: drop the sessions of tokens no longer in LEASH_API_TOKENS, so adding a token
-    back later does not revive them. A Redis away at start only delays this to the next start
-    (each session's token is still checked on every request)."""
+    back later does not revive them (each session's token is also checked on every request)."""
     with app.app_context():
         digests: dict[str, set[str]] = {}
         for token, owner in _tokens().items():
             digests.setdefault(owner, set()).add(token_digest(token))
-        try:
-            dropped = sessions.forget_removed_tokens(_redis(), digests)
-        except RedisError as error:
-            log.warning("sessions of removed tokens not swept at start (Redis: %s)", error)
-            return
+        dropped = sessions.forget_removed_tokens(connection, digests)
     if dropped:
         log.info("signed out %d browser session(s) whose token is no longer in LEASH_API_TOKENS", dropped)
 
