@@ -99,7 +99,8 @@ class KindFieldsCommand(click.Command):
               help="Print what the job would cost (worst case, expected, what is cached) and submit nothing.")
 @click.option("--items-from", "items_from", metavar="JOB[:label=VALUE]",
               help="The items: job JOB's, read when this job starts; JOB:label=VALUE, JOB:FIELD=VALUE or "
-                   "JOB:errored take only those (docs/STAGES.md). SOURCE is not read.")
+                   "JOB:errored take only those; JOB:results (JOB:results:label=VALUE, ...) takes their results "
+                   "instead of their inputs (docs/STAGES.md). SOURCE is not read.")
 @click.option("--after", "after", metavar="JOB", multiple=True,
               help="Start once job JOB has ended (repeat for several; docs/STAGES.md).")
 @click.option("--after-policy", type=click.Choice(["cancel", "run", "wait"]), default=None,

@@ -28,11 +28,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from jobs import config
-from jobs.errors import InvalidJob, ItemError, NeedsDirect
+from jobs.core.running import chunk_tree
+from jobs.errors import InvalidJob, ItemError, NeedsDirect, PermanentError
 from jobs.intake import modes
 from jobs.intake.limits import (  # check_fields: for kinds that write their own validator
     check_extract_template,
     check_fields,
+    check_instruction,
     check_items,
     check_labels,
     check_max_invalid,
@@ -45,7 +47,7 @@ from jobs.intake.limits import (  # check_fields: for kinds that write their own
 from jobs.intake.modes import BatchSpec
 from jobs.models import backends, structured
 from jobs.models.prompts import CLASSIFY_MAX_TOKENS, classify_messages, match_label
-from jobs.models.provider import CallRequest
+from jobs.models.provider import CallRequest, estimate_text_tokens
 
 if TYPE_CHECKING:
     from jobs.core.running.context import JobContext
@@ -332,3 +334,28 @@ def _extract_request(payload: dict, item: str, max_tokens: int) -> CallRequest:
 
 
 extract.batch = BatchSpec(request=_extract_request, read=_extract_read, repair=_extract_repair)
+
+
+INSTRUCTION = Field("instruction", "Instruction", "What to make of all the items together, e.g. Summarise the "
+                    "complaints; the job's one result is the answer", check=check_instruction, multiline=True,
+                    placeholder="Summarise the complaints in five points",
+                    missing="give the instruction: --instruction 'Summarise the complaints' (reduce answers it once, "
+                            "for all the items together)")
+
+
+@kind("reduce", fields=(INSTRUCTION,))
+def reduce(ctx: JobContext, payload: dict) -> dict[str, Any]:
+    """One answer to ``payload["instruction"]`` over all the items: in one call when they fit
+    LEASH_REDUCE_CHUNK_TOKENS, else map-reduce in chunks, each call checkpointed
+    (jobs/core/running/chunk_tree.py). The job's one result (index 0) is the answer."""
+    backend = ctx.model
+    instruction = payload["instruction"]
+
+    def ask(texts: list[str], partial: bool) -> str:
+        try:
+            return backend.reduce(instruction, texts, partial=partial)
+        except ItemError as exc:  # every text is in the answer: without one, no answer
+            raise PermanentError(f"a reduce call got no usable answer ({len(texts)} texts): {exc}") from None
+
+    answer = chunk_tree.run(ctx, payload["items"], ask, config.settings().reduce_chunk_tokens, estimate_text_tokens)
+    return {"items": len(payload["items"]), "characters": len(answer)}

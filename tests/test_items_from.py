@@ -3,6 +3,7 @@ error, read as the job starts (never copied at submission), from whichever store
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -72,6 +73,10 @@ def test_each_way_of_choosing(result, chosen_by):
 @pytest.mark.parametrize("text, parsed", [
     ("J1", {"job": "J1"}), ("J1:label=negative", {"job": "J1", "label": "negative"}),
     ("J1:errored", {"job": "J1", "errored": True}), ("J1:sentiment=bad", {"job": "J1", "field": "sentiment", "value": "bad"}),
+    ("J1:results", {"job": "J1", "results": True}),
+    ("J1:results:label=negative", {"job": "J1", "results": True, "label": "negative"}),
+    ("J1:results:errored", {"job": "J1", "results": True, "errored": True}),
+    ("J1:results=x", {"job": "J1", "field": "results", "value": "x"}),  # a field named results, as before
 ])
 def test_the_command_lines_form(text, parsed):
     assert selection.from_text(text) == parsed
@@ -82,6 +87,7 @@ def test_the_command_lines_form(text, parsed):
     ({"items_from": {"label": "x"}}, "'items_from' must be"),
     ({"items_from": {"job": "J", "label": "a", "errored": True}}, "one way"),
     ({"items_from": {"job": "J", "colour": "a"}}, "has no field 'colour'"),
+    ({"items_from": {"job": "J", "results": "yes"}}, "results must be true"),
 ])
 def test_items_from_is_checked_at_the_door(client, conn, body, message):
     response = client.post("/jobs", json={"kind": "classify", "labels": ["a", "b"], **body})
@@ -108,3 +114,19 @@ def test_the_cli_takes_items_from_without_reading_its_source(conn, burst, env):
     bad = subprocess.run([sys.executable, "-m", "cli", "submit", "--items-from", f"{parent}:label"], env=run_env,
                          cwd=ROOT, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert bad.returncode == 2 and "--items-from must be JOB" in bad.stderr
+
+
+def test_results_true_takes_the_chosen_items_results_not_their_inputs(conn, burst):
+    parent, _ = enqueue(conn, "extract", {"items": REVIEWS, "schema": {
+        "type": "object", "properties": {"film": {"type": "string"}}, "required": ["film"],
+        "additionalProperties": False}})
+    labels = classified(conn, burst)
+    burst()
+    objects = [result for _, result in answers(conn, parent)]
+    assert all(isinstance(value, dict) for value in objects)
+    took = results.chosen_items(conn, {"job": parent, "results": True})
+    assert took == [json.dumps(value, ensure_ascii=False) for value in objects]  # an object as its JSON
+    negative = results.chosen_items(conn, {"job": labels, "label": "negative", "results": True})
+    assert negative and set(negative) == {"negative"}  # text as it is
+    assert results.chosen_items(conn, {"job": labels, "label": "negative"}) != negative  # the inputs, as before
+    assert selection.describe({"job": "J", "results": True}) == "the results of the items of job J"

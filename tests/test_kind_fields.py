@@ -127,3 +127,31 @@ def test_a_module_in_leash_imports_that_cannot_be_imported_is_one_line_and_exit_
     broken = _leash(tmp_path, "no_such_module_here", "submit", "--labels", "a,b", "-", stdin="x\n")
     assert broken.returncode == 2 and "cannot import job kinds (LEASH_IMPORTS)" in broken.stderr
     assert "no_such_module_here" in broken.stderr and "Traceback" not in broken.stderr
+
+
+def test_a_reduce_job_from_the_api_the_form_and_leash_submit_shows_one_answer(client, conn, burst, tmp_path):
+    made = client.post("/jobs", json={"kind": "reduce", "items": ["kettle leaks", "lid broke"],
+                                      "instruction": "Summarise the complaints"})
+    assert made.status_code == 202, made.get_json()
+    refused = client.post("/jobs", json={"kind": "reduce", "items": ["a"]})
+    assert refused.status_code in (400, 422) and "'instruction' must be" in refused.get_json()["error"]
+    page = client.get("/", headers=HTML)
+    assert 'name="instruction"' in page.data.decode()
+    posted = client.post("/", headers=HTML, data={
+        "csrf_token": csrf_from(page.data), "submission": "fields-form-3", "kind": "reduce",
+        "items": "kettle leaks\nlid broke\nhandle hot", "instruction": "Count the complaints"})
+    assert posted.status_code == 303, posted.data.decode()[:500]
+    typed = _leash(tmp_path, "", "submit", "--kind", "reduce", "--instruction", "Name the worst", "--json", "-",
+                   stdin="kettle leaks\nlid broke\n")
+    assert typed.returncode == 0, typed.stderr
+    burst()
+    job_page = client.get(posted.headers["Location"], headers=HTML).data.decode()
+    assert "Count the complaints" in job_page and "[local] 3 inputs" in job_page
+    for job_id in (made.get_json()["job_id"], json.loads(typed.stdout)["job_id"]):
+        answer = client.get(f"/jobs/{job_id}/result").get_json()
+        assert answer["total"] == 1 and len(answer["items"]) == 1, answer
+        assert answer["items"][0]["result"].startswith("[local] 2 inputs"), answer
+        csv_rows = client.get(f"/jobs/{job_id}/result.csv").data.decode().strip().splitlines()
+        assert len(csv_rows) == 2 and "[local] 2 inputs" in csv_rows[1]
+    no_instruction = _leash(tmp_path, "", "submit", "--kind", "reduce", "-", stdin="a\n")
+    assert no_instruction.returncode == 2 and "--instruction" in no_instruction.stderr, no_instruction.stderr

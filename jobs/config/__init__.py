@@ -113,6 +113,7 @@ class Settings:
     error_max_chars: int
     max_defers: int
     item_concurrency: int
+    reduce_chunk_tokens: int
     usage_hold_seconds: float
     usage_days_kept: int
     imports: str

@@ -58,6 +58,8 @@ declare("LEASH_USAGE_DAYS_KEPT", "int", 400, "UTC days Redis keeps each owner's 
 declare("LEASH_ACCESS_LOG", "str", "auto", "a JSON line per request: `auto` (on in production), `1`, `0`")
 declare("LEASH_ITEM_CONCURRENCY", "int", 8,
         "items of one job in flight at once; the ceiling of each model's adaptive limit", 1)
+declare("LEASH_REDUCE_CHUNK_TOKENS", "int", 3000,
+        "a reduce job's texts per call, in estimated tokens: more are reduced in chunks, then the partials", 100)
 declare("LEASH_LOCAL_DELAY_MS", "int", 0, "per-item latency of the offline backend", 0)
 declare("LEASH_ERROR_MAX_CHARS", "int", 1000, "a stored error's length, in bytes as JSON", 200)
 declare("LEASH_IMPORTS", "str", "", "modules that register job kinds (comma-separated)")

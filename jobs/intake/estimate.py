@@ -30,12 +30,14 @@ from typing import Any
 
 from redis import Redis
 
-from jobs import keys, kinds
+from jobs import config, keys, kinds
+from jobs.core.running import chunk_tree
 from jobs.errors import InvalidJob, PermanentError
 from jobs.intake.modes import mode_of
 from jobs.models import backends, cache
 from jobs.models.calls import ModelSettings
-from jobs.models.provider import TOKENS_PER_MESSAGE, estimate_text_tokens
+from jobs.models.prompts import reduce_messages
+from jobs.models.provider import TOKENS_PER_MESSAGE, CallRequest, estimate_text_tokens
 from jobs.models.spending import TIGHTEN_MARGIN
 from jobs.usage import batch_parts, budget, prices
 from jobs.usage.meter import follow_ups_field, utc_day
@@ -54,6 +56,8 @@ def estimate(connection: Redis, kind_name: str, payload: dict, owner: str, now: 
     """What the job would cost (see the module's docstring). The payload must have passed the
     door's checks (jobs.enqueue.validate)."""
     definition = kinds.get(kind_name)
+    if kind_name == REDUCE:
+        return estimate_reduce(connection, payload, owner, now=now)
     items = list(payload.get("items") or [])
     out: dict[str, Any] = {"items": len(items), "calls": None, "cached_items": 0, "input_tokens": None,
                            "output_tokens_max": None, "cost_usd_max": None, "cost_usd_batch_max": None,
@@ -137,6 +141,143 @@ def estimate(connection: Redis, kind_name: str, payload: dict, owner: str, now: 
     return out
 
 
+REDUCE = "reduce"
+
+
+def estimate_reduce(connection: Redis, payload: dict, owner: str, item_count: int | None = None,
+                    item_chars: int | None = None, now: float | None = None) -> dict[str, Any]:
+    """A ``reduce`` job's price: its chunk tree (jobs/core/running/chunk_tree.py), the same
+    figures as ``estimate``'s plus ``levels`` (the calls of each level, the answer last).
+
+    Its items are the payload's; a job whose items are another job's (``items_from``) has none
+    before it starts and prices 0 items, unless ``item_count`` says how many to assume (a
+    pipeline's dry run gives its parent stage's count), each ``item_chars`` characters long
+    (default LEASH_MAX_ITEM_CHARS: the worst case). Levels whose texts are known (the items; the
+    partials the request cache holds for them) are priced request by request, cached ones free;
+    the levels above, from their count: each partial ``max_tokens`` long for the worst case, as
+    long as this owner's reduce calls answered for the expected cost."""
+    limits = config.limits()
+    texts = list(payload.get("items") or [])
+    assumed = not texts and item_count is not None
+    if assumed:
+        texts = ["x" * (item_chars or limits.max_item_chars)] * item_count
+    out: dict[str, Any] = {"items": len(texts), "calls": 0, "cached_items": 0, "input_tokens": 0,
+                           "output_tokens_max": 0, "cost_usd_max": 0.0, "cost_usd_batch_max": 0.0,
+                           "cost_usd_expected": None, "budget_covers_worst_case": None,
+                           "owner_day_covers_worst_case": None, "follow_ups_per_item": None,
+                           "one_call_tokens_min": None, "one_call_usd_min": None, "levels": [],
+                           "items_assumed": assumed}
+    if not texts:
+        out["note"] = "its items are another job's, read as it starts: priced as 0 items"
+        return out
+    bound, instruction = config.settings().reduce_chunk_tokens, str(payload.get("instruction") or "")
+    try:
+        backend = backends.backend_class()
+    except PermanentError as exc:
+        raise InvalidJob(str(exc)) from None
+    if not hasattr(backend, "default_url"):  # the offline backend: no provider, no cost
+        levels = _reduce_levels(len(chunk_tree.pack(texts, bound, estimate_text_tokens)), bound, LOCAL_PARTIAL_TOKENS)
+        out.update(calls=sum(levels), levels=levels, cost_usd_expected=0.0,
+                   note="the offline `local` backend calls no provider")
+        return out
+    try:
+        settings = ModelSettings.from_env()
+        price = prices.price_for(settings.name, settings.url or backend.default_url)
+    except (PermanentError, ValueError) as exc:
+        raise InvalidJob(f"no estimate: {exc}") from None
+    asked = cache.RequestCache(connection, owner, payload)
+    shared = cache.shared_scope()  # other owners' answers: never counted (see ``estimate``)
+    todo: list[CallRequest] = []  # the known requests no cached answer answers
+    levels: list[int] = []
+    while texts is not None:  # a level whose texts are known: each request as the worker sends it
+        chunks = chunk_tree.pack(texts, bound, estimate_text_tokens)
+        if levels and len(chunks) >= len(texts) > 1:
+            chunks = [texts[n:n + 2] for n in range(0, len(texts), 2)]
+        last = len(chunks) == 1
+        requests = [CallRequest(reduce_messages(instruction, chunk, not last), settings.max_tokens)
+                    for chunk in chunks]
+        hits = [None] * len(requests) if assumed or shared else asked.get_many(
+            [cache.request_digest(backend.name, settings.url or backend.default_url, settings.name,
+                                  settings.temperature, r) for r in requests])
+        todo += [r for r, hit in zip(requests, hits, strict=True) if hit is None]
+        out["cached_items"] += sum(hit is not None for hit in hits)
+        levels.append(len(chunks))
+        known = all(hit is not None and hit.text is not None for hit in hits)
+        texts = None if last else [hit.text for hit in hits] if known else None
+    partials = 0 if levels[-1] == 1 else levels[-1]  # the unknown levels reduce these
+    today, seen_calls, seen_output = _owner_days(connection, owner, settings.name, REDUCE, now)
+    worst_above = _reduce_above(partials, bound, settings.max_tokens, instruction)
+    levels += [len(level) for level in worst_above]
+    input_tokens = sum(r.input_bound() for r in todo) + sum(n for level in worst_above for n in level)
+    calls = len(todo) + sum(len(level) for level in worst_above)
+    output_max = calls * settings.max_tokens
+    out.update(calls=calls, levels=levels, input_tokens=input_tokens, output_tokens_max=output_max,
+               cached_items=out["cached_items"])
+    if todo:
+        out["one_call_tokens_min"] = min(r.input_bound() for r in todo) + min(budget.MIN_OUTPUT_TOKENS,
+                                                                               settings.max_tokens)
+    worst_nusd = None
+    if price is not None:
+        worst_nusd = (sum(price.nano_usd(r.input_bound(), r.max_tokens) for r in todo)
+                      + sum(price.nano_usd(n, settings.max_tokens) for level in worst_above for n in level))
+        out["cost_usd_max"] = out["cost_usd_batch_max"] = _usd(worst_nusd)
+        if out["one_call_tokens_min"] is not None:
+            out["one_call_usd_min"] = _usd(price.nano_usd(min(r.input_bound() for r in todo),
+                                                          min(budget.MIN_OUTPUT_TOKENS, settings.max_tokens)))
+        if seen_calls > 0:
+            per_call = min(settings.max_tokens, max(1, math.ceil(seen_output / seen_calls)))
+            likely_above = _reduce_above(partials, bound, per_call, instruction)
+            out["cost_usd_expected"] = _usd(
+                sum(price.nano_usd(_likely_input(r), per_call) for r in todo)
+                + sum(price.nano_usd(n, per_call) for level in likely_above for n in level))
+    else:
+        out["note"] = "cost unknown: " + prices.why_no_price(settings.name)
+    out["budget_covers_worst_case"] = _covers(budget.parse(payload.get(budget.BUDGET_FIELD)),
+                                              input_tokens + output_max, worst_nusd)
+    out["owner_day_covers_worst_case"] = _day_covers(today, input_tokens + output_max, worst_nusd)
+    return out
+
+
+#: About how long the offline backend's partials are, in tokens (it costs nothing: calls only).
+LOCAL_PARTIAL_TOKENS = 100
+
+
+def _reduce_levels(first: int, bound: int, partial_tokens: int) -> list[int]:
+    """The calls of each level from a first level of ``first`` calls, the answer last."""
+    return [first, *(len(level) for level in _reduce_above(first if first > 1 else 0, bound, partial_tokens, ""))]
+
+
+#: The tokens a partial's mark and the blank line before it may take ("\n\n[12] ").
+MARK_TOKENS = 6
+
+
+def _reduce_above(partials: int, bound: int, partial_tokens: int, instruction: str) -> list[list[int]]:
+    """The levels that reduce ``partials`` partials of ``partial_tokens`` tokens each, as the
+    worker packs them (two a call when one is as long as the bound): each call's input tokens."""
+    overhead = CallRequest(reduce_messages(instruction, [], True), 0).input_bound()
+    per_call = max(2, bound // max(1, partial_tokens)) if partial_tokens <= bound else 2
+    levels, count = [], partials
+    while count > 1:
+        sizes = [min(per_call, count - n) for n in range(0, count, per_call)]
+        levels.append([overhead + n * (partial_tokens + MARK_TOKENS) for n in sizes])
+        count = len(sizes)
+    return levels
+
+
+def _owner_days(connection: Redis, owner: str, model: str, kind_name: str, now: float | None):
+    """What the owner's UTC day has used, and the calls and output tokens of its jobs of the
+    kind on the model over the last EXPECTED_FROM_DAYS days (estimated calls left out)."""
+    day_fields = ("input_tokens", "output_tokens", "cost_nusd", "reserved_tokens", "reserved_nusd")
+    with connection.pipeline(transaction=False) as pipe:
+        pipe.hmget(keys.usage_owner_day(owner, utc_day(now)), day_fields)
+        for day in days_back(EXPECTED_FROM_DAYS, now):
+            pipe.hmget(keys.usage_owner_day(owner, day), [f"by|{model}|{kind_name}|calls",
+                                                          f"by|{model}|{kind_name}|output_tokens",
+                                                          f"by|{model}|{kind_name}|estimated_calls"])
+        today, *history = pipe.execute()
+    return (today, sum(int(c or 0) - int(e or 0) for c, _, e in history), sum(int(o or 0) for _, o, _ in history))
+
+
 #: The tokens a repair's or correction's request adds to the first one besides its answer
 #: (the words that ask again, the chat template's per message).
 FOLLOW_UP_WORDS = 40
@@ -218,6 +359,9 @@ def text(figures: dict[str, Any]) -> str:
         also = f", with {repairs:.2f} repairs or corrections an item as they needed" if repairs else ""
         lines.append(f"expected (from the answers your jobs of this kind got{also}): "
                      f"{_money(figures['cost_usd_expected'])}")
+    if figures.get("levels"):
+        lines.append(f"reduce: {' + '.join(f'{n:,}' for n in figures['levels'])} calls, level by level, the answer last"
+                     + (" (items assumed, not yet known)" if figures.get("items_assumed") else ""))
     if figures.get("batch_one_part_budget_tokens") is not None:
         lines.append(_batch_line(figures))
     for field, what in (("budget_covers_worst_case", "the job's budget"),

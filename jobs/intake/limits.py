@@ -140,6 +140,18 @@ def check_labels(payload: dict) -> list[str]:
     return labels
 
 
+def check_instruction(payload: dict) -> str:
+    """``reduce``'s instruction: non-empty text within LEASH_MAX_TEMPLATE_CHARS."""
+    instruction = payload.get("instruction")
+    if not isinstance(instruction, str) or not instruction.strip():
+        raise InvalidJob("'instruction' must be a non-empty string: what to make of all the items together")
+    limit = limits().max_template_chars
+    if len(instruction) > limit:
+        raise InvalidJob(f"'instruction' is {len(instruction)} characters long (at most {limit}, "
+                         "LEASH_MAX_TEMPLATE_CHARS)")
+    return instruction
+
+
 def check_template(payload: dict) -> str:
     limit = limits()
     template = payload.get("template")

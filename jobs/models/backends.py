@@ -19,6 +19,7 @@ import hashlib
 import importlib
 import re
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -46,6 +47,10 @@ class Backend(Protocol):
     def complete(self, prompt: str, max_tokens: int | None = None, truncation_ok: bool = False) -> str:
         """Return the model's answer to ``prompt``, in at most ``max_tokens`` (never more than
         LEASH_MODEL_MAX_TOKENS); an answer cut off there raises ItemError unless ``truncation_ok``."""
+
+    def reduce(self, instruction: str, texts: list[str], partial: bool = False) -> str:
+        """One answer to ``instruction`` over ``texts`` (jobs.models.prompts.reduce_messages): a
+        ``reduce`` job's partial of one chunk, or its answer."""
 
 
 # Words that hint at common labels, compared by their stems ("crashes" is "crash"); anything
@@ -141,6 +146,35 @@ class LocalBackend:
         words = prompt.split()
         # Bounded like a model's answer (max_tokens), however long the prompt's words are.
         return (f"[local] {len(words)} words: " + " ".join(reversed(words[-12:])))[:LOCAL_ANSWER_CHARS]
+
+    def reduce(self, instruction: str, texts: list[str], partial: bool = False) -> str:
+        """An offline stand-in for a reduce call: how many inputs the texts stand for and their
+        most frequent words, counted. A partial of this backend is read back as the inputs and
+        word counts it summed, so every chunk tree of the same inputs answers the same."""
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        inputs, words = 0, Counter()
+        for text in texts:
+            summed = _LOCAL_REDUCED.match(text)
+            if summed:
+                inputs += int(summed["inputs"])
+                words.update({w: int(n) for w, n in _LOCAL_COUNTED.findall(summed["words"])})
+            else:
+                inputs += 1
+                words.update(w for w in _WORD.findall(text.lower()) if len(w) > 3 and w not in _COMMON)
+        # A partial keeps more words than the answer shows, so the answer counts them across chunks.
+        top = sorted(words.items(), key=lambda pair: (-pair[1], pair[0]))[:LOCAL_REDUCE_WORDS * (4 if partial else 1)]
+        counted = ", ".join(f"{word} ({n})" for word, n in top) or "none"
+        head = f"[local] {inputs} inputs; frequent words: {counted}"
+        return head if partial else f"{head} (for: {instruction[:80]})"
+
+
+#: The words the local reduce counts the most of, and the words it never counts.
+LOCAL_REDUCE_WORDS = 8
+_COMMON = {"this", "that", "with", "have", "from", "they", "were", "what", "when", "your", "will", "would", "there",
+           "their", "been", "than", "then", "them", "very", "just", "about", "also", "into", "only", "after"}
+_LOCAL_REDUCED = re.compile(r"^\[local\] (?P<inputs>\d+) inputs; frequent words: (?P<words>[^\n]*?)(?: \(for: .*)?$")
+_LOCAL_COUNTED = re.compile(r"([a-z0-9']+) \((\d+)\)")
 
 
 _BACKENDS = {"local": LocalBackend}

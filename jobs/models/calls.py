@@ -55,7 +55,7 @@ from jobs.models.model_settings import ModelSettings
 
 # match_label: the provider modules import it from here.
 from jobs.models.outage import OutageWatch, overloaded_out
-from jobs.models.prompts import CLASSIFY_MAX_TOKENS, classify_messages, match_label  # noqa: F401
+from jobs.models.prompts import CLASSIFY_MAX_TOKENS, classify_messages, match_label, reduce_messages  # noqa: F401
 from jobs.models.provider import (
     CUT_OFF,
     RATE_LIMITED,
@@ -161,6 +161,13 @@ class ModelBackend(Extracting, Spending):
         is an ItemError unless ``truncation_ok``."""
         text = self._chat([{"role": "user", "content": prompt}], max_tokens=max_tokens, truncation_ok=truncation_ok)
         self._accept()  # ended on its own (a cut-off answer is never offered to the cache)
+        return text
+
+    def reduce(self, instruction: str, texts: list[str], partial: bool = False) -> str:
+        """One answer to ``instruction`` over ``texts`` (a ``reduce`` job's call: a chunk's partial,
+        or the answer); cut off at ``max_tokens``, an ItemError."""
+        text = self._chat(reduce_messages(instruction, texts, partial))
+        self._accept()
         return text
 
     def _chat(self, messages: list[dict], max_tokens: int | None = None, truncation_ok: bool = False) -> str:

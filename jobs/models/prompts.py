@@ -36,3 +36,18 @@ def classify_messages(text: str, labels: list[str]) -> list[dict]:
                                       f"this list, written as it appears, and nothing else:\n{listing}"},
         {"role": "user", "content": text},
     ]
+
+
+#: Put before each text of a reduce call: ``[3]``, so the model sees where one ends.
+REDUCE_MARK = "[{n}] "
+
+
+def reduce_messages(instruction: str, texts: list[str], partial: bool) -> list[dict]:
+    """One call of ``reduce``: the instruction over the texts, numbered. A partial call (one
+    chunk of many) is told its answer will be combined with the others' (jobs/core/running/chunk_tree.py)."""
+    role = ("You are given some of many texts. Answer the instruction for these texts only, keeping every "
+            "detail a later step needs to combine your answer with the answers for the other texts."
+            if partial else "Answer the instruction for all the texts together, in one answer.")
+    listing = "\n\n".join(REDUCE_MARK.format(n=n) + text for n, text in enumerate(texts, 1))
+    return [{"role": "system", "content": f"{role}\nInstruction: {instruction}"},
+            {"role": "user", "content": listing}]

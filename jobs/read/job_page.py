@@ -60,8 +60,10 @@ def read(connection: Redis, job_id: str, owner: str, offset: int = 0, limit: int
                              retry_at=states.retry_time(connection, job_id, raw, rq_status))
     h = {decoded(k): decoded(v) for k, v in raw.items()}
     page = results.page_of(connection, job_id, offset, limit, owner, h.get("state"), h.get("done"), h.get("total"),
-                           h.get("archived_at"), values, usages, items_held)
+                           h.get("archived_at"), values, usages, items_held, kind=h.get("kind"))
     inputs, schema = _inputs_and_schema(connection, job_id, payload, offset, limit)
+    if h.get("kind") == results.ONE_ANSWER_KIND:  # its one result answers the instruction
+        inputs = [results.answer_item(connection, job_id)] if offset == 0 else []
     attempts = job_view.marked_attempts(fields["history"])
     return JobPage(fields=fields, page=page, inputs=inputs, columns=results.schema_columns(schema), schema=schema,
                    attempts=attempts,

@@ -23,6 +23,7 @@ from jobs.core import payload_copy
 from jobs.core.text import decoded, printable
 from jobs.errors import NoSuchJob
 from jobs.read.selection import chosen
+from jobs.read.selection import taken as selection_taken
 
 #: The largest page a caller may ask for.
 MAX_PAGE = 500
@@ -41,6 +42,7 @@ class Page:
     items: list[tuple[int, Any]] = field(default_factory=list)
     #: index -> {calls, input_tokens, output_tokens}: what each stored item's model calls used.
     usage: dict[int, dict[str, int]] = field(default_factory=dict)
+    kind: str | None = None
 
     @property
     def next_offset(self) -> int | None:
@@ -58,22 +60,31 @@ def read_page(connection: Redis, job_id: str, offset: int = 0, limit: int = 50) 
         raise ValueError(f"need offset >= 0 and 1 <= limit <= {MAX_PAGE}")
     indexes = list(range(offset, offset + limit))
     with connection.pipeline(transaction=False) as pipe:
-        pipe.hmget(keys.job(job_id), "owner", "state", "done", "total", "archived_at")
+        pipe.hmget(keys.job(job_id), "owner", "state", "done", "total", "archived_at", "kind")
         pipe.hmget(keys.items(job_id), indexes)
         pipe.hmget(keys.usage(job_id), [f"i{index}" for index in indexes])
         pipe.exists(keys.items(job_id))
-        (owner, state, done, total, archived), values, usages, held = pipe.execute()
+        (owner, state, done, total, archived, kind), values, usages, held = pipe.execute()
     if owner is None:
         raise NoSuchJob(f"no such job: {job_id}")
-    return page_of(connection, job_id, offset, limit, owner, state, done, total, archived, values, usages, held)
+    return page_of(connection, job_id, offset, limit, owner, state, done, total, archived, values, usages, held,
+                   kind=decoded(kind))
+
+
+#: The kind whose job has one result, its answer at index 0, whatever its items
+#: (jobs/core/running/chunk_tree.py): its results are that one row.
+ONE_ANSWER_KIND = "reduce"
 
 
 def page_of(connection: Redis, job_id: str, offset: int, limit: int, owner, state, done, total, archived,
-            values: list, usages: list, held) -> Page:
+            values: list, usages: list, held, kind: str | None = None) -> Page:
     """The page from what a read of its job fields (owner, state, done, total, archived_at), its
     range of the items and usage hashes and whether the items hash exists returned (the job
-    page reads them with everything else it shows: jobs/read/job_page.py)."""
+    page reads them with everything else it shows: jobs/read/job_page.py). A ``reduce`` job's
+    results are one: its answer (done 1 of 1 once it has it; its progress in calls is its status)."""
     indexes = list(range(offset, offset + limit))
+    if kind == ONE_ANSWER_KIND:
+        total = 1
     if archived and not held:  # archived, and Redis' copy of its items has left: the archive's
         rows = reading.page(job_id, offset, limit, connection)
         values = [None] * limit
@@ -81,9 +92,12 @@ def page_of(connection: Redis, job_id: str, offset: int, limit: int, owner, stat
         for index, _, result, usage in rows:
             values[index - offset], usages[index - offset] = result, usage
     items = [(index, json.loads(value)) for index, value in zip(indexes, values, strict=True) if value is not None]
+    if kind == ONE_ANSWER_KIND:
+        done = 1 if any(index == 0 for index, _ in items) else 0
     return Page(job_id=job_id, owner=decoded(owner), state=decoded(state) or "queued", done=int(done or 0),
                 total=int(total or 0), offset=offset, limit=limit, items=items,
-                usage={index: parse_item_usage(raw) for index, raw in zip(indexes, usages, strict=True) if raw})
+                usage={index: parse_item_usage(raw) for index, raw in zip(indexes, usages, strict=True) if raw},
+                kind=kind)
 
 
 USAGE_COLUMNS = ("calls", "input_tokens", "output_tokens", "cache_hits")
@@ -138,6 +152,9 @@ def iter_results(connection: Redis, job_id: str, page_size: int = MAX_PAGE):
     """(index, item, result or None, usage or None) for every item, page by page: a job of
     any size is streamed, never held whole. Raises ``NoSuchJob`` for an unknown id."""
     first = read_page(connection, job_id, 0, page_size)
+    if first.kind == ONE_ANSWER_KIND:  # one row: the instruction, the answer
+        yield 0, printable(answer_item(connection, job_id)), printable(dict(first.items).get(0)), first.usage.get(0)
+        return
     if _from_archive(connection, job_id):  # its inputs too, a page per query
         yield from _iter_archived(connection, job_id, first.total, page_size)
         return
@@ -155,6 +172,21 @@ def iter_results(connection: Redis, job_id: str, page_size: int = MAX_PAGE):
             yield index, item, printable(found.get(index)), page.usage.get(index)
         offset += page_size
         page = None
+
+
+def answer_item(connection: Redis, job_id: str) -> str | None:
+    """What a ``reduce`` job's one row shows as its item: the instruction it answered."""
+    payload = None
+    raw = connection.get(keys.payload(job_id))
+    if raw is not None:
+        try:
+            payload = payload_copy.decode(raw)
+        except ValueError:
+            payload = None
+    if payload is None and connection.hexists(keys.job(job_id), "archived_at"):
+        payload = reading.payload(job_id, connection, with_items=False)
+    instruction = payload.get("instruction") if isinstance(payload, dict) else None
+    return instruction if isinstance(instruction, str) else None
 
 
 def _iter_archived(connection: Redis, job_id: str, total: int, page_size: int):
@@ -271,6 +303,8 @@ def jsonl_row(index: int, item: Any, value: Any, usage: dict[str, int] | None = 
 
 def chosen_items(connection: Redis, selection: dict) -> list[str]:
     """The items of the job ``selection`` names that its results choose (``items_from``,
-    jobs/read/selection.py), in their order, from Redis or the archive."""
-    return [item for _, item, result, _ in iter_results(connection, selection["job"])
-            if isinstance(item, str) and chosen(selection, result)]
+    jobs/read/selection.py), in their order, from Redis or the archive: their inputs, or with
+    ``results`` their results."""
+    rows = iter_results(connection, selection["job"])
+    taken = (selection_taken(selection, item, result) for _, item, result, _ in rows if chosen(selection, result))
+    return [text for text in taken if text is not None]

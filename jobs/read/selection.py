@@ -9,18 +9,26 @@ whose result has a field of a value, or those that errored. What is read is the 
     {"job": "<id>", "field": "sentiment", "value": "negative"}   result["sentiment"] == "negative"
     {"job": "<id>", "errored": true}                  results stored as {"error": ...}
 
+With ``"results": true`` (beside any of the above) the job takes the chosen items' *results*
+instead of their inputs: a result that is text as it is, any other (an extract's object) as its
+JSON; an item without a result gives nothing. A ``reduce`` job over a ``classify`` job's
+negative reviews' extracted fields reads ``{"job": "<extract job>", "results": true}``.
+
 The job waits for its source (``after``) and its items are read as it starts; a job resumed from
 its checkpoint reads the same list again (the source has ended: its results no longer change).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from jobs.errors import InvalidJob
 
 FIELD = "items_from"
-_KEYS = {"job", "label", "field", "value", "errored"}
+_KEYS = {"job", "label", "field", "value", "errored", "results"}
+#: The selector that takes the source job's results rather than its inputs.
+RESULTS = "results"
 
 
 def parse(value) -> dict | None:
@@ -34,7 +42,8 @@ def parse(value) -> dict | None:
                          "\"field\" with \"value\", or \"errored\": true")
     unknown = sorted(set(value) - _KEYS)
     if unknown:
-        raise InvalidJob(f"'items_from' has no field {unknown[0]!r}: it takes job, label, field, value, errored")
+        raise InvalidJob(f"'items_from' has no field {unknown[0]!r}: it takes job, label, field, value, errored, "
+                         "results")
     ways = [k for k in ("label", "field", "errored") if k in value]
     if len(ways) > 1:
         raise InvalidJob("'items_from' chooses items one way: label, field and value, or errored")
@@ -46,20 +55,27 @@ def parse(value) -> dict | None:
         raise InvalidJob("'items_from' value goes with a field")
     if "errored" in value and value["errored"] is not True:
         raise InvalidJob("'items_from' errored must be true")
+    if RESULTS in value and value[RESULTS] is not True:
+        raise InvalidJob("'items_from' results must be true (it takes the results instead of the inputs)")
     return value
 
 
 def from_text(text: str) -> dict:
-    """``leash submit --items-from JOB[:label=VALUE | :FIELD=VALUE | :errored]``."""
+    """``leash submit --items-from JOB[:results][:label=VALUE | :FIELD=VALUE | :errored]``."""
     job, _, rest = text.partition(":")
+    took = {"job": job}
+    if rest == RESULTS or rest.startswith(RESULTS + ":"):
+        took[RESULTS] = True
+        rest = rest[len(RESULTS) + 1:]
     if not rest:
-        return {"job": job}
+        return took
     if rest == "errored":
-        return {"job": job, "errored": True}
+        return {**took, "errored": True}
     name, equals, wanted = rest.partition("=")
     if not equals:
-        raise InvalidJob(f"'items_from' must be JOB, JOB:label=VALUE, JOB:FIELD=VALUE or JOB:errored, got {text!r}")
-    return {"job": job, "label": wanted} if name == "label" else {"job": job, "field": name, "value": wanted}
+        raise InvalidJob(f"'items_from' must be JOB, JOB:label=VALUE, JOB:FIELD=VALUE or JOB:errored, each may "
+                         f"start JOB:results (the results, not the inputs), got {text!r}")
+    return {**took, "label": wanted} if name == "label" else {**took, "field": name, "value": wanted}
 
 
 def chosen(selection: dict, result: Any) -> bool:
@@ -79,7 +95,18 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else repr(value)
 
 
+def taken(selection: dict, item: Any, result: Any) -> str | None:
+    """What the job takes of one chosen item of the source: its input, or with ``results`` its
+    result (text as it is, anything else as JSON); None: nothing."""
+    if not selection.get(RESULTS):
+        return item if isinstance(item, str) else None
+    if result is None:
+        return None
+    return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+
+
 def describe(selection: dict) -> str:
     how = ("that errored" if selection.get("errored") else f"labeled {selection['label']!r}" if "label" in selection
            else f"whose {selection['field']} is {selection['value']!r}" if "field" in selection else "")
-    return f"the items of job {selection['job']} {how}".rstrip()
+    what = "the results of the items" if selection.get(RESULTS) else "the items"
+    return f"{what} of job {selection['job']} {how}".rstrip()
