@@ -1,5 +1,6 @@
 """The ``leash`` command. Options that are settings can also be set by the environment
-variable ``--help`` shows beside them (each declared in jobs/config/). Redis is
+variable ``--help`` shows beside them (each declared in jobs/config/, read as the option's
+default by cli/option_defaults.py). Redis is
 ``REDIS_URL``, else the one a running ``leash dev`` recorded, else one line saying there is
 none (see cli/redis_target.py); any Redis error is one line naming the URL tried."""
 
@@ -16,6 +17,7 @@ from jobs.core.store.connection import is_out_of_memory
 from jobs.observability import logs, reporting
 
 from . import exit_codes, job_commands
+from .option_defaults import setting_option
 from .redis_target import connect_checked, resolve, shown
 
 
@@ -37,9 +39,8 @@ class LeashGroup(click.Group):
             ctx.exit(exit_codes.OK)
 
 
-# No click auto_envvar_prefix: it would make every option an undeclared LEASH_<COMMAND>_<OPTION>
-# variable (LEASH_REPLAY_YES=1 skipping a confirmation unseen). Options that are settings name
-# their declared variable (envvar=..., shown in --help); jobs/config/ lists them all.
+# Options that are settings read their declared variable through cli/option_defaults.py (shown
+# in --help); click reads nothing from the environment itself.
 EXIT_STATUSES = "Exit status: " + "; ".join(f"{code} {meaning}" for code, meaning in exit_codes.TABLE) + "."
 
 
@@ -68,16 +69,15 @@ def _archived_answers(names: list[str], connection) -> dict[str, str]:
 
 
 @main.command()
-@click.option("--queue", "queues", multiple=True, envvar="LEASH_QUEUE", show_envvar=True,
-              help="Queue(s) to work on (default: leash).")
-@click.option("--burst", is_flag=True, envvar="LEASH_BURST", show_envvar=True,
-              help="Quit when the queues are empty.")
-@click.option("--name", envvar="LEASH_WORKER_NAME", show_envvar=True, help="Worker name (default: random).")
-@click.option("--scheduler/--no-scheduler", default=True, envvar="LEASH_WITH_SCHEDULER", show_envvar=True,
-              help="Run RQ's scheduler (retry backoff) in this worker.")
-@click.option("--log-level", default="INFO", envvar="LEASH_LOG_LEVEL", show_envvar=True)
-@click.option("--import", "imports", multiple=True, envvar="LEASH_IMPORTS", show_envvar=True,
-              help="Module(s) that register your job kinds (comma-separated in the env var).")
+@setting_option("--queue", "queues", multiple=True, setting="LEASH_QUEUE",
+                help="Queue(s) to work on (default: leash).")
+@setting_option("--burst", is_flag=True, setting="LEASH_BURST", help="Quit when the queues are empty.")
+@setting_option("--name", setting="LEASH_WORKER_NAME", help="Worker name (default: random).")
+@setting_option("--scheduler/--no-scheduler", setting="LEASH_WITH_SCHEDULER",
+                help="Run RQ's scheduler (retry backoff) in this worker.")
+@setting_option("--log-level", setting="LEASH_LOG_LEVEL")
+@setting_option("--import", "imports", multiple=True, setting="LEASH_IMPORTS",
+                help="Module(s) that register your job kinds (comma-separated in the env var).")
 @click.option("--tracebacks/--no-tracebacks", default=True, hidden=True,
               help="--no-tracebacks: an error's traceback is its last line (leash dev's quiet terminal).")
 def worker(queues, burst, name, scheduler, log_level, imports, tracebacks):
@@ -124,8 +124,8 @@ def worker(queues, burst, name, scheduler, log_level, imports, tracebacks):
 
 @main.command()
 @click.option("--host", default="0.0.0.0", show_default=True, help="The address to listen on.")
-@click.option("--port", default=5000, type=click.IntRange(1, 65535), envvar="PORT", show_envvar=True,
-              show_default=True, help="The web app's port.")
+@setting_option("--port", type=click.IntRange(1, 65535), setting="PORT", show_default=True,
+                help="The web app's port.")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
               help="The least severe log lines printed.")
@@ -137,9 +137,9 @@ def web(host, port, log_level):
 
 
 @main.command()
-@click.option("--port", default=5000, type=click.IntRange(1, 65535), envvar="PORT", show_envvar=True,
-              show_default=True, help="The web app's port.")
-@click.option("--workers", "n_workers", default=1, envvar="LEASH_DEV_WORKERS", show_envvar=True, show_default=True)
+@setting_option("--port", type=click.IntRange(1, 65535), setting="PORT", show_default=True,
+                help="The web app's port.")
+@setting_option("--workers", "n_workers", type=int, setting="LEASH_DEV_WORKERS", show_default=True)
 @click.option("--fresh", is_flag=True, help="Start with no jobs: forget what earlier runs on this port kept.")
 @click.option("-v", "--verbose", is_flag=True,
               help="Print every log line of the workers and the web app, not only one line per job event.")

@@ -8,22 +8,21 @@ on that job whoever owns it: Redis access is an operator's access.
 
 from __future__ import annotations
 
-import click
-
 from jobs.config.front import web_app
 from jobs.core import states
 from jobs.errors import NoSuchJob
 from jobs.read.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens
 
 from .exit_codes import BadInput
+from .option_defaults import setting_option
 from .redis_target import web_url
 
 
 def owner_option(func):
-    func = click.option("--token", envvar="LEASH_TOKEN", show_envvar=True,
-                        help="Act as the owner of this API token (from LEASH_API_TOKENS).")(func)
-    return click.option("--owner", envvar="LEASH_OWNER", show_envvar=True,
-                        help="Act as this owner (default without LEASH_API_TOKENS: shared).")(func)
+    func = setting_option("--token", setting="LEASH_TOKEN",
+                          help="Act as the owner of this API token (from LEASH_API_TOKENS).")(func)
+    return setting_option("--owner", setting="LEASH_OWNER",
+                          help="Act as this owner (default without LEASH_API_TOKENS: shared).")(func)
 
 
 def acting_owner(owner: str | None, token: str | None) -> str:

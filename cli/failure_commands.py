@@ -21,6 +21,7 @@ from jobs.usage.budget import Budget
 
 from . import exit_codes
 from .exit_codes import BadInput
+from .option_defaults import setting_option
 from .redis_target import connect_checked
 
 #: Above this many jobs, replay asks before acting (unless --yes).
@@ -83,18 +84,18 @@ def failures_command(since, kind, include_canceled, as_json):
 
 
 @click.command("alert")
-@click.option("--since", "window", default="1h", type=DURATION, show_default=True, envvar="LEASH_ALERT_WINDOW",
-              show_envvar=True, help="Look back this far (at most 2d: the counters are kept two days).")
+@setting_option("--since", "window", type=DURATION, show_default=True, setting="LEASH_ALERT_WINDOW",
+                help="Look back this far (at most 2d: the counters are kept two days).")
 @click.option("--window", "old_window", type=DURATION, hidden=True, deprecated="use --since")
-@click.option("--max-failures", type=click.IntRange(min=0), envvar="LEASH_ALERT_MAX_FAILURES",
-              show_envvar=True, help="Alert when more jobs than this failed in the window.")
-@click.option("--max-ratio", type=click.FloatRange(0, 1), envvar="LEASH_ALERT_MAX_RATIO", show_envvar=True,
-              help="Alert when failed / (failed + succeeded) is above this (0 to 1).")
+@setting_option("--max-failures", type=click.IntRange(min=0), setting="LEASH_ALERT_MAX_FAILURES",
+                help="Alert when more jobs than this failed in the window.")
+@setting_option("--max-ratio", type=click.FloatRange(0, 1), setting="LEASH_ALERT_MAX_RATIO",
+                help="Alert when failed / (failed + succeeded) is above this (0 to 1).")
 @click.option("--kind", help="Only this job kind.")
-@click.option("--webhook", envvar="LEASH_ALERT_WEBHOOK", show_envvar=True,
-              help="POST the line as JSON here when alerting (5 s timeout, retried twice).")
-@click.option("--include-canceled", is_flag=True, envvar="LEASH_ALERT_INCLUDE_CANCELED", show_envvar=True,
-              help="Count canceled jobs as failures (by default they are not).")
+@setting_option("--webhook", setting="LEASH_ALERT_WEBHOOK",
+                help="POST the line as JSON here when alerting (5 s timeout, retried twice).")
+@setting_option("--include-canceled", is_flag=True, setting="LEASH_ALERT_INCLUDE_CANCELED",
+                help="Count canceled jobs as failures (by default they are not).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def alert_command(window, old_window, max_failures, max_ratio, kind, webhook, include_canceled, as_json):
     """One line about the failure rate; exit status 1 when over a threshold (for a scheduler),
@@ -131,7 +132,7 @@ def alert_command(window, old_window, max_failures, max_ratio, kind, webhook, in
 @click.option("--since", type=DURATION, help="Failed within this long: 90s, 15m, 24h, 7d, 2w, or 'all'.")
 @click.option("--dry-run", is_flag=True, help="List what would be replayed; change nothing.")
 @click.option("--yes", is_flag=True, help=f"Do not ask when more than {CONFIRM_ABOVE} jobs match.")
-@click.option("--actor", envvar="LEASH_ACTOR", show_envvar=True, help="Who is replaying (audit; default $USER).")
+@setting_option("--actor", setting="LEASH_ACTOR", help="Who is replaying (audit; default $USER).")
 @click.option("--budget-tokens", type=click.IntRange(min=1),
               help="Run the replayed jobs under this token budget (e.g. larger, after 'budget reached').")
 @click.option("--budget-usd", type=click.FloatRange(min=0, min_open=True),

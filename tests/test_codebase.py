@@ -109,10 +109,12 @@ def test_the_settings_tables_list_exactly_the_declared_settings():
 
 
 def test_every_cli_environment_variable_is_a_declared_setting():
+    from cli.option_defaults import DEFAULTS
     from jobs import config
 
-    used = {name for p in (ROOT / "cli").rglob("*.py") for name in re.findall(r'envvar="([A-Z0-9_]+)"', p.read_text())}
+    used = {name for p in (ROOT / "cli").rglob("*.py") for name in re.findall(r'setting="([A-Z0-9_]+)"', p.read_text())}
     assert used and sorted(used - set(config.DECLARED)) == []
+    assert sorted(used ^ set(DEFAULTS)) == [], "each option's setting has one row in cli/option_defaults.py"
 
 
 def test_an_option_without_a_declared_variable_is_not_read_from_the_environment(conn, env):

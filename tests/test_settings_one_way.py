@@ -1,6 +1,8 @@
 """Settings are read one way, measured from the source: the web app's modules read theirs from
 web/app_settings.py (the typed groups, read once per app), never from Flask's ``app.config``
-under a name of leash's; the environment is read only in jobs/config (tests/test_codebase.py)."""
+under a name of leash's; the command line's options that are settings take their defaults from
+the typed groups (cli/option_defaults.py), never from click reading the environment; the
+environment is read only in jobs/config (tests/test_codebase.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from jobs.config import DECLARED
 from tests.conftest import ROOT
 
 WEB = ROOT / "web"
+CLI = ROOT / "cli"
 #: The one module of web/ that reads the typed groups.
 WEB_SETTINGS = WEB / "app_settings.py"
 
@@ -68,6 +71,24 @@ def test_no_web_module_reads_a_leash_setting_from_flask_config():
     assert offenders == [], "read leash's settings from app_settings.current(), not Flask's app.config"
 
 
+def _click_reads_the_environment(tree: ast.AST) -> list[tuple[int, str]]:
+    """``envvar=``/``auto_envvar_prefix=`` given to click, or an ``auto_envvar_prefix`` key."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg in ("envvar", "auto_envvar_prefix"):
+            found.append((node.value.lineno, node.arg))
+        elif isinstance(node, ast.Dict):
+            found += [(key.lineno, key.value) for key in node.keys
+                      if isinstance(key, ast.Constant) and key.value == "auto_envvar_prefix"]
+    return found
+
+
+def test_no_cli_option_is_read_from_the_environment_by_click():
+    offenders = [f"{p.relative_to(ROOT)}:{line} {what}" for p in _modules(CLI)
+                 for line, what in _click_reads_the_environment(_tree(p))]
+    assert offenders == [], "an option that is a setting is a setting_option (cli/option_defaults.py)"
+
+
 def test_the_guards_see_what_they_look_for():
     """The guards' own measures find a read and an import when there is one."""
     sample = ast.parse('from jobs.config.front import web_app\nx = app.config["LEASH_DEV"]\n'
@@ -75,3 +96,6 @@ def test_the_guards_see_what_they_look_for():
                        'z = app.config["MAX_CONTENT_LENGTH"]\n')
     assert "jobs.config.front" in _imported(sample)
     assert [name for _, name in _config_reads(sample) if _leash_setting(name)] == ["LEASH_DEV", "SECRET_KEY"]
+    options = ast.parse('@click.option("--x", envvar="X")\n@click.group(context_settings={"auto_envvar_prefix": "A"})\n'
+                        'def f(): pass\n')
+    assert [what for _, what in _click_reads_the_environment(options)] == ["envvar", "auto_envvar_prefix"]

@@ -55,14 +55,47 @@ def web_server() -> WebServer:
 
 @dataclass(frozen=True)
 class CommandLine:
-    """What the commands act as and point at. (Options that are settings, such as ``leash alert``'s
-    LEASH_ALERT_* and ``leash worker``'s, are read by click from their declared variable.)"""
+    """What the commands act as and point at; the defaults of the options that are settings
+    (cli/option_defaults.py: ``--owner``, ``--port``, ...)."""
 
     web_url: str | None
     actor: str | None
+    owner: str | None
+    token: str | None
+    port: int
+    dev_workers: int
     user: str
     xdg_state_home: str | None
 
 
 def command_line() -> CommandLine:
-    return _read(CommandLine, {"user": "USER", "xdg_state_home": "XDG_STATE_HOME"})
+    return _read(CommandLine, {"user": "USER", "xdg_state_home": "XDG_STATE_HOME", "port": "PORT"})
+
+
+@dataclass(frozen=True)
+class WorkerCommand:
+    """``leash worker``'s options that are settings (its queues, imports and log level are
+    jobs.config's ``settings()`` and ``logs()``)."""
+
+    burst: bool
+    worker_name: str | None
+    with_scheduler: bool
+
+
+def worker_command() -> WorkerCommand:
+    return _read(WorkerCommand)
+
+
+@dataclass(frozen=True)
+class AlertCommand:
+    """``leash alert``'s options that are settings, for a scheduler that sets them once."""
+
+    alert_window: str
+    alert_max_failures: int | None
+    alert_max_ratio: float | None
+    alert_webhook: str | None
+    alert_include_canceled: bool
+
+
+def alert_command() -> AlertCommand:
+    return _read(AlertCommand)
