@@ -36,14 +36,14 @@ def _proxy_checks(connection) -> list:
     """With LEASH_TRUSTED_PROXIES=*, whether a request came without the platform router's
     X-Forwarded-For in the last week (web/proxy_check.py notes one): then anyone who reaches the
     app that way can name any client address to the guessing limits."""
-    from jobs import keys
     from jobs.config.front import web_server
     from jobs.core import clock
+    from jobs.observability import direct_requests
     from jobs.read.redis_health import Check
 
     if (web_server().trusted_proxies or "").strip() != "*":
         return []
-    seen = {k.decode(): v.decode() for k, v in connection.hgetall(keys.DIRECT_REQUEST).items()}
+    seen = direct_requests.latest(connection)
     if not seen:
         return [Check("trusted proxies", "ok", "*: every request the web app noted came through a proxy "
                                                "(X-Forwarded-For)")]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from functools import cache
@@ -247,3 +248,37 @@ def test_no_import_loop_even_for_the_type_checker():
 
     for module in sorted(arrows):
         visit(module, [])
+
+
+#: A Redis key name spelled in a string: leash's own or RQ's.
+KEY_NAME = re.compile(r"""[fFrRbB]?["'](?:leash|rq):""")
+
+
+def _names_keys(path: Path) -> list[str]:
+    """Where a module imports the key names (jobs.keys) or spells one."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "jobs.keys" or node.module.startswith("jobs.keys.") or (
+                    node.module == "jobs" and any(alias.name == "keys" for alias in node.names)):
+                found.append(f"{node.lineno}: imports jobs.keys")
+        elif isinstance(node, ast.Import):
+            found += [f"{node.lineno}: imports jobs.keys" for alias in node.names
+                      if alias.name == "jobs.keys" or alias.name.startswith("jobs.keys.")]
+    found += [f"{n}: {line.strip()[:60]}" for n, line in enumerate(path.read_text().splitlines(), 1)
+              if KEY_NAME.search(line)]
+    return found
+
+
+def test_the_web_app_names_no_redis_key():
+    """web/ reads and changes state through functions of jobs/ (jobs/read/, jobs/core/, ...):
+    key names live in jobs/keys/ alone, and web/ neither imports nor spells one."""
+    offenders = [f"{path.relative_to(ROOT)}:{where}" for path in sorted((ROOT / "web").rglob("*.py"))
+                 for where in _names_keys(path)]
+    assert offenders == []
+
+
+def test_the_key_name_guard_sees_both_ways_of_naming_a_key(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text('from jobs import keys, kinds\nimport jobs.keys.job_keys\nx = f"leash:job:{1}"\ny = "rq:queue:a"\n')
+    assert [where.split(":")[0] for where in _names_keys(sample)] == ["1", "2", "3", "4"]

@@ -52,8 +52,8 @@ from rq.job import JOB_ID_PATTERN
 from rq.serializers import JSONSerializer
 from rq.worker import Worker
 
-from jobs import keys
 from jobs.core.store.connection import connect, redis_url
+from jobs.read import fleet
 
 from . import app_settings, guessing
 from .error_replies import api_error
@@ -147,7 +147,7 @@ def _guard():
     if request.endpoint == f"{BLUEPRINT}.compact_queue":
         # RQ's compact renames the queue's list, which Redis refuses for a missing (empty) one.
         name = request.view_args["queue_name"]
-        if not current_app.extensions["leash_redis"].exists(keys.rq_queue(name)):
+        if not fleet.queue_exists(current_app.extensions["leash_redis"], name):
             return api_error(404, f"queue {name!r} is empty or does not exist: nothing to compact")
     return None
 

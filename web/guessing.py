@@ -27,11 +27,10 @@ import time
 
 from flask import current_app, request
 from limits import parse_many
-from limits.storage import RedisStorage
 from limits.strategies import MovingWindowRateLimiter
 from werkzeug.exceptions import TooManyRequests
 
-from jobs import keys
+from jobs.intake import guesses
 
 from . import app_settings
 
@@ -50,10 +49,7 @@ def _limiter() -> tuple[MovingWindowRateLimiter, dict]:
     """The shared counter of failures, and the refusals this process remembers."""
     extensions = current_app.extensions
     if "leash_guessing" not in extensions:
-        connection = extensions["leash_redis"]
-        storage = RedisStorage("redis://", connection_pool=connection.connection_pool,
-                               key_prefix=keys.GUESS_RATE_PREFIX)
-        extensions["leash_guessing"] = (MovingWindowRateLimiter(storage), {})
+        extensions["leash_guessing"] = (guesses.limiter(extensions["leash_redis"]), {})
     return extensions["leash_guessing"]
 
 
@@ -65,8 +61,7 @@ def _scopes(door: str, guessed: str) -> list[tuple[str, ...]]:
     # Keyed by the app's secret: the digest of a near-miss stored in Redis tells a reader nothing.
     key = app_settings.current().secret.encode()
     guess = hmac.new(key, guessed.encode(errors="replace"), hashlib.sha256).hexdigest()[:24]
-    return [keys.guess_rate_scope(door, "address", request.remote_addr or "unknown"),
-            keys.guess_rate_scope(door, "guess", guess)]
+    return guesses.scopes(door, request.remote_addr or "unknown", guess)
 
 
 def _refusal(door: str, what: str, wait: int) -> GuessingRefused:

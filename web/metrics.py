@@ -36,7 +36,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from werkzeug.exceptions import Forbidden, Unauthorized
 
-from jobs import keys
 from jobs.archive import pending as archive_pending
 from jobs.core import clock, deferrals, switches
 from jobs.models import concurrency as model_concurrency
@@ -68,19 +67,7 @@ class RedisCollector:
     def collect(self):
         now = clock.wall()
         try:
-            with self.connection.pipeline(transaction=False) as pipe:
-                for queue in self.queues:
-                    pipe.llen(keys.rq_queue(queue))
-                    pipe.zcard(keys.rq_scheduled(queue, self.connection))
-                pipe.zcard(keys.LEASES)
-                pipe.zcount(keys.LEASES, "-inf", now)
-                pipe.zcard(keys.FAILED_INDEX)
-                pipe.hgetall(keys.STATS_TOTALS)
-                pipe.get(keys.RECLAIMS)
-                pipe.get(keys.REJECTED_WRITES)
-                replies = pipe.execute()
-            per_queue, rest = replies[:2 * len(self.queues)], replies[2 * len(self.queues):]
-            running, stale, failed_index, totals, reclaims, rejected = rest
+            counts = fleet.scrape_counts(self.connection, self.queues, now)
             models = model_concurrency.snapshot(self.connection)
             spent = model_totals(self.connection)
             operations = _operations(self.connection, self.queues, now)
@@ -91,19 +78,19 @@ class RedisCollector:
         # Ready to run now; jobs held back by their owner's concurrency limit wait in per-owner
         # sets and are not counted here.
         gauge = GaugeMetricFamily("leash_queue_depth", "Jobs ready to run, waiting in the RQ queue.", labels=["queue"])
-        for n, queue in enumerate(self.queues):
-            gauge.add_metric([queue], per_queue[2 * n])
+        for queue, ready in zip(self.queues, counts.ready, strict=True):
+            gauge.add_metric([queue], ready)
         yield gauge
         gauge = GaugeMetricFamily("leash_jobs_scheduled", "Jobs waiting for a retry's backoff to pass.",
                                   labels=["queue"])
-        for n, queue in enumerate(self.queues):
-            gauge.add_metric([queue], per_queue[2 * n + 1])
+        for queue, scheduled in zip(self.queues, counts.scheduled, strict=True):
+            gauge.add_metric([queue], scheduled)
         yield gauge
-        yield GaugeMetricFamily("leash_jobs_running", "Jobs holding a lease.", value=running)
+        yield GaugeMetricFamily("leash_jobs_running", "Jobs holding a lease.", value=counts.running)
         yield GaugeMetricFamily("leash_jobs_stale", "Running jobs whose lease has expired (worker stopped "
-                                                    "reporting; about to be reclaimed).", value=stale)
+                                                    "reporting; about to be reclaimed).", value=counts.stale)
         yield GaugeMetricFamily("leash_jobs_failed_index", "Failed jobs in the dead-letter index.",
-                                value=failed_index)
+                                value=counts.failed_index)
         by_outcome = {
             "succeeded": CounterMetricFamily("leash_jobs_succeeded", "Jobs that succeeded, every item answered, "
                                              "by kind.", labels=["kind"]),
@@ -117,14 +104,14 @@ class RedisCollector:
             "stopped": CounterMetricFamily("leash_jobs_stopped", "Jobs stopped by RQ's stop command, by kind.",
                                            labels=["kind"]),
         }
-        for field, value in sorted(totals.items()):
-            outcome, _, kind = field.decode().partition(":")
+        for field, value in sorted(counts.totals.items()):
+            outcome, _, kind = field.partition(":")
             if outcome in by_outcome:
-                by_outcome[outcome].add_metric([kind], int(value))
+                by_outcome[outcome].add_metric([kind], value)
         yield from by_outcome.values()
-        yield CounterMetricFamily("leash_lease_reclaims", "Expired leases reclaimed.", value=int(reclaims or 0))
+        yield CounterMetricFamily("leash_lease_reclaims", "Expired leases reclaimed.", value=counts.reclaims)
         yield CounterMetricFamily("leash_rejected_writes", "Writes refused from superseded attempts (zombies).",
-                                  value=int(rejected or 0))
+                                  value=counts.rejected_writes)
         yield from _model_families(models)
         yield from _usage_families(spent)
         yield from operations

@@ -3,7 +3,7 @@ router that is the app's only way in (it sets the header on every request), spoo
 who reaches the app another way — each request could then name a new client address, and the
 guessing limits would count nothing. A request that arrives without the header is the sign of
 such a way in: it is logged (once per process) and noted in Redis (at most once a minute per
-process, ``keys.DIRECT_REQUEST``) for ``leash doctor`` to warn about. The platform's own health
+process, jobs/observability/direct_requests.py) for ``leash doctor`` to warn about. The platform's own health
 checks (/healthz, /readyz) may come without it and are not counted."""
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import time
 import redis
 from flask import Flask, current_app, request
 
-from jobs import keys
+from jobs.observability import direct_requests
 
 from . import app_settings
 
 log = logging.getLogger(__name__)
 
-#: Seconds between two notes of one process; how long doctor keeps warning after the last.
-NOTE_EVERY, KEEP = 60, 7 * 24 * 3600
+#: Seconds between two notes of one process.
+NOTE_EVERY = 60
 PROBES = ("/healthz", "/readyz")
 
 
@@ -43,11 +43,8 @@ def watch(app: Flask) -> None:
                         "is reachable other than through the platform's router, and there any client can name "
                         "its own address (set LEASH_TRUSTED_PROXIES to the router's address)", request.remote_addr)
         try:
-            with current_app.extensions["leash_redis"].pipeline(transaction=False) as pipe:
-                pipe.hset(keys.DIRECT_REQUEST, mapping={"at": now, "peer": request.remote_addr or "",
-                                                        "path": request.path[:200]})
-                pipe.expire(keys.DIRECT_REQUEST, KEEP)
-                pipe.execute()
+            direct_requests.note(current_app.extensions["leash_redis"], now, request.remote_addr or "",
+                                 request.path)
         except redis.RedisError:  # a note for doctor is never worth failing a request over
             pass
 

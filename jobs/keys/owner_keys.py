@@ -47,7 +47,7 @@ def owner_state_indexes(owner: str) -> list[str]:
 
 #: Prefix of the submission-rate counters (kept by the ``limits`` package, jobs/intake/admission.py).
 SUBMIT_RATE_PREFIX = PREFIX + "submit_rate"
-#: Prefix of the counters of failed sign-ins, tokens and dashboard passwords (web/guessing.py).
+#: Prefix of the counters of failed sign-ins, tokens and dashboard passwords (jobs/intake/guesses.py).
 GUESS_RATE_PREFIX = PREFIX + "guess_rate"
 
 

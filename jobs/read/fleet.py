@@ -160,3 +160,42 @@ def queues(connection: Redis, names: list[str] | None = None, now: float | None 
         rows.append(QueueRow(name, queued, waiting, sum(held.get(name, {}).values()), ages[name],
                              paused.get(name), owners))
     return rows
+
+
+@dataclass(frozen=True)
+class ScrapeCounts:
+    """What /metrics counts from Redis at each scrape."""
+
+    ready: list[int]  #: per queue, in the order asked: jobs waiting in RQ's queue
+    scheduled: list[int]  #: per queue: jobs waiting for a retry's backoff to pass
+    running: int  #: jobs holding a lease
+    stale: int  #: of those, leases already expired
+    failed_index: int
+    totals: dict[str, int]  #: ``outcome:kind`` -> jobs ended so
+    reclaims: int
+    rejected_writes: int
+
+
+def scrape_counts(connection: Redis, queue_names: list[str], now: float) -> ScrapeCounts:
+    """/metrics' counts, in one round trip."""
+    with connection.pipeline(transaction=False) as pipe:
+        for queue in queue_names:
+            pipe.llen(keys.rq_queue(queue))
+            pipe.zcard(keys.rq_scheduled(queue, connection))
+        pipe.zcard(keys.LEASES)
+        pipe.zcount(keys.LEASES, "-inf", now)
+        pipe.zcard(keys.FAILED_INDEX)
+        pipe.hgetall(keys.STATS_TOTALS)
+        pipe.get(keys.RECLAIMS)
+        pipe.get(keys.REJECTED_WRITES)
+        replies = pipe.execute()
+    per_queue, rest = replies[:2 * len(queue_names)], replies[2 * len(queue_names):]
+    running, stale, failed_index, totals, reclaims, rejected = rest
+    return ScrapeCounts(ready=per_queue[0::2], scheduled=per_queue[1::2], running=running, stale=stale,
+                        failed_index=failed_index, totals={decoded(k): int(v) for k, v in totals.items()},
+                        reclaims=int(reclaims or 0), rejected_writes=int(rejected or 0))
+
+
+def queue_exists(connection: Redis, name: str) -> bool:
+    """Whether RQ's list of the queue holds a job (an empty queue's list does not exist)."""
+    return bool(connection.exists(keys.rq_queue(name)))
