@@ -7,6 +7,7 @@ environment is read only in jobs/config (tests/test_codebase.py)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from flask import Flask
@@ -71,6 +72,20 @@ def test_no_web_module_reads_a_leash_setting_from_flask_config():
     assert offenders == [], "read leash's settings from app_settings.current(), not Flask's app.config"
 
 
+#: ``config.NAME`` or ``config["NAME"]`` in a template (Jinja's view of Flask's app.config).
+TEMPLATE_CONFIG = re.compile(r"""\bconfig(?:\.([A-Za-z_][A-Za-z0-9_]*)|\[\s*["']([A-Za-z_][A-Za-z0-9_]*)["']\s*\])""")
+
+
+def _template_config_reads(text: str) -> list[str]:
+    return [dotted or quoted for dotted, quoted in TEMPLATE_CONFIG.findall(text)]
+
+
+def test_no_template_reads_a_leash_setting_from_flask_config():
+    offenders = [f"{p.relative_to(ROOT)} {name}" for p in sorted((WEB / "templates").rglob("*.html"))
+                 for name in _template_config_reads(p.read_text()) if _leash_setting(name)]
+    assert offenders == [], "a page is handed what it shows (a template global or the view's arguments)"
+
+
 def _click_reads_the_environment(tree: ast.AST) -> list[tuple[int, str]]:
     """``envvar=``/``auto_envvar_prefix=`` given to click, or an ``auto_envvar_prefix`` key."""
     found = []
@@ -96,6 +111,8 @@ def test_the_guards_see_what_they_look_for():
                        'z = app.config["MAX_CONTENT_LENGTH"]\n')
     assert "jobs.config.front" in _imported(sample)
     assert [name for _, name in _config_reads(sample) if _leash_setting(name)] == ["LEASH_DEV", "SECRET_KEY"]
+    assert _template_config_reads('{% if config.LEASH_X %}{{ config["SECRET_KEY"] }}{{ config.MAX_CONTENT_LENGTH }}') \
+        == ["LEASH_X", "SECRET_KEY", "MAX_CONTENT_LENGTH"]
     options = ast.parse('@click.option("--x", envvar="X")\n@click.group(context_settings={"auto_envvar_prefix": "A"})\n'
                         'def f(): pass\n')
     assert [what for _, what in _click_reads_the_environment(options)] == ["envvar", "auto_envvar_prefix"]

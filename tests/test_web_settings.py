@@ -61,3 +61,11 @@ def test_a_test_may_set_only_declared_settings(conn):
         create_app_with(LEASH_NO_SUCH_THING="1")
     with pytest.raises(ValueError, match="LEASH_MAX_BODY_BYTES must be an integer"):
         create_app_with(LEASH_MAX_BODY_BYTES="lots")
+
+
+@pytest.mark.parametrize(("credentials", "linked"), [({}, False), (
+    {"LEASH_DASHBOARD_USER": "ops", "LEASH_DASHBOARD_PASSWORD": "a-long-dashboard-password"}, True)])
+def test_the_pages_link_the_queue_dashboard_only_where_it_is_mounted(conn, credentials, linked):
+    page = create_app_with(**credentials).test_client().get("/", headers={"Accept": "text/html"})
+    assert page.status_code == 200
+    assert ('<a href="/rq/">Queue dashboard</a>' in page.get_data(as_text=True)) is linked

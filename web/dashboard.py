@@ -251,6 +251,7 @@ def _set_csrf_cookie(response: Response) -> Response:
 def init_app(app: Flask) -> None:
     found = app_settings.of(app)
     user, password, dev = found.web.dashboard_user, found.web.dashboard_password, found.web.dev
+    app.jinja_env.globals["dashboard_mounted"] = False  # the pages link to /rq/ only where it answers
     if not (user and password) and not dev:
         if user or password:
             log.warning("rq-dashboard is not mounted: set both LEASH_DASHBOARD_USER and LEASH_DASHBOARD_PASSWORD")
@@ -268,5 +269,6 @@ def init_app(app: Flask) -> None:
     app.after_request(_set_csrf_cookie)
     app.after_request(_protect_pages)
     app.register_error_handler(NoSuchJobError, _no_such_rq_job)  # its job views fetch without checking
+    app.jinja_env.globals["dashboard_mounted"] = True
     if not (user and password):
         log.warning("rq-dashboard is mounted at %s WITHOUT a password (LEASH_DEV=1, development only)", PREFIX)
