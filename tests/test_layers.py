@@ -278,7 +278,38 @@ def test_the_web_app_names_no_redis_key():
     assert offenders == []
 
 
+#: Redis commands on keys (redis-py's method names): web/ asks jobs/ instead. (``get``, ``set`` and
+#: ``delete`` are left out: dicts, sessions and forms have them too; a key they would need is
+#: caught by the key-name guard above.)
+REDIS_COMMANDS = frozenset({
+    "blmove", "brpop", "blpop", "decr", "decrby", "eval", "evalsha", "execute_command", "exists",
+    "expire", "expireat", "getdel", "getex", "hdel", "hexists", "hget", "hgetall", "hincrby", "hkeys", "hlen",
+    "hmget", "hscan", "hset", "hsetnx", "hvals", "incr", "incrby", "incrbyfloat", "lindex", "linsert", "llen",
+    "lmove", "lpop", "lpos", "lpush", "lrange", "lrem", "lset", "ltrim", "mget", "mset", "persist", "pexpire",
+    "pipeline", "pttl", "rename", "rpop", "rpush", "sadd", "scan_iter", "scard", "setex", "setnx", "sismember",
+    "smembers", "smismember", "srem", "sscan", "strlen", "ttl", "unlink", "zadd", "zcard", "zcount", "zincrby",
+    "zpopmin", "zrange", "zrangebyscore", "zrank", "zrem", "zremrangebyscore", "zrevrange", "zscore",
+})
+#: The guarded client itself (web/redis_guard.py) wraps every command; it names none.
+REDIS_CLIENT = ROOT / "web" / "redis_guard.py"
+
+
+def _redis_calls(tree: ast.AST) -> list[str]:
+    return [f"{node.lineno}: .{node.func.attr}(" for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in REDIS_COMMANDS]
+
+
+def test_the_web_app_sends_no_redis_command_itself():
+    """web/ reads and changes leash's state through functions of jobs/, never by a command of its
+    own on a key (rq-dashboard, mounted at /rq, is RQ's own)."""
+    offenders = [f"{path.relative_to(ROOT)}:{where}" for path in sorted((ROOT / "web").rglob("*.py"))
+                 if path != REDIS_CLIENT for where in _redis_calls(ast.parse(path.read_text()))]
+    assert offenders == []
+
+
 def test_the_key_name_guard_sees_both_ways_of_naming_a_key(tmp_path):
     sample = tmp_path / "sample.py"
     sample.write_text('from jobs import keys, kinds\nimport jobs.keys.job_keys\nx = f"leash:job:{1}"\ny = "rq:queue:a"\n')
     assert [where.split(":")[0] for where in _names_keys(sample)] == ["1", "2", "3", "4"]
+    calls = ast.parse("with connection.pipeline() as pipe:\n    pipe.hset(k, 'a', 1)\nrequest.args.get('x')\n")
+    assert _redis_calls(calls) == ["1: .pipeline(", "2: .hset("]
