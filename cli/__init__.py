@@ -177,12 +177,13 @@ _register_deadletter(main)
 from .archive_commands import archive  # noqa: E402
 from .doctor import doctor  # noqa: E402
 from .operator_commands import COMMANDS as _operator_commands  # noqa: E402
+from .pipeline_commands import COMMANDS as _pipeline_commands  # noqa: E402
 from .usage_commands import usage_command  # noqa: E402
 
 main.add_command(usage_command)
 main.add_command(doctor)
 main.add_command(archive)
-for _command in _operator_commands:
+for _command in (*_operator_commands, *_pipeline_commands):
     main.add_command(_command)
 
 if __name__ == "__main__":

@@ -107,16 +107,25 @@ class KindFieldsCommand(click.Command):
               help="If a job it waits for fails or is canceled: cancel this one (default), run it anyway, or wait.")
 @click.option("--webhook", "webhook_url", metavar="URL",
               help="POST a signed webhook to URL when the job ends (default: LEASH_WEBHOOK_URL; docs/WEBHOOKS.md).")
+@click.option("--pipeline", "pipeline_file", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Submit a pipeline: every stage in FILE (YAML or JSON, docs/STAGES.md) in one submission; "
+                   "with it only --owner, --token, --idempotency-key, --dry-run and --json apply.")
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"job_id": ..., "created": ..., "url": ...} (with --dry-run: {"estimate": ...}).')
 @click.argument("source", type=click.File("rb"), default="-")
 def submit(kind, name, owner, token, idempotency_key, max_attempts, queue, item_concurrency,
-           budget_tokens, budget_usd, mode, no_cache, dry_run, items_from, after, after_policy, webhook_url, as_json,
-           source, **field_texts):
+           budget_tokens, budget_usd, mode, no_cache, dry_run, items_from, after, after_policy, webhook_url,
+           pipeline_file, as_json, source, **field_texts):
     """Enqueue one job; items are read from SOURCE (a file, or - for stdin) as the form reads an
     upload: UTF-8, one per line, or a .csv's text column (not read with --items-from). Prints the
-    job id, and its web address on stderr."""
+    job id, and its web address on stderr. With --pipeline FILE: every stage of the pipeline in
+    FILE, printing the pipeline's id."""
     owner = acting_owner(owner, token)
+    if pipeline_file is not None:
+        from .pipeline_commands import submit_pipeline
+
+        submit_pipeline(pipeline_file, owner, idempotency_key, dry_run, as_json)
+        return
     if items_from is None and source.isatty():
         click.echo("reading items from the terminal, one per line; end with Ctrl-D "
                    "(or give a file: leash submit items.txt)", err=True)

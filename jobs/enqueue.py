@@ -137,11 +137,12 @@ class Checked(NamedTuple):
     webhook_url: str | None = None  # where its completion webhook goes (jobs/webhooks/)
     after: tuple[str, ...] = ()  # the jobs it waits for (jobs/core/parents.py)
     after_policy: str = "cancel"  # if one of them does not succeed
+    pipeline: str | None = None  # the pipeline it is a stage of (jobs/intake/pipelines.py)
 
 
 def check(kind: str, payload, owner: str = "default", max_attempts: int | None = None, queue: str | None = None,
           name: str | None = None, idempotency_key: str | None = None, webhook_url: str | None = None,
-          after=None, after_policy: str | None = None) -> Checked:
+          after=None, after_policy: str | None = None, pipeline: str | None = None) -> Checked:
     """Every check ``enqueue`` makes of a submission, once, writing nothing (InvalidJob).
     ``webhook_url``: the job's own, else LEASH_WEBHOOK_URL's (jobs/webhooks/requested.py);
     ``after``, ``after_policy``: the jobs it waits for and what if one fails (jobs/core/parents.py)."""
@@ -160,7 +161,7 @@ def check(kind: str, payload, owner: str = "default", max_attempts: int | None =
     if chosen is not None and chosen["job"] not in after:
         after = [*after, chosen["job"]]
     return Checked(kind, payload, owner, max_attempts, total, check_name(name), resolve_queue(queue, s.queues),
-                   idempotency_key, url_for_job(webhook_url), tuple(after), after_policy)
+                   idempotency_key, url_for_job(webhook_url), tuple(after), after_policy, pipeline)
 
 
 def validate(kind: str, payload, owner: str = "default", max_attempts: int | None = None, queue: str | None = None,
@@ -240,7 +241,7 @@ def write(connection: Redis, job: Checked, now: float | None = None, price: dict
                     pipe.multi()
                 registry, concurrency = _write_job(pipe, q, job_id, kind, payload, owner, max_attempts, total,
                                                    stamp, s, name, price, job.webhook_url,
-                                                   (job.after, job.after_policy, waiting_on))
+                                                   (job.after, job.after_policy, waiting_on), job.pipeline)
                 door.written(pipe, owner, job_id)  # in the queued index and out of the holds at once
                 try:
                     _execute_without_script_check(pipe, registry, concurrency)
@@ -305,7 +306,8 @@ def submitted_params(payload: dict, field_names: tuple[str, ...] = ()) -> str:
 def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str,
                max_attempts: int, total: int, now: float, s: Settings,
                name: str | None = None, price: dict | None = None,
-               webhook_url: str | None = None, waits=((), None, ())) -> tuple[RateLimitRegistry | None, int]:
+               webhook_url: str | None = None, waits=((), None, ()),
+               pipeline: str | None = None) -> tuple[RateLimitRegistry | None, int]:
     """leash's record and RQ's rate-limited job, queued on one transaction: no crash can leave
     either alone. Returns the owner's rate-limit registry and its concurrency."""
     # Counters (attempts, token, done, handoffs, defers) start absent, meaning 0.
@@ -317,7 +319,8 @@ def _write_job(pipe, q: Queue, job_id: str, kind: str, payload: dict, owner: str
         **(budget.parse(payload.get(budget.BUDGET_FIELD)) or budget.Budget()).hash_fields(),
     } | ({"name": name} if name else {}) | ({"mode": "batch"} if modes.mode_of(payload) == "batch" else {})
       | ({"webhook_url": webhook_url} if webhook_url else {})
-      | ({"after": ",".join(waits[0]), "after_policy": waits[1]} if waits[0] else {}))
+      | ({"after": ",".join(waits[0]), "after_policy": waits[1]} if waits[0] else {})
+      | ({"pipeline": pipeline} if pipeline else {}))
     if price:  # apart from the job hash, which every status poll reads
         pipe.set(keys.estimate(job_id), json.dumps(price, separators=(",", ":")), ex=s.result_ttl)
     # The copy expires like the idempotency key unless the job's end sets its record's expiry:

@@ -60,6 +60,7 @@ from jobs.errors import (
 from jobs.intake.limits import check_summary, item_error_limit, json_size
 from jobs.models import backends
 from jobs.read import results, selection
+from jobs.usage import pipeline_budget
 from jobs.usage.budget import BudgetReached, WaitingForRoom
 
 log = logging.getLogger("leash.runner")
@@ -79,6 +80,7 @@ def execute(kind_name: str, payload: dict, attempt: Attempt | None = None) -> di
     try:
         if why_not:
             raise Canceled(why_not)  # a job it waited for did not succeed (after_policy cancel)
+        pipeline_budget.start_stage(attempt.connection, attempt.job_id, payload)  # what the other stages left
         payload = _with_chosen_items(attempt, payload)
         try:
             summary = kind.func(ctx, payload) or {}

@@ -49,8 +49,8 @@ BODIES = [
 ]
 
 
-def _address(rule, job_id: str) -> str:
-    values = {"job_id": job_id, "queue_name": "leash", "registry_name": "failed", "per_page": 10, "order": "asc",
+def _address(rule, job_id: str, pipeline_id: str = "p-none") -> str:
+    values = {"job_id": job_id, "pipeline_id": pipeline_id, "queue_name": "leash", "registry_name": "failed", "per_page": 10, "order": "asc",
               "page": 1, "instance_number": 0, "filename": "style.css", "fmt": "csv", "worker_name": "w1"}
     path = rule.rule
     for name in rule.arguments:
@@ -81,11 +81,13 @@ def test_no_route_answers_any_odd_body_with_a_5xx(conn, csrf, public, monkeypatc
                           LEASH_DASHBOARD_USER=USER, LEASH_DASHBOARD_PASSWORD=PASSWORD,
                           LEASH_MAX_BODY_BYTES=1024 * 1024, LEASH_PUBLIC_SUBMIT=public)
     job_id = app.test_client().post("/jobs", json=CLASSIFY, headers=bearer("alice")).get_json()["job_id"]
+    pipeline_id = app.test_client().post("/pipelines", json={"stages": [{"name": "one", **CLASSIFY}]},
+                                         headers=bearer("alice")).get_json()["pipeline_id"]
     rules = list(app.url_map.iter_rules())
     assert any(r.endpoint.startswith("rq_dashboard.") for r in rules)
     statuses: Counter = Counter()
     for rule in rules:
-        path = _address(rule, job_id)
+        path = _address(rule, job_id, pipeline_id)
         for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
             for _who, client, headers in _identities(app):
                 for content_type, body in (BODIES if method != "GET" else [("", b"")]):

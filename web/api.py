@@ -183,17 +183,7 @@ def cancel(job_id: str):
     fields = read_status(connection, job_id, owner)  # 404 unless it is the caller's job
     if needs_confirming():
         return confirm_page("cancel", fields, "api.cancel")
-    previous = control.cancel(connection, job_id)
-    provider = None
-    if previous == control.WAITING:  # a batch job waiting at its provider: its batch is canceled too
-        try:
-            backend = get_backend()
-        except Exception:  # noqa: BLE001 - no model settings in the web process: a worker's look cancels
-            backend = None
-        ids, refused = cancel_at_provider(connection, job_id, backend)
-        # Only what the provider said; a batch it did not confirm is asked again by a worker.
-        provider = {"batches": ids, "canceled": [b for b in ids if b not in dict(refused)],
-                    "not_confirmed": [{"batch_id": b, "error": e} for b, e in refused]}
+    previous, provider = cancel_job(connection, job_id)
     if wants_html():
         # A running job stops at its next heartbeat: until then its page says the cancel is on its way.
         asked = {"cancel": "requested"} if previous == states.State.RUNNING else {}
@@ -205,6 +195,23 @@ def cancel(job_id: str):
                        **({"provider_batch": provider} if provider is not None else {}))
     response.status_code = 202
     return response
+
+
+def cancel_job(connection, job_id: str) -> tuple[str, dict | None]:
+    """Cancel one job as the API does (a pipeline's cancel too, stage by stage): the state it
+    was in, and for a batch job waiting at its provider what the provider said of its batch."""
+    previous = control.cancel(connection, job_id)
+    provider = None
+    if previous == control.WAITING:  # a batch job waiting at its provider: its batch is canceled too
+        try:
+            backend = get_backend()
+        except Exception:  # noqa: BLE001 - no model settings in the web process: a worker's look cancels
+            backend = None
+        ids, refused = cancel_at_provider(connection, job_id, backend)
+        # Only what the provider said; a batch it did not confirm is asked again by a worker.
+        provider = {"batches": ids, "canceled": [b for b in ids if b not in dict(refused)],
+                    "not_confirmed": [{"batch_id": b, "error": e} for b, e in refused]}
+    return previous, provider
 
 
 @bp.get("/jobs/<job_id>/result.<any(csv, jsonl):fmt>")

@@ -55,6 +55,7 @@ from . import (
     operator_api,
     overview_page,
     pages,
+    pipeline_routes,
     proxy_check,
     request_logs,
     signin,
@@ -123,6 +124,7 @@ def create_app(settings: Mapping[str, object] | None = None) -> Flask:
     app.register_blueprint(overview_page.bp)
     app.register_blueprint(operator_api.bp)
     app.register_blueprint(failures_page.bp)
+    app.register_blueprint(pipeline_routes.bp)
     # A browser asking for an API address gets the page (the API does not import the pages).
     app.extensions["leash_html_views"] = {"api.job": pages.job_page, "api.job_list": pages.jobs_page}
     app.after_request(_security_headers)

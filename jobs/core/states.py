@@ -62,7 +62,9 @@ FIELDS = ("job_id", "kind", "state", "done", "total", "result", "error", "stale"
           # Where its completion webhook goes and how its deliveries went (jobs/webhooks/).
           "webhook",
           # The jobs it waits for and what it does if one does not succeed (jobs.core.parents).
-          "after")
+          "after",
+          # The pipeline it is a stage of (jobs/intake/pipelines.py), or None.
+          "pipeline")
 
 
 def _float(value: str | None) -> float | None:
@@ -172,7 +174,8 @@ def from_raw(job_id: str, raw: dict, rq_status: str | None, now: float | None = 
     } | details(job_id, h, state.value, error, rq_status, now, errors or [], history or [], retry_at, workers_alive) \
       | job_usage(h) | budget_wait(h, state == State.RUNNING or (state == State.QUEUED and retry_at is not None)) \
       | {"name": h.get("name")} | batch_status(h, state.value) | {"webhook": webhook_status(h, state)} \
-      | {"after": {"jobs": h["after"].split(","), "policy": h.get("after_policy")} if h.get("after") else None}
+      | {"after": {"jobs": h["after"].split(","), "policy": h.get("after_policy")} if h.get("after") else None} \
+      | {"pipeline": h.get("pipeline")}
 
 
 def batch_status(h: dict, state: str) -> dict[str, Any]:

@@ -53,6 +53,7 @@ class Submission(NamedTuple):
     address: str | None = None
     after: Any = None  # job ids it waits for (jobs/core/parents.py)
     after_policy: str | None = None
+    pipeline: str | None = None  # the pipeline it is a stage of (jobs/intake/pipelines.py)
 
 
 class Submitted(NamedTuple):
@@ -167,11 +168,21 @@ def _estimate(connection: Redis, job: Checked) -> dict[str, Any]:
     return estimate.estimate(connection, job.kind, job.payload, job.owner)
 
 
+def checked(submission: Submission) -> Checked:
+    """The submission after every check ``submit`` makes of its payload, writing nothing and
+    pricing nothing (Invalid): a pipeline checks each of its stages so before writing any."""
+    job = _check(submission)
+    unpriced = _unpriced_usd_budget(job)
+    if unpriced:
+        raise Invalid(unpriced, [("budget_usd", unpriced)])
+    return job
+
+
 def _check(submission: Submission) -> Checked:
     kind, payload, owner, max_attempts, queue, name, key = submission[:7]
     try:
         return check(kind, payload, owner, max_attempts, queue, name, key, submission.webhook_url,
-                     submission.after, submission.after_policy)
+                     submission.after, submission.after_policy, submission.pipeline)
     except InvalidJob as exc:
         # Refused already: ask each field apart only now, so a person sees all that is wrong.
         raise Invalid(str(exc), problems(kind, payload, name) or [(None, str(exc))]) from None

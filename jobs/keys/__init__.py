@@ -7,7 +7,8 @@ Lua scripts never build key names: callers pass them in KEYS.
 Each module owns an area, and every name is read from here (``keys.job(job_id)``,
 ``keys.LEASES``): one job's keys (job_keys.py), the deployment's shared indexes, counters and
 schema markers (shared_keys.py), an owner's (owner_keys.py), model calls' and the request cache's
-(model_keys.py), RQ's (rq_keys.py). A key kept without an expiry joins ``PERMANENT`` below.
+(model_keys.py), a pipeline's (pipeline_keys.py), RQ's (rq_keys.py). A key kept without an expiry
+joins ``PERMANENT`` below.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from jobs.keys import model_keys, owner_keys, shared_keys
 from jobs.keys.job_keys import *  # noqa: F403
 from jobs.keys.model_keys import *  # noqa: F403
 from jobs.keys.owner_keys import *  # noqa: F403
+from jobs.keys.pipeline_keys import *  # noqa: F403
 from jobs.keys.rq_keys import *  # noqa: F403
 from jobs.keys.shared_keys import *  # noqa: F403
 

@@ -1,0 +1,323 @@
+"""A pipeline: several stage jobs submitted in one request (``POST /pipelines``, ``leash submit
+--pipeline FILE``), each an ordinary job of its kind, later stages naming earlier ones by their
+stage name where a job id would go:
+
+    {"name": "reviews", "budget": {"tokens": 200000}, "webhook_url": "https://...",
+     "stages": [
+       {"name": "classify", "kind": "classify", "items": [...], "labels": ["positive", "negative"]},
+       {"name": "extract", "kind": "extract", "schema": {...},
+        "items_from": {"stage": "classify", "label": "negative"}},
+       {"name": "summary", "kind": "prompt", "template": "...", "after": ["extract"]}]}
+
+    submit(connection, pipeline, dry_run=False)
+      ├─ a repeat of the owner's idempotency key ─▶ the first pipeline (nothing written)
+      ├─ every stage checked (``submission.checked``) ─▶ Invalid naming the stage: nothing written
+      ├─ dry run: each stage priced (jobs/intake/pipeline_price.py) ─▶ the estimate, nothing written
+      └─ the record, then each stage through ``submission.submit`` in order, its references to
+         earlier stages resolved to their job ids; a stage refused there cancels those written
+
+A stage's ``items_from: {"stage": S, ...}`` is ``items_from: {"job": <S's job id>, ...}``; a name
+in its ``after`` that is a stage's is that stage's job. Stages run when what they wait for has
+ended (jobs/core/parents.py), exactly as jobs chained by hand do.
+
+With a budget for the whole pipeline every stage waits for the one before it (an implicit
+``after``), so one stage runs at a time, and each stage starts with what the others left
+(``stage_budget``, called by the runner as the stage starts): the stages' spending together
+never passes the pipeline's budget (docs/STAGES.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from redis import Redis
+
+from jobs import keys
+from jobs.config import settings
+from jobs.core import clock, rq_side
+from jobs.core.text import decoded
+from jobs.enqueue import check_name
+from jobs.errors import InvalidJob, NoSuchJob
+from jobs.intake import pipeline_price
+from jobs.usage import budget as budgets
+from jobs.usage import prices
+
+if TYPE_CHECKING:
+    from jobs.intake.submission import Submission
+
+#: Stages one pipeline may have.
+MAX_STAGES = 20
+_STAGE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
+#: A stage's fields that are options of its job, not part of its payload.
+STAGE_OPTIONS = ("name", "kind", "max_attempts", "queue", "webhook_url", "after", "after_policy")
+#: The pipeline's own fields (a pipeline file's, and ``POST /pipelines``'s body's).
+PIPELINE_FIELDS = ("name", "stages", "budget", "webhook_url", "dry_run")
+
+
+class Stage(NamedTuple):
+    name: str
+    kind: str
+    payload: dict
+    after: list[str]
+    after_policy: str | None = None
+    max_attempts: int | None = None
+    queue: str | None = None
+    webhook_url: str | None = None
+
+
+class Pipeline(NamedTuple):
+    """A pipeline as a door read it (``read``)."""
+
+    stages: tuple[Stage, ...]
+    owner: str
+    name: str | None = None
+    budget: budgets.Budget | None = None
+    webhook_url: str | None = None
+    idempotency_key: str | None = None
+    address: str | None = None  # the client's, at a web door (its dry runs are counted)
+
+
+class Submitted(NamedTuple):
+    pipeline_id: str | None = None
+    created: bool = False
+    stages: tuple[tuple[str, str], ...] = ()  # (stage name, job id) in order
+    estimate: dict | None = None
+
+
+def _refused_stage(stage: str | int, message: str) -> InvalidJob:
+    where = f"stage {stage!r}" if isinstance(stage, str) else f"stage {stage + 1}"
+    return InvalidJob(f"{where}: {message}")
+
+
+def read(body, owner: str, idempotency_key: str | None = None, address: str | None = None) -> Pipeline:
+    """A pipeline from a request's body or a pipeline file's content, checked for its form
+    (InvalidJob naming the stage); each stage's payload is checked by ``submit``."""
+    if not isinstance(body, dict):
+        raise InvalidJob("a pipeline is an object with \"stages\": [...]")
+    unknown = sorted(set(body) - set(PIPELINE_FIELDS))
+    if unknown:
+        raise InvalidJob(f"a pipeline has no field {unknown[0]!r}: it takes {', '.join(PIPELINE_FIELDS)} "
+                         "(a stage's fields go in its entry of \"stages\")")
+    stages = body.get("stages")
+    if not isinstance(stages, list) or not stages:
+        raise InvalidJob("missing field 'stages': a pipeline's stages, a list of jobs each with a \"name\" and "
+                         "a \"kind\"")
+    if len(stages) > MAX_STAGES:
+        raise InvalidJob(f"'stages' has {len(stages)} stages; at most {MAX_STAGES}")
+    name = check_name(body.get("name"))
+    budget = budgets.parse(body.get("budget"), "the pipeline's 'budget'")
+    webhook_url = body.get("webhook_url")
+    if webhook_url is not None and not isinstance(webhook_url, str):
+        raise InvalidJob("'webhook_url' must be an http:// or https:// URL")
+    every = {entry.get("name") for entry in stages if isinstance(entry, dict) and isinstance(entry.get("name"), str)}
+    read_stages: list[Stage] = []
+    for index, entry in enumerate(stages):
+        read_stages.append(_stage(index, entry, [s.name for s in read_stages], every))
+    return Pipeline(tuple(read_stages), owner, name, budget, webhook_url or None, idempotency_key, address)
+
+
+def _stage(index: int, entry, earlier: list[str], every: set[str]) -> Stage:
+    if not isinstance(entry, dict):
+        raise _refused_stage(index, "a stage is an object with a \"name\", a \"kind\" and the job's fields")
+    name = entry.get("name")
+    if not isinstance(name, str) or not _STAGE_NAME.match(name):
+        raise _refused_stage(index, "'name' must be 1-40 letters, digits, _ or - (later stages use it)")
+    if name in earlier:
+        raise _refused_stage(name, "two stages have this name")
+    kind = entry.get("kind")
+    if not isinstance(kind, str):
+        raise _refused_stage(name, "missing field 'kind': the stage's job kind")
+    after = entry.get("after")
+    after = [after] if isinstance(after, str) else after
+    if after is not None and not (isinstance(after, list) and all(isinstance(a, str) for a in after)):
+        raise _refused_stage(name, "'after' must be a list of stage names (or job ids)")
+    payload = {k: v for k, v in entry.items() if k not in STAGE_OPTIONS}
+    chosen = payload.get("items_from")
+    if isinstance(chosen, dict) and "stage" in chosen:
+        if "job" in chosen:
+            raise _refused_stage(name, "'items_from' names a \"stage\" or a \"job\", not both")
+        if chosen["stage"] not in earlier:
+            raise _refused_stage(name, f"'items_from' names stage {str(chosen['stage'])[:40]!r}, which is not "
+                                       "one of the stages before it")
+    for named in after or []:
+        if named in every and named not in earlier:
+            raise _refused_stage(name, f"'after' names stage {named!r}, which does not come before it")
+    return Stage(name, kind, payload, list(after or []), entry.get("after_policy"), entry.get("max_attempts"),
+                 entry.get("queue"), entry.get("webhook_url"))
+
+
+def _resolved(stage: Stage, ids: dict[str, str]) -> tuple[dict, list[str]]:
+    """The stage's payload and ``after`` with earlier stages' names replaced by their job ids."""
+    payload = dict(stage.payload)
+    chosen = payload.get("items_from")
+    if isinstance(chosen, dict) and "stage" in chosen:
+        payload["items_from"] = {"job": ids[chosen["stage"]], **{k: v for k, v in chosen.items() if k != "stage"}}
+    return payload, [ids.get(named, named) for named in stage.after]
+
+
+def _job_name(pipeline: Pipeline, stage: Stage) -> str:
+    return f"{pipeline.name}: {stage.name}"[:100] if pipeline.name else stage.name
+
+
+def _stage_submissions(door, pipeline: Pipeline, ids: dict[str, str], pipeline_id: str | None) -> list[Submission]:
+    """Each stage as the one submission path takes it (``ids``: every stage's job id)."""
+    return [_stage_submission(door, pipeline, index, ids, pipeline_id) for index in range(len(pipeline.stages))]
+
+
+def _stage_submission(door, pipeline: Pipeline, index: int, ids: dict[str, str],
+                      pipeline_id: str | None) -> Submission:
+    """One stage as the one submission path takes it, the stages before it written (``ids``: their
+    job ids). With a budget for the pipeline a stage waits for the one before it too (one stage
+    at a time: see the module's docstring) and its own budget is at most the pipeline's."""
+    stage = pipeline.stages[index]
+    payload, after = _resolved(stage, ids)
+    if pipeline.budget is not None:
+        payload["budget"] = _within(budgets.parse(payload.get("budget"), f"stage {stage.name!r}'s 'budget'"),
+                                    pipeline.budget).as_dict()
+        previous = ids[pipeline.stages[index - 1].name] if index else None
+        if previous is not None and previous not in after:
+            after.append(previous)
+    key = f"{pipeline.idempotency_key}.{stage.name}" if pipeline.idempotency_key else None
+    return door.Submission(stage.kind, payload, pipeline.owner, stage.max_attempts, stage.queue,
+                           _job_name(pipeline, stage), key, webhook_url=stage.webhook_url, after=after,
+                           after_policy=stage.after_policy, pipeline=pipeline_id)
+
+
+def _within(own: budgets.Budget | None, whole: budgets.Budget) -> budgets.Budget:
+    """The smaller of a stage's own budget and the pipeline's, limit by limit."""
+    own = own or budgets.Budget()
+
+    def least(a, b):
+        return b if a is None else a if b is None else min(a, b)
+
+    return budgets.Budget(least(own.tokens, whole.tokens), least(own.usd, whole.usd))
+
+
+def _check_all(door, pipeline: Pipeline) -> None:
+    """Every stage checked as its submission would be, nothing written (Invalid naming the first
+    stage refused). Earlier stages' job ids are not known yet: stand-ins take their place."""
+    stand_ins = {stage.name: f"stage-{stage.name}" for stage in pipeline.stages}
+    for stage, made in zip(pipeline.stages, _stage_submissions(door, pipeline, stand_ins, None), strict=True):
+        try:
+            door.checked(made)
+        except InvalidJob as exc:
+            raise _refused_stage(stage.name, str(exc)) from None
+    if pipeline.webhook_url is not None:
+        from jobs.webhooks.requested import url_for_job
+
+        try:
+            url_for_job(pipeline.webhook_url)
+        except InvalidJob as exc:
+            raise InvalidJob(f"the pipeline's {exc}") from None
+
+
+def submit(connection: Redis, pipeline: Pipeline, door, dry_run: bool = False) -> Submitted:
+    """Answer a pipeline (see the module's docstring): Submitted, or raise InvalidJob (naming the
+    stage) or ``door.Refused``. ``door`` is ``jobs.intake.submission``, handed down by the doors
+    (the web app, the CLI): every stage goes through the one submission path."""
+    if not dry_run and pipeline.idempotency_key:
+        existing = connection.get(keys.pipeline_idempotency(pipeline.owner, pipeline.idempotency_key))
+        if existing is not None:
+            record = read_record(connection, decoded(existing))
+            if record is not None:
+                return Submitted(record["pipeline_id"], False, _pairs(record["stages"]))
+    if dry_run and pipeline.address is not None:
+        from jobs.intake import admission
+
+        refusal = admission.check_dry_run(connection, pipeline.owner, pipeline.address)
+        if refusal is not None:
+            raise door.Refused(refusal)
+    _check_all(door, pipeline)
+    if dry_run:
+        stand_ins = {stage.name: f"stage-{stage.name}" for stage in pipeline.stages}
+        return Submitted(estimate=pipeline_price.price(connection, pipeline, door,
+                                                       _stage_submissions(door, pipeline, stand_ins, None)))
+    return _write(connection, pipeline, door)
+
+
+def _write(connection: Redis, pipeline: Pipeline, door) -> Submitted:
+    pipeline_id = "p" + rq_side.new_job_id()
+    ttl = settings().result_ttl
+    stages = [{"name": s.name, "kind": s.kind, "job_id": None} for s in pipeline.stages]
+    record = {"owner": pipeline.owner, "created_at": clock.wall(), "stages": json.dumps(stages)} \
+        | ({"name": pipeline.name} if pipeline.name else {}) \
+        | ({"webhook_url": _webhook(pipeline.webhook_url)} if pipeline.webhook_url else {}) \
+        | (pipeline.budget.hash_fields() if pipeline.budget else {})
+    connection.hset(keys.pipeline(pipeline_id), mapping=record)
+    connection.expire(keys.pipeline(pipeline_id), ttl)
+    ids: dict[str, str] = {}
+    for index, stage in enumerate(pipeline.stages):
+        made = _stage_submission(door, pipeline, index, ids, pipeline_id)
+        try:
+            answer = door.submit(connection, made)
+        except (InvalidJob, door.Refused) as exc:
+            cancel(connection, pipeline_id, _cancel_quietly)  # atomic enough: what was written is canceled
+            connection.delete(keys.pipeline(pipeline_id))
+            if isinstance(exc, door.Refused):
+                raise
+            raise _refused_stage(stage.name, str(exc)) from None
+        ids[stage.name] = answer.job_id
+        stages[index]["job_id"] = answer.job_id
+        connection.hset(keys.pipeline(pipeline_id), "stages", json.dumps(stages))
+    if pipeline.idempotency_key:
+        connection.set(keys.pipeline_idempotency(pipeline.owner, pipeline.idempotency_key), pipeline_id, ex=ttl,
+                       nx=True)
+    return Submitted(pipeline_id, True, _pairs(stages))
+
+
+def _pairs(stages: list[dict]) -> tuple[tuple[str, str], ...]:
+    return tuple((stage["name"], stage["job_id"]) for stage in stages)
+
+
+def _webhook(url: str) -> str:
+    from jobs.webhooks.requested import url_for_job
+
+    return url_for_job(url)
+
+
+def _cancel_quietly(connection: Redis, job_id: str) -> str:
+    from jobs.core import control
+
+    return control.cancel(connection, job_id)
+
+
+def read_record(connection: Redis, pipeline_id: str) -> dict[str, Any] | None:
+    """The pipeline's record (None: no such pipeline, or it expired)."""
+    if not isinstance(pipeline_id, str) or not 0 < len(pipeline_id) <= 200:
+        return None
+    raw = {decoded(k): decoded(v) for k, v in connection.hgetall(keys.pipeline(pipeline_id)).items()}
+    if not raw:
+        return None
+    stages = json.loads(raw["stages"])
+    budget = {}
+    if raw.get("budget_tokens"):
+        budget["tokens"] = int(raw["budget_tokens"])
+    if raw.get("budget_nusd"):
+        budget["usd"] = prices.usd(int(raw["budget_nusd"]))
+    return {"pipeline_id": pipeline_id, "owner": raw["owner"], "name": raw.get("name"),
+            "created_at": clock.iso(float(raw["created_at"])), "stages": stages, "budget": budget or None,
+            "webhook_url": raw.get("webhook_url")}
+
+
+def owned(connection: Redis, pipeline_id: str, owner: str | None) -> dict[str, Any]:
+    """The record of a pipeline of this owner's (None: any owner's); NoSuchJob otherwise."""
+    record = read_record(connection, pipeline_id)
+    if record is None or (owner is not None and record["owner"] != owner):
+        raise NoSuchJob(f"no such pipeline: {pipeline_id}")
+    return record
+
+
+def cancel(connection: Redis, pipeline_id: str, cancel_job) -> list[tuple[str, str, str]]:
+    """Cancel every stage through ``cancel_job(connection, job_id)`` (the door's own job cancel),
+    last stage first, so no stage is let go by an earlier one's end meanwhile. Returns (stage,
+    job id, the state it was in) for each stage written."""
+    record = read_record(connection, pipeline_id)
+    if record is None:
+        return []
+    done = []
+    for stage in reversed(record["stages"]):
+        if stage["job_id"]:
+            done.append((stage["name"], stage["job_id"], str(cancel_job(connection, stage["job_id"]))))
+    return list(reversed(done))

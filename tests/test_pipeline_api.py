@@ -1,0 +1,134 @@
+"""Pipelines over HTTP: several stage jobs in one POST /pipelines, their status, their page, one
+dry run, one cancel for every stage; a stage refused refuses the whole pipeline."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs import keys
+from jobs.core import states
+from jobs.read import results
+from tests.web_support import bearer
+
+REVIEWS = ["good film", "bad film", "great cast", "awful plot, bad acting", "fine photography"]
+PIPELINE = {"name": "reviews", "stages": [
+    {"name": "classify", "kind": "classify", "items": REVIEWS, "labels": ["positive", "negative"]},
+    {"name": "shout", "kind": "count", "delay": 0, "items_from": {"stage": "classify", "label": "negative"}},
+    {"name": "again", "kind": "count", "delay": 0, "items_from": {"stage": "shout"}, "after": ["classify"]},
+]}
+
+
+def submitted(client, body=PIPELINE, **kwargs):
+    response = client.post("/pipelines", json=body, **kwargs)
+    assert response.status_code == 202, response.get_json()
+    return response.get_json()
+
+
+def test_one_post_writes_every_stage_as_a_job_that_knows_its_pipeline(client, conn):
+    body = submitted(client)
+    assert body["url"] == f"/pipelines/{body['pipeline_id']}"
+    names = [stage["name"] for stage in body["stages"]]
+    assert names == ["classify", "shout", "again"]
+    classify, shout, again = (stage["job_id"] for stage in body["stages"])
+    assert body["stages"][1]["url"] == f"/jobs/{shout}"
+    for job_id in (classify, shout, again):
+        assert states.status(conn, job_id)["pipeline"] == body["pipeline_id"]
+    # Later stages name earlier ones by their job ids: items_from and an implicit after.
+    assert states.status(conn, shout)["after"] == {"jobs": [classify], "policy": "cancel"}
+    assert set(states.status(conn, again)["after"]["jobs"]) == {classify, shout}
+    assert states.status(conn, classify)["name"] == "reviews: classify"
+    assert conn.ttl(keys.pipeline(body["pipeline_id"])) > 0
+
+
+def test_the_stages_run_in_order_and_the_status_follows_them(client, conn, burst):
+    body = submitted(client)
+    status = client.get(body["url"]).get_json()
+    assert status["state"] == "queued" and status["deciding_stage"] == "classify" and not status["ended"]
+    assert [stage["state"] for stage in status["stages"]] == ["queued"] * 3
+    burst()
+    status = client.get(body["url"]).get_json()
+    assert status["state"] == "succeeded" and status["ended"] and status["deciding_stage"] is None
+    classify, shout, again = (stage["job_id"] for stage in body["stages"])
+    labels = {item: result for _, item, result, _ in results.iter_results(conn, classify)}
+    negative = [review for review in REVIEWS if labels[review] == "negative"]
+    assert negative and status["stages"][1]["total"] == len(negative) == status["stages"][2]["total"]
+    assert [item for _, item, _, _ in results.iter_results(conn, shout)] == negative
+
+
+@pytest.mark.parametrize("body, status, message", [
+    ({"stages": []}, 400, "missing field 'stages'"),
+    ({"stages": [{"name": "a", "kind": "classify", "items": ["x"]}]}, 422, "stage 'a': 'labels' must be"),
+    ({"stages": [{"name": "a", "kind": "classify", "items": ["x"], "labels": ["p"]},
+                 {"name": "b", "kind": "count", "items": []}]}, 422, "stage 'b': 'items' is empty"),
+    ({"stages": [{"name": "a", "kind": "count", "items_from": {"stage": "b"}},
+                 {"name": "b", "kind": "count", "items": ["x"]}]}, 422, "stage 'a': 'items_from' names stage 'b'"),
+    ({"stages": [{"name": "a", "kind": "count", "items": ["x"], "after": ["b"]},
+                 {"name": "b", "kind": "count", "items": ["x"]}]}, 422, "'after' names stage 'b', which does not"),
+    ({"stages": [{"name": "a", "kind": "count", "items": ["x"]}, {"name": "a", "kind": "count", "items": ["x"]}]},
+     422, "two stages have this name"),
+    ({"stages": [{"name": "a b", "kind": "count", "items": ["x"]}]}, 422, "'name' must be 1-40 letters"),
+    ({"stages": [{"name": "a", "kind": "nope", "items": ["x"]}]}, 422, "stage 'a': unknown kind 'nope'"),
+    ({"stages": [{"name": "a", "kind": "count", "items": ["x"]}], "colour": 1}, 422, "no field 'colour'"),
+    ({"stages": [{"name": "a", "kind": "count", "items": ["x"]}], "budget": {"tokens": 0}}, 422,
+     "the pipeline's 'budget'.tokens must be"),
+])
+def test_a_stage_refused_refuses_the_pipeline_naming_it_and_nothing_is_written(client, conn, body, status, message):
+    response = client.post("/pipelines", json=body)
+    assert response.status_code == status, response.get_json()
+    assert message in response.get_json()["error"]
+    assert not conn.keys("leash:job:*") and not conn.keys("leash:pipeline:*")
+
+
+def test_a_repeat_with_the_same_idempotency_key_is_the_same_pipeline(client, conn):
+    first = client.post("/pipelines", json=PIPELINE, headers={"Idempotency-Key": "batch-7"})
+    again = client.post("/pipelines", json=PIPELINE, headers={"Idempotency-Key": "batch-7"})
+    assert (first.status_code, again.status_code) == (202, 200)
+    assert first.get_json() == again.get_json()
+    assert len(conn.keys("leash:job:*")) == 3
+
+
+def test_the_dry_run_prices_every_stage_and_writes_nothing(client, conn):
+    response = client.post("/pipelines", json={**PIPELINE, "dry_run": True})
+    assert response.status_code == 200, response.get_json()
+    estimate = response.get_json()["estimate"]
+    assert [stage["name"] for stage in estimate["stages"]] == ["classify", "shout", "again"]
+    # Fed by classify: priced at all of its items, the worst case, and said so.
+    assert estimate["stages"][1]["estimate"]["items"] == len(REVIEWS)
+    assert "worst case" in estimate["stages"][1]["priced_at"] and "worst case" in estimate["note"]
+    assert estimate["items"] == 3 * len(REVIEWS)
+    assert not conn.keys("leash:job:*") and not conn.keys("leash:pipeline:*")
+
+
+def test_cancel_cancels_every_stage_queued_or_waiting(client, conn):
+    body = submitted(client)
+    response = client.post(f"{body['url']}/cancel")
+    assert response.status_code == 202
+    assert [stage["canceled"] for stage in response.get_json()["stages"]] == [True, True, True]
+    status = client.get(body["url"]).get_json()
+    assert status["state"] == "failed" and status["canceled"] and status["ended"]
+    assert all(stage["state"] == "failed" and stage["canceled"] for stage in status["stages"])
+
+
+def test_the_page_shows_each_stage_with_its_link_and_the_job_page_links_back(client, conn, burst):
+    body = submitted(client)
+    page = client.get(body["url"], headers={"Accept": "text/html"})
+    assert page.status_code == 200
+    html = page.get_data(as_text=True)
+    for stage in body["stages"]:
+        assert f'id="stage-{stage["name"]}"' in html and f'href="/jobs/{stage["job_id"]}"' in html
+    assert 'id="cancel-button"' in html and "job.js" in html and "reviews" in html
+    job_page = client.get(body["stages"][1]["url"], headers={"Accept": "text/html"}).get_data(as_text=True)
+    assert f'href="/pipelines/{body["pipeline_id"]}"' in job_page
+    burst()
+    html = client.get(body["url"], headers={"Accept": "text/html"}).get_data(as_text=True)
+    assert 'id="cancel-button"' not in html and "job.js" not in html and "succeeded" in html
+
+
+def test_another_owners_pipeline_is_a_404_like_an_unknown_one(conn, token_app):
+    client = token_app.test_client()
+    body = submitted(client, headers=bearer("alice"))
+    for path in (body["url"], "/pipelines/nope"):
+        assert client.get(path, headers=bearer("bob")).status_code == 404
+    assert client.post(f"{body['url']}/cancel", headers=bearer("bob")).status_code == 404
+    assert client.get(body["url"], headers=bearer("alice")).status_code == 200
+    assert all(states.status(conn, s["job_id"])["state"] == "queued" for s in body["stages"])

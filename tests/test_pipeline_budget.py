@@ -1,0 +1,61 @@
+"""A budget for a whole pipeline, on real leash workers against a stand-in provider that bills
+every answer: the stages run one at a time, each starting with what the others left, so what
+they bill together never passes the pipeline's budget."""
+
+from __future__ import annotations
+
+from jobs import keys
+from jobs.core import states
+from jobs.intake import pipelines, submission
+from tests.test_budget_spend import ENGLISH, MAX_TOKENS, TEMPLATE, need_of
+from tests.test_usage_workers import billed
+
+
+def pipeline(conn, budget: dict, items: list[str]):
+    body = {"name": "budgeted", "budget": budget, "stages": [
+        {"name": "first", "kind": "prompt", "items": items, "template": TEMPLATE},
+        # Other prompts than the first's: the request cache answers none of them.
+        {"name": "second", "kind": "prompt", "items_from": {"stage": "first"}, "template": "Again: {item}"},
+        {"name": "third", "kind": "prompt", "items": items, "template": "Third: {item}"}]}
+    return pipelines.submit(conn, pipelines.read(body, "dana"), submission)
+
+
+def test_the_stages_together_never_pass_the_pipelines_budget(conn, burst, model_server, env):
+    env.setenv("LEASH_MODEL_MAX_TOKENS", str(MAX_TOKENS))
+    items = ENGLISH[:10]
+    need = need_of(items)
+    budget = int(need * 1.6)  # the first stage and part of the second
+    submitted = pipeline(conn, {"tokens": budget}, items)
+    first, second, third = (job_id for _, job_id in submitted.stages)
+    # One stage at a time: each waits for the one before it.
+    assert first in states.status(conn, second)["after"]["jobs"]
+    assert second in states.status(conn, third)["after"]["jobs"]
+    burst()
+    calls, input_tokens, output_tokens = billed(model_server)[:3]
+    ends = [states.status(conn, job_id) for job_id in (first, second, third)]
+    print(f"need of one stage {need:,} tokens, pipeline budget {budget:,}: billed {input_tokens + output_tokens:,} "
+          f"in {calls} calls; stages {[(e['state'], e['done'], e['error']) for e in ends]}")
+    assert input_tokens + output_tokens <= budget
+    assert ends[0]["state"] == "succeeded"
+    assert ends[1]["state"] == "failed" and ends[1]["error"].startswith("budget reached")
+    assert ends[2]["state"] == "failed" and ends[2]["canceled"]  # it waited for the second (after_policy cancel)
+    counted = sum(e["usage"]["input_tokens"] + e["usage"]["output_tokens"] for e in ends)
+    assert counted == input_tokens + output_tokens
+
+
+def test_a_stage_that_finds_the_budget_spent_fails_before_its_first_call(conn, burst, model_server, env):
+    env.setenv("LEASH_MODEL_MAX_TOKENS", str(MAX_TOKENS))
+    items = ENGLISH[:4]
+    body = {"budget": {"tokens": 1000}, "stages": [
+        {"name": "first", "kind": "prompt", "items": items, "template": TEMPLATE, "budget": {"tokens": 5000}},
+        {"name": "second", "kind": "prompt", "items": items, "template": "Again: {item}", "after_policy": "run"}]}
+    submitted = pipelines.submit(conn, pipelines.read(body, "dana"), submission)
+    first, second = (job_id for _, job_id in submitted.stages)
+    assert states.status(conn, first)["budget"] == {"tokens": 1000}  # its own, at most the pipeline's
+    # As if the first stage had spent the pipeline's budget in an earlier attempt.
+    conn.hset(keys.job(first), mapping={"usage_input_tokens": 600, "usage_output_tokens": 400})
+    burst()
+    end = states.status(conn, second)
+    assert states.status(conn, first)["error"].startswith("budget reached")
+    assert end["state"] == "failed" and "the pipeline's budget of 1,000 tokens was spent" in end["error"], end["error"]
+    assert end["usage"]["calls"] == 0 and billed(model_server)[0] == 0
