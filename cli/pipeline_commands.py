@@ -96,7 +96,7 @@ def pipeline_group() -> None:
 
 def _record(conn, pipeline_id: str) -> dict:
     try:
-        return pipelines.owned(conn, pipeline_id, None)
+        return pipeline_view.owned(conn, pipeline_id, None)
     except NoSuchJob:
         raise BadInput(f"no such pipeline: {pipeline_id} (in the Redis at {conn.leash_url})") from None
 

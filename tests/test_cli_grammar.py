@@ -99,11 +99,12 @@ def test_no_command_exits_with_a_bare_number():
 NEEDS_REDIS = [("submit", "--labels", "a,b", "-"), ("status", "x"), ("watch", "x"), ("results", "x"),
                ("cancel", "x"), ("jobs",), ("failures",), ("alert", "--max-failures", "1"), ("replay", "x"),
                ("replay-log",), ("usage",), ("doctor",), ("archive", "status"), ("pause", "leash"),
-               ("resume", "leash"), ("quiet", "--all"), ("workers",), ("queue",), ("operator-log",)]
+               ("resume", "leash"), ("quiet", "--all"), ("workers",), ("queue",), ("operator-log",),
+               ("pipeline", "status", "x"), ("pipeline", "cancel", "x")]
 
 
 def test_the_walk_and_the_redis_list_cover_the_same_commands():
-    assert {a[0] if a[0] != "archive" else "archive status" for a in NEEDS_REDIS} | SERVERS | {
+    assert {a[0] if a[0] not in ("archive", "pipeline") else " ".join(a[:2]) for a in NEEDS_REDIS} | SERVERS | {
         "archive migrate", "archive backfill", "archive months"} == {name for name, _ in COMMANDS}
 
 

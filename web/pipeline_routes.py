@@ -42,7 +42,7 @@ class NoSuchPipelineHere(NotFound):
 
 def _owned(connection, pipeline_id: str, owner: str) -> dict:
     try:
-        return pipelines.owned(connection, pipeline_id, owner)
+        return pipeline_view.owned(connection, pipeline_id, owner)
     except NoSuchJob:
         raise NoSuchPipelineHere() from None
 

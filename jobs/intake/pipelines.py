@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from redis import Redis
 
@@ -39,10 +39,10 @@ from jobs.config import settings
 from jobs.core import clock, rq_side
 from jobs.core.text import decoded
 from jobs.enqueue import check_name
-from jobs.errors import InvalidJob, NoSuchJob
+from jobs.errors import InvalidJob
 from jobs.intake import pipeline_price
+from jobs.read.pipeline_view import read_record
 from jobs.usage import budget as budgets
-from jobs.usage import prices
 
 if TYPE_CHECKING:
     from jobs.intake.submission import Submission
@@ -281,32 +281,6 @@ def _cancel_quietly(connection: Redis, job_id: str) -> str:
     from jobs.core import control
 
     return control.cancel(connection, job_id)
-
-
-def read_record(connection: Redis, pipeline_id: str) -> dict[str, Any] | None:
-    """The pipeline's record (None: no such pipeline, or it expired)."""
-    if not isinstance(pipeline_id, str) or not 0 < len(pipeline_id) <= 200:
-        return None
-    raw = {decoded(k): decoded(v) for k, v in connection.hgetall(keys.pipeline(pipeline_id)).items()}
-    if not raw:
-        return None
-    stages = json.loads(raw["stages"])
-    budget = {}
-    if raw.get("budget_tokens"):
-        budget["tokens"] = int(raw["budget_tokens"])
-    if raw.get("budget_nusd"):
-        budget["usd"] = prices.usd(int(raw["budget_nusd"]))
-    return {"pipeline_id": pipeline_id, "owner": raw["owner"], "name": raw.get("name"),
-            "created_at": clock.iso(float(raw["created_at"])), "stages": stages, "budget": budget or None,
-            "webhook_url": raw.get("webhook_url")}
-
-
-def owned(connection: Redis, pipeline_id: str, owner: str | None) -> dict[str, Any]:
-    """The record of a pipeline of this owner's (None: any owner's); NoSuchJob otherwise."""
-    record = read_record(connection, pipeline_id)
-    if record is None or (owner is not None and record["owner"] != owner):
-        raise NoSuchJob(f"no such pipeline: {pipeline_id}")
-    return record
 
 
 def cancel(connection: Redis, pipeline_id: str, cancel_job) -> list[tuple[str, str, str]]:

@@ -5,17 +5,57 @@ succeeded). A stage whose job record has expired shows as ``expired``."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from redis import Redis
 
-from jobs.core import states
+from jobs import keys
+from jobs.core import clock, states
 from jobs.core.outcome import words
+from jobs.core.text import decoded
 from jobs.errors import NoSuchJob
+from jobs.usage import prices
 
 #: Each stage's fields, taken from its job's status.
 STAGE_FIELDS = ("state", "outcome", "canceled", "done", "total", "item_errors", "error", "cost_usd", "usage",
                 "waiting", "started_at", "finished_at", "after")
+
+
+def read_record(connection: Redis, pipeline_id: str) -> dict[str, Any] | None:
+    """The pipeline's record (None: no such pipeline, or it expired)."""
+    if not isinstance(pipeline_id, str) or not 0 < len(pipeline_id) <= 200:
+        return None
+    raw = {decoded(k): decoded(v) for k, v in connection.hgetall(keys.pipeline(pipeline_id)).items()}
+    if not raw:
+        return None
+    budget = {}
+    if raw.get("budget_tokens"):
+        budget["tokens"] = int(raw["budget_tokens"])
+    if raw.get("budget_nusd"):
+        budget["usd"] = prices.usd(int(raw["budget_nusd"]))
+    return {"pipeline_id": pipeline_id, "owner": raw["owner"], "name": raw.get("name"),
+            "created_at": clock.iso(float(raw["created_at"])), "stages": json.loads(raw["stages"]),
+            "budget": budget or None, "webhook_url": raw.get("webhook_url"), "webhook": _webhook(raw)}
+
+
+def _webhook(raw: dict) -> dict | None:
+    """Where the pipeline's webhook goes and how its delivery went (jobs/webhooks/pipeline_hooks.py);
+    None without one. ``waiting``: the pipeline has not ended."""
+    if not raw.get("webhook_url"):
+        return None
+    return {"url": raw["webhook_url"], "state": raw.get("webhook_state") or "waiting",
+            "attempts": int(raw.get("webhook_attempts") or 0),
+            "status": int(raw["webhook_status"]) if raw.get("webhook_status") else None,
+            "error": raw.get("webhook_error") or None}
+
+
+def owned(connection: Redis, pipeline_id: str, owner: str | None) -> dict[str, Any]:
+    """The record of a pipeline of this owner's (None: any owner's); NoSuchJob otherwise."""
+    record = read_record(connection, pipeline_id)
+    if record is None or (owner is not None and record["owner"] != owner):
+        raise NoSuchJob(f"no such pipeline: {pipeline_id}")
+    return record
 
 
 def status(connection: Redis, record: dict[str, Any]) -> dict[str, Any]:
@@ -33,7 +73,7 @@ def status(connection: Redis, record: dict[str, Any]) -> dict[str, Any]:
         "deciding_stage": deciding["name"] if deciding else None,
         "created_at": record["created_at"], "stages": stages,
         "cost_usd": round(sum(costs), 6) if costs or not stages else None,
-        "usage": {"calls": calls, "tokens": tokens}, "budget": record["budget"],
+        "usage": {"calls": calls, "tokens": tokens}, "budget": record["budget"], "webhook": record["webhook"],
         "ended": state in (states.State.SUCCEEDED.value, states.State.FAILED.value) and all(
             s["state"] in (states.State.SUCCEEDED.value, states.State.FAILED.value, "expired") for s in stages),
     }
@@ -49,9 +89,3 @@ def _stage(connection: Redis, entry: dict) -> dict[str, Any]:
     except NoSuchJob:
         return out | {"state": "expired", "words": "expired (its record is kept for a limited time)"}
     return out | {name: fields.get(name) for name in STAGE_FIELDS} | {"words": words(fields)}
-
-
-def ended(status_fields: dict[str, Any]) -> bool:
-    """Whether the pipeline has ended: its last stage ended, or a stage failed or was canceled and
-    nothing of it is queued or running any more."""
-    return status_fields["ended"]

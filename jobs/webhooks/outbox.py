@@ -25,6 +25,7 @@ from jobs.config.webhook_settings import webhooks
 from jobs.core import control, parents, rq_side, states
 from jobs.core.text import decoded
 from jobs.lifecycle import transitions
+from jobs.webhooks import pipeline_hooks
 from jobs.webhooks.delivery import TIMEOUT
 
 log = logging.getLogger("leash.webhooks")
@@ -64,15 +65,17 @@ def sweep(connection: Redis, limit: int = BATCH) -> int:
     ids = [decoded(job_id) for job_id, _ in noted]
     with connection.pipeline(transaction=False) as pipe:
         for job_id in ids:
-            pipe.hmget(keys.job(job_id), "state", "ended_at", "webhook_url", "webhook_ending", "queue")
+            pipe.hmget(keys.job(job_id), "state", "ended_at", "webhook_url", "webhook_ending", "queue", "pipeline")
         records = pipe.execute()
     started = 0
     for job_id, record in zip(ids, records, strict=True):
-        state, ended_at, url, begun, queue = (decoded(v) for v in record)
+        state, ended_at, url, begun, queue, pipeline_id = (decoded(v) for v in record)
         if state in ("succeeded", "failed") and ended_at and url and begun != ended_at:
             started += start(connection, job_id, ended_at, url, queue)
         if state in ("succeeded", "failed"):
             parents.release(connection, job_id, state, control.cancel)
+            if pipeline_id:  # the pipeline's own webhook, once it has ended (jobs/webhooks/pipeline_hooks.py)
+                started += pipeline_hooks.stage_ended(connection, pipeline_id)
     _forget(connection, noted)
     return started
 

@@ -1,0 +1,71 @@
+"""A pipeline's webhook (``webhook_url`` beside its stages): one POST when the pipeline has ended
+-- every stage has ended (succeeded, failed or canceled) -- signed and retried exactly as a job's
+completion webhook (jobs/webhooks/delivery.py).
+
+The sweep of ended jobs (outbox.sweep) calls ``stage_ended`` for every ended job that is a stage of
+a pipeline; the first call that finds every stage ended queues the delivery (an RQ job on the
+default queue, whose dotted path ``DELIVER`` RQ stores: it never moves), once per pipeline (a
+marker and the job in one transaction). The delivery (jobs/webhooks/pipeline_delivery.py) builds
+the body on its first attempt -- ``{"type": "pipeline.succeeded" | "pipeline.failed" |
+"pipeline.canceled", "timestamp", "data": <GET /pipelines/<id>>}`` -- keeps it for the next, and
+records each attempt in the pipeline's record (``webhook`` in its status). This module reads only
+the stages' leash states, so the sweep stays a short import away from the worker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from redis import Redis
+from redis.exceptions import WatchError
+from rq import Retry
+
+from jobs import keys
+from jobs.config import settings
+from jobs.config.webhook_settings import webhooks
+from jobs.core import rq_side
+from jobs.core.text import decoded
+from jobs.webhooks.delivery import TIMEOUT
+
+log = logging.getLogger("leash.webhooks")
+
+DELIVER = "jobs.webhooks.pipeline_delivery.deliver"
+
+
+def stage_ended(connection: Redis, pipeline_id: str) -> int:
+    """Queue the pipeline's webhook if it has one and has ended; 1 when queued here, else 0."""
+    url, stages = (decoded(v) for v in connection.hmget(keys.pipeline(pipeline_id), "webhook_url", "stages"))
+    if not url or not stages or connection.exists(keys.pipeline_webhook(pipeline_id)):
+        return 0
+    job_ids = [stage["job_id"] for stage in json.loads(stages)]
+    if not all(job_ids):
+        return 0  # still being written
+    with connection.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.hget(keys.job(job_id), "state")
+        ended = [decoded(state) in ("succeeded", "failed", None) for state in pipe.execute()]
+    if not all(ended):
+        return 0
+    delivery_id = f"msg_{pipeline_id}"
+    hook = webhooks()
+    retry = Retry(max=hook.attempts - 1, interval=rq_side.retry_intervals(hook.attempts, hook.webhook_backoff)) \
+        if hook.attempts > 1 else None
+    queue = rq_side.rq_queue(connection, None)
+    with connection.pipeline() as pipe:
+        try:
+            pipe.watch(keys.pipeline_webhook(pipeline_id))
+            if pipe.exists(keys.pipeline_webhook(pipeline_id)):
+                return 0
+            pipe.multi()
+            pipe.set(keys.pipeline_webhook(pipeline_id), delivery_id, ex=settings().result_ttl)
+            pipe.hset(keys.pipeline(pipeline_id), mapping={"webhook_state": "pending", "webhook_attempts": 0})
+            queue.enqueue_call(DELIVER, args=(pipeline_id, delivery_id, url),
+                               job_id=f"webhook_{pipeline_id}", timeout=int(TIMEOUT) + 30, retry=retry,
+                               result_ttl=settings().result_ttl, failure_ttl=settings().result_ttl,
+                               description=f"webhook of pipeline {pipeline_id}", pipeline=pipe)
+            pipe.execute()
+        except WatchError:
+            return 0  # another sweep queued it
+    log.info("webhook %s of pipeline %s queued for %s", delivery_id, pipeline_id, url)
+    return 1
