@@ -132,3 +132,14 @@ def test_another_owners_pipeline_is_a_404_like_an_unknown_one(conn, token_app):
     assert client.post(f"{body['url']}/cancel", headers=bearer("bob")).status_code == 404
     assert client.get(body["url"], headers=bearer("alice")).status_code == 200
     assert all(states.status(conn, s["job_id"])["state"] == "queued" for s in body["stages"])
+
+
+def test_the_dry_run_prices_a_reduce_stage_for_every_result_of_the_stage_before_it(client, conn):
+    body = {"stages": [PIPELINE["stages"][0],
+                       {"name": "summary", "kind": "reduce", "instruction": "Summarise",
+                        "items_from": {"stage": "classify", "results": True}}], "dry_run": True}
+    response = client.post("/pipelines", json=body)
+    assert response.status_code == 200, response.get_json()
+    stage = response.get_json()["estimate"]["stages"][1]
+    assert stage["estimate"]["items"] == len(REVIEWS) and stage["estimate"]["items_assumed"]
+    assert stage["priced_at"].startswith(f"the results of all {len(REVIEWS)} items of stage 'classify'")

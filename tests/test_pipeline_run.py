@@ -1,5 +1,5 @@
 """A pipeline on real `leash worker` processes against the stand-in provider: classify 100
-reviews, extract a schema from the negative ones. Stage 2 starts within 2 s of stage 1's end and
+reviews, extract a schema from the negative ones, reduce those into one summary. Stage 2 starts within 2 s of stage 1's end and
 reads only the negative items; the dry run's worst case holds what it cost; a SIGKILL of the
 worker during stage 2 resumes it from its checkpoint, no answer billed twice; the same pipeline
 again (through the API this time) makes no model call; canceling a pipeline cancels every stage."""
@@ -35,7 +35,9 @@ def pipeline_body() -> dict:
     return {"name": "reviews", "stages": [
         {"name": "classify", "kind": "classify", "items": REVIEWS, "labels": ["positive", "negative"]},
         {"name": "complaints", "kind": "extract", "schema": SCHEMA,
-         "items_from": {"stage": "classify", "label": "negative"}}]}
+         "items_from": {"stage": "classify", "label": "negative"}},
+        {"name": "summary", "kind": "reduce", "instruction": "Summarise the complaints in three lines",
+         "items_from": {"stage": "complaints", "results": True}}]}
 
 
 def ended_pipeline(conn, pipeline_id: str, timeout: float = 120) -> dict:
@@ -60,7 +62,7 @@ def test_the_reviews_pipeline_from_one_command_killed_in_stage_2_then_again_from
     answer = CliRunner().invoke(main, ["submit", "--pipeline", str(path), "--json"])  # one command
     assert answer.exit_code == 0, answer.output
     submitted = json.loads(answer.stdout)
-    classify, complaints = (stage["job_id"] for stage in submitted["stages"])
+    classify, complaints, summary = (stage["job_id"] for stage in submitted["stages"])
     first = workers.start("--no-scheduler")
     wait_for(lambda: states.status(conn, classify)["state"] == "succeeded", 90, message="stage 1 to succeed")
     wait_for(lambda: states.status(conn, complaints)["done"] >= 6, 60, message="stage 2 under way")
@@ -92,6 +94,10 @@ def test_the_reviews_pipeline_from_one_command_killed_in_stage_2_then_again_from
     assert len(REVIEWS) + len(NEGATIVE) <= cost <= len(REVIEWS) + len(NEGATIVE) + CONCURRENCY
     assert not any(extract_calls[NEGATIVE[i]] > 1 for i in stored_at_kill), "a stored item was asked again"
     assert status["usage"]["tokens"] <= estimate["input_tokens"] + estimate["output_tokens_max"]
+    reduced = states.status(conn, summary)
+    answer = [result for _, _, result, _ in results.iter_results(conn, summary)]
+    print(f"stage 3 (reduce): {reduced['usage']['calls']} calls, answer {str(answer)[:80]}")
+    assert reduced["state"] == "succeeded" and len(answer) == 1 and answer[0]
 
     # The same pipeline again, from one API call: the request cache answers every request.
     requests_before = len(model_server.requests)
@@ -109,14 +115,14 @@ def test_canceling_the_pipeline_cancels_every_stage_running_or_waiting(conn, wor
     model_server.latency = 0.3
     env.setenv("LEASH_ITEM_CONCURRENCY", "1")
     submitted = pipelines.submit(conn, pipelines.read(pipeline_body(), "shared"), submission)
-    classify, complaints = (job_id for _, job_id in submitted.stages)
+    classify, complaints, summary = (job_id for _, job_id in submitted.stages)
     workers.start("--no-scheduler")
     wait_for(lambda: states.status(conn, classify)["done"] >= 2, 60, message="stage 1 under way")
     client = create_app_with().test_client()
     response = client.post(f"/pipelines/{submitted.pipeline_id}/cancel")
     assert response.status_code == 202
-    assert [s["was"] for s in response.get_json()["stages"]] == ["running", "queued"]
+    assert [s["was"] for s in response.get_json()["stages"]] == ["running", "queued", "queued"]
     status = ended_pipeline(conn, submitted.pipeline_id, timeout=30)
     print(f"canceled: {[(s['name'], s['state'], s['canceled'], s['done']) for s in status['stages']]}")
     assert status["canceled"] and all(s["state"] == "failed" and s["canceled"] for s in status["stages"])
-    assert states.status(conn, complaints)["done"] == 0  # it never ran
+    assert states.status(conn, complaints)["done"] == 0 and states.status(conn, summary)["done"] == 0  # never ran

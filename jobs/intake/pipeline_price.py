@@ -4,7 +4,9 @@
 A stage that takes its items from an earlier stage (``items_from: {"stage": ...}``) has no items
 until that stage has run; it is priced at *all* of the earlier stage's items -- the worst case,
 since a selection (a label, a field's value) takes some of them at most -- and says so. A stage
-fed by another job's results is priced at all of that job's items. A stage whose kind cannot be
+that takes the earlier stage's *results* (``"results": true``) is priced for that many results,
+each as long as an item may be (``submission.price_assuming``: the reduce kind's chunk tree). A
+stage fed by another job's results is priced at all of that job's items. A stage whose kind cannot be
 priced at those items (its validator wants ``items_from``) is priced as its single job's dry run
 prices it: without items, and the answer says so.
 """
@@ -42,12 +44,16 @@ def price(connection: Redis, pipeline, door, made: list[Submission]) -> dict[str
         items, source = _items(connection, stage.payload, items_of, pipeline.owner)
         figures = _estimate(connection, door, job, items)
         priced_at = None
+        takes_results = isinstance(stage.payload.get("items_from"), dict) and stage.payload["items_from"].get("results")
         if items is not None and figures.get("items") == len(items) and "items" not in stage.payload:
-            priced_at = f"all {len(items):,} items of {source} (worst case)"
+            priced_at = (f"the results of all {len(items):,} items of {source}, each as long as an item may be "
+                         "(worst case)" if takes_results else f"all {len(items):,} items of {source} (worst case)")
         elif "items" not in stage.payload:
             priced_at = "no items: they are known when the stage starts"
         own = stage.payload.get("items")
         items_of[stage.name] = items if items is not None else list(own) if isinstance(own, list) else []
+        if stage.kind == "reduce":
+            items_of[stage.name] = ["(its one answer)"]  # a reduce job has one result
         stages.append({"name": stage.name, "kind": stage.kind, "priced_at": priced_at, "estimate": figures})
     return _summed(stages, pipeline.budget)
 
@@ -70,6 +76,9 @@ def _items(connection: Redis, payload: dict, items_of: dict[str, list], owner: s
 
 def _estimate(connection: Redis, door, job: Submission, items: list | None) -> dict[str, Any]:
     """The stage's single-job estimate, at ``items`` when it takes them from elsewhere."""
+    chosen = job.payload.get("items_from")
+    if items is not None and isinstance(chosen, dict) and chosen.get("results"):
+        return door.price_assuming(connection, job, len(items))  # the earlier stage's results: not known yet
     if items is not None:
         priced = {k: v for k, v in job.payload.items() if k != "items_from"} | {"items": items}
         try:
