@@ -190,7 +190,7 @@ def test_backfill_archives_the_jobs_that_ended_before_the_archive_existed_and_mi
     env.setenv("LEASH_ARCHIVE_URL", archive_url)
     runner = CliRunner()
     migrated = runner.invoke(main, ["archive", "migrate", "--json"])
-    assert migrated.exit_code == 0 and json.loads(migrated.output) == {"version": "0002"}
+    assert migrated.exit_code == 0 and json.loads(migrated.output) == {"version": "0003"}
     done = runner.invoke(main, ["archive", "backfill"])
     assert done.exit_code == 0, done.output
     assert rows("SELECT count(*) FROM leash_jobs WHERE owner = 'fay'") == [(3,)]

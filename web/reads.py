@@ -14,7 +14,7 @@ from werkzeug.exceptions import BadRequest, NotFound
 from jobs import kinds
 from jobs.core import states
 from jobs.errors import NoSuchJob
-from jobs.read import job_page, listing
+from jobs.read import job_page, job_view, listing
 
 MAX_JOB_ID = 200
 _ASCII_DIGITS = re.compile(r"[0-9]{1,12}")
@@ -36,8 +36,9 @@ def read_status(connection: Redis, job_id: str, owner: str) -> dict[str, Any]:
     raw, rq_status, errors, history = states.read_with_history(connection, job_id)
     if not raw or raw.get(b"owner", b"").decode() != owner:
         raise NoSuchJobHere()
-    return states.from_raw(job_id, raw, rq_status, errors=errors, history=history,
-                           retry_at=states.retry_time(connection, job_id, raw, rq_status))
+    fields = states.from_raw(job_id, raw, rq_status, errors=errors, history=history,
+                             retry_at=states.retry_time(connection, job_id, raw, rq_status))
+    return job_view.with_every_webhook_attempt(connection, job_id, fields)
 
 
 def read_job_page(connection: Redis, job_id: str, owner: str, offset: int, limit: int) -> job_page.JobPage:

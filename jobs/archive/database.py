@@ -61,6 +61,12 @@ def engine(url: str | None = None, migrate_first: bool = True) -> Engine | None:
     return found
 
 
+def engine_for(connection) -> Engine | None:
+    """The archive the jobs of Redis ``connection`` go to: the configured one, else the one of the
+    ``leash dev`` whose Redis it is (the command line marks its connection so); None: none."""
+    return engine(None if configured_url() else getattr(connection, "leash_archive_url", None))
+
+
 def _create(url: str) -> Engine:
     if url.startswith("sqlite"):
         made = create_engine(url, connect_args={"timeout": 30})

@@ -15,7 +15,7 @@ from jobs.usage.meter import days_kept
 def engine_for(connection) -> Any:
     """The archive a reader of ``connection``'s jobs uses: the configured one, else the one of the
     ``leash dev`` whose Redis it is (the command line marks its connection so)."""
-    return database.engine(None if database.configured_url() else getattr(connection, "leash_archive_url", None))
+    return database.engine_for(connection)
 
 
 def usage_days_kept(connection=None, archive_url: str | None = None) -> int:

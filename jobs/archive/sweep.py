@@ -75,13 +75,15 @@ def sweep(connection: Redis, limit: int = BATCH, budget: float = TIME_BUDGET, no
 
 
 def expire(engine, now: float | None = None) -> int:
-    """Delete the archived jobs (and their items) that ended longer than LEASH_RESULT_TTL ago."""
+    """Delete the archived jobs (and their items) that ended longer than LEASH_RESULT_TTL ago,
+    and the webhook attempts made that long ago."""
     now = time.time() if now is None else now
     before = datetime.fromtimestamp(now, UTC) - timedelta(seconds=settings().result_ttl)
     with engine.begin() as connection:
         old = select(tables.jobs.c.job_id).where(tables.jobs.c.ended_at < before)
         connection.execute(delete(tables.items).where(tables.items.c.job_id.in_(old)))
         gone = connection.execute(delete(tables.jobs).where(tables.jobs.c.ended_at < before)).rowcount
+        connection.execute(delete(tables.webhook_deliveries).where(tables.webhook_deliveries.c.at < before))
     answers.expire(engine, now)
     return gone
 

@@ -9,6 +9,8 @@ database is often the app's too). Changed only by a migration in migrations/vers
     leash_items   one row per item: its input, its result or item error, its calls and tokens
     leash_answers the request cache's answers that left Redis, by entry (its scope and request
                   digest), with their last use (kept LEASH_CACHE_DAYS from it)
+    leash_webhook_deliveries  every attempt of a job's completion webhook, by delivery id and
+                  attempt: when, how long, the HTTP status, the error (jobs/archive/webhook_log.py)
 """
 
 from __future__ import annotations
@@ -78,4 +80,17 @@ answers = Table(
     Column("answer", Text, nullable=False),
     Column("used_at", DateTime(timezone=True), nullable=False),
     Index("leash_answers_used", "used_at"),
+)
+
+webhook_deliveries = Table(
+    "leash_webhook_deliveries", metadata,
+    Column("delivery_id", String(200), primary_key=True),
+    Column("attempt", Integer, primary_key=True, autoincrement=False),
+    Column("job_id", String(64), nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("seconds", Float),
+    Column("status", Integer),
+    Column("error", Text),
+    Index("leash_webhook_deliveries_job", "job_id"),
+    Index("leash_webhook_deliveries_at", "at"),
 )

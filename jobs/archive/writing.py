@@ -17,7 +17,7 @@ from redis import Redis
 from sqlalchemy import Engine, delete, insert
 
 from jobs import keys
-from jobs.archive import USAGE_DAYS_KEPT, tables
+from jobs.archive import USAGE_DAYS_KEPT, tables, webhook_log
 from jobs.config import stores
 from jobs.core import outcome, payload_copy
 from jobs.core.details import is_canceled
@@ -110,6 +110,8 @@ def write(engine: Engine, job: dict, rows: list[dict]) -> None:
         connection.execute(insert(tables.jobs), [job])
         for start in range(0, len(rows), ITEM_BATCH):
             connection.execute(insert(tables.items), rows[start:start + ITEM_BATCH])
+        # The webhook attempts its record holds (a later attempt writes its own: webhook_log.record).
+        webhook_log.write(connection, webhook_log.rows_of(job["job_id"], json.loads(job["record"])))
 
 
 def archive_one(connection: Redis, engine: Engine, job_id: str, now: float | None = None) -> bool:

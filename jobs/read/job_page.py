@@ -58,6 +58,7 @@ def read(connection: Redis, job_id: str, owner: str, offset: int = 0, limit: int
     rq_status = decoded(rq_status)
     fields = states.from_raw(job_id, raw, rq_status, now=now, errors=errors, history=history,
                              retry_at=states.retry_time(connection, job_id, raw, rq_status))
+    fields = job_view.with_every_webhook_attempt(connection, job_id, fields)
     h = {decoded(k): decoded(v) for k, v in raw.items()}
     page = results.page_of(connection, job_id, offset, limit, owner, h.get("state"), h.get("done"), h.get("total"),
                            h.get("archived_at"), values, usages, items_held, kind=h.get("kind"))

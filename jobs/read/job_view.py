@@ -18,6 +18,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from jobs.archive import reading, webhook_log
 from jobs.config import batches
 from jobs.core import clock
 
@@ -92,3 +93,20 @@ def cost_per_request(fields: dict[str, Any], answered: int) -> float | None:
     if cost is None or not answered:
         return None
     return cost / answered
+
+
+def with_every_webhook_attempt(connection, job_id: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """The status fields with every attempt of the job's webhook: the record keeps the last few
+    (jobs/webhooks/delivery.py's LOG_KEPT); when it counts more, the archive's
+    ``leash_webhook_deliveries`` has them all (read only then: one query). An archive that does not
+    answer leaves the record's."""
+    hook = fields.get("webhook")
+    if not hook or not hook.get("id") or int(hook.get("attempts") or 0) <= len(hook.get("deliveries") or []):
+        return fields
+    try:
+        kept = webhook_log.read(reading.engine_for(connection), job_id, hook["id"])
+    except Exception:  # noqa: BLE001 - an archive that cannot be reached or migrated: the record's log
+        return fields
+    if len(kept) > len(hook.get("deliveries") or []):
+        hook["deliveries"] = kept
+    return fields

@@ -4,7 +4,8 @@ path RQ stores in the jobs it keeps: it never moves), run by any worker of the j
 The address is checked again (jobs/webhooks/addresses.py) and the connection goes to an address
 that check returned. The body is the one the sweep built when the job ended, the same on every
 attempt; the timestamp and signature are the attempt's. A 2xx answer delivers it; anything else
-(another status, a refused address, a timeout, no connection) is recorded and raised, and RQ's
+(another status, a refused address, a timeout, no connection) is recorded (in the job's record,
+and in the archive's ``leash_webhook_deliveries`` when there is one) and raised, and RQ's
 ``Retry`` brings the delivery back after the next LEASH_WEBHOOK_BACKOFF interval (its scheduler,
 which every ``leash worker`` runs), until every interval has been waited. Redirects are not
 followed (a 3xx is not a delivery)."""
@@ -13,9 +14,12 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import socket
 import ssl
 import time
+from collections.abc import Callable
+from typing import Any
 
 from rq import get_current_job
 
@@ -24,6 +28,8 @@ from jobs.core import clock
 from jobs.errors import InvalidJob, LeashError
 from jobs.lifecycle import transitions
 from jobs.webhooks import addresses, signing
+
+log = logging.getLogger("leash.webhooks")
 
 #: Attempts kept in the job's record (the count is kept whole), and the characters of each one's
 #: error: the record is read by every poll (a webhook adds at most about 1.5 KB to it).
@@ -64,9 +70,29 @@ def deliver(job_id: str, delivery_id: str, url: str, body: str) -> str:
     connection = rq_job.connection if rq_job is not None else None
     if connection is not None:
         transitions.webhook(connection, job_id, ["attempt", delivery_id, json.dumps(entry), state, LOG_KEPT])
+        _to_archive(connection, job_id, delivery_id, entry)
     if error is not None:
         raise NotDelivered(f"webhook {delivery_id} of job {job_id}, attempt {attempt}: {error}")
     return state
+
+
+#: Where an attempt is also written: ``(connection, job_id, delivery_id, entry)``, the archive's
+#: ``leash_webhook_deliveries`` (jobs/archive/webhook_log.py). Handed down by ``leash worker`` as it
+#: starts (jobs/worker/leash_worker.py), since the webhooks sit below the archive's engine; None:
+#: the job's record only.
+to_archive: Callable[[Any, str, str, dict], Any] | None = None
+
+
+def _to_archive(connection, job_id: str, delivery_id: str, entry: dict) -> None:
+    """The attempt in the archive too, when there is one: kept past the record's short log. The
+    delivery stands whatever the archive says (archiving the job writes what its record holds)."""
+    if to_archive is None:
+        return
+    try:
+        to_archive(connection, job_id, delivery_id, entry)
+    except Exception as exc:  # noqa: BLE001 - an archive that cannot be reached or migrated: logged, not raised
+        log.warning("webhook %s of job %s: attempt not written to the archive: %s", delivery_id, job_id,
+                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 
 
 def post(target: addresses.Target, headers: dict[str, str], body: str, timeout: float) -> int:

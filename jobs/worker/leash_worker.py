@@ -33,6 +33,7 @@ from rq.serializers import JSONSerializer
 from rq.worker import Worker
 
 from jobs import deadletter, runner
+from jobs.archive import database, webhook_log
 from jobs.config import settings
 from jobs.core import lease, retention, state_index
 from jobs.core.lease import Outcome
@@ -41,6 +42,7 @@ from jobs.core.upkeep.reaper import Reaper
 from jobs.models import backends
 from jobs.observability import logs
 from jobs.usage import budget
+from jobs.webhooks import delivery
 from jobs.worker.chores import Chores
 from jobs.worker.controls import Controls
 from jobs.worker.dequeue import LeashQueue
@@ -84,6 +86,7 @@ class LeashWorker(Controls, Unreadable, Shutdown, FullRedis, Worker):
         self._attempt: lease.Attempt | None = None
         logs.add_context_provider(self._log_context)
         quiet_ridden_out_errors()  # a failover or restart ridden out logs WARNINGs, not RQ's ERRORs
+        delivery.to_archive = _webhook_attempt_to_archive  # every webhook attempt, kept past its record's log
         self._handoff_deadline: float | None = None
         self.chores = Chores(self.connection, self.reaper, self.noted_full)
 
@@ -280,3 +283,7 @@ class LeashWorker(Controls, Unreadable, Shutdown, FullRedis, Worker):
             return
         super().handle_exception(job, *exc_info)
 
+
+def _webhook_attempt_to_archive(connection, job_id: str, delivery_id: str, entry: dict) -> None:
+    """One webhook attempt in the archive of ``connection``'s jobs, when there is one."""
+    webhook_log.record(database.engine_for(connection), job_id, delivery_id, entry)
