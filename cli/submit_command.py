@@ -124,6 +124,7 @@ def submit(kind, name, owner, token, idempotency_key, max_attempts, queue, item_
     if pipeline_file is not None:
         from .pipeline_commands import submit_pipeline
 
+        _only_pipeline_options(click.get_current_context())
         submit_pipeline(pipeline_file, owner, idempotency_key, dry_run, as_json)
         return
     if items_from is None and source.isatty():
@@ -171,6 +172,23 @@ def submit(kind, name, owner, token, idempotency_key, max_attempts, queue, item_
         return
     click.echo(job_id if created else f"{job_id} (existing job for this idempotency key)")
     click.echo(f"  {job_address(job_id)}", err=True)
+
+
+#: What applies with --pipeline: every job option is a stage's, in the file.
+_WITH_PIPELINE = {"pipeline_file", "owner", "token", "idempotency_key", "dry_run", "as_json"}
+
+
+def _only_pipeline_options(ctx: click.Context) -> None:
+    """--pipeline takes every stage from its file: a job option given beside it is refused (it
+    would apply to no stage), not silently dropped."""
+    for param in ctx.command.get_params(ctx):
+        if param.name in _WITH_PIPELINE or not isinstance(param, click.Option | click.Argument):
+            continue
+        if ctx.get_parameter_source(param.name) in (click.core.ParameterSource.COMMANDLINE,
+                                                     click.core.ParameterSource.ENVIRONMENT):
+            shown = param.opts[0] if isinstance(param, click.Option) else param.name.upper()
+            raise BadInput(f"{shown} does not go with --pipeline: every stage's fields and options are in the "
+                           "pipeline file (docs/STAGES.md)")
 
 
 def _in_options(message: str) -> str:

@@ -143,3 +143,22 @@ def test_the_dry_run_prices_a_reduce_stage_for_every_result_of_the_stage_before_
     stage = response.get_json()["estimate"]["stages"][1]
     assert stage["estimate"]["items"] == len(REVIEWS) and stage["estimate"]["items_assumed"]
     assert stage["priced_at"].startswith(f"the results of all {len(REVIEWS)} items of stage 'classify'")
+
+
+def test_a_stage_refused_at_the_door_cancels_those_written_and_a_retry_makes_new_jobs(client, conn, env):
+    env.setenv("LEASH_MAX_QUEUED_PER_OWNER", "2")  # room for two of the three stages
+    response = client.post("/pipelines", json=PIPELINE, headers={"Idempotency-Key": "full-1"})
+    assert response.status_code == 429 and "LEASH_MAX_QUEUED_PER_OWNER" in response.get_json()["error"]
+    written = [key.decode().split(":")[-1] for key in conn.keys("leash:job:*")]
+    assert len(written) == 2 and all(states.status(conn, job_id)["canceled"] for job_id in written)
+    assert not conn.keys("leash:pipeline:*") and not conn.keys("leash:idem*")
+    env.setenv("LEASH_MAX_QUEUED_PER_OWNER", "10")
+    again = submitted(client, headers={"Idempotency-Key": "full-1"})
+    assert not {stage["job_id"] for stage in again["stages"]} & set(written)
+
+
+def test_a_long_idempotency_key_still_keys_every_stage(client, conn):
+    key = "k" * 200
+    first = client.post("/pipelines", json=PIPELINE, headers={"Idempotency-Key": key})
+    again = client.post("/pipelines", json=PIPELINE, headers={"Idempotency-Key": key})
+    assert (first.status_code, again.status_code) == (202, 200) and first.get_json() == again.get_json()

@@ -95,5 +95,8 @@ def test_refusals_name_the_stage_or_the_file_and_exit_2(conn, env, tmp_path):
     assert missing.exit_code == 2 and "cannot read" in missing.output
     no_items = run("submit", "--pipeline", pipeline_file(tmp_path, YAML.replace("reviews.txt", "gone.txt")))
     assert no_items.exit_code == 2 and "items_file" in no_items.output
+    extra = run("submit", "--pipeline", pipeline_file(tmp_path), "--labels", "a,b")
+    assert extra.exit_code == 2 and "--labels does not go with --pipeline" in extra.output
+    assert not conn.keys("leash:job:*")
     unknown = run("pipeline", "status", "p-nope")
     assert unknown.exit_code == 2 and "no such pipeline" in unknown.output

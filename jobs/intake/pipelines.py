@@ -28,6 +28,7 @@ never passes the pipeline's budget (docs/STAGES.md).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import TYPE_CHECKING, NamedTuple
@@ -179,10 +180,19 @@ def _stage_submission(door, pipeline: Pipeline, index: int, ids: dict[str, str],
         previous = ids[pipeline.stages[index - 1].name] if index else None
         if previous is not None and previous not in after:
             after.append(previous)
-    key = f"{pipeline.idempotency_key}.{stage.name}" if pipeline.idempotency_key else None
+    key = _stage_key(pipeline.idempotency_key, stage.name)
     return door.Submission(stage.kind, payload, pipeline.owner, stage.max_attempts, stage.queue,
                            _job_name(pipeline, stage), key, webhook_url=stage.webhook_url, after=after,
                            after_policy=stage.after_policy, pipeline=pipeline_id)
+
+
+def _stage_key(key: str | None, stage: str) -> str | None:
+    """A stage's idempotency key: the pipeline's and the stage's name (a digest of the pipeline's
+    when the two would pass the 200 characters a key may have)."""
+    if not key:
+        return None
+    whole = f"{key}.{stage}"
+    return whole if len(whole) <= 200 else f"{hashlib.sha256(key.encode()).hexdigest()[:64]}.{stage}"
 
 
 def _within(own: budgets.Budget | None, whole: budgets.Budget) -> budgets.Budget:
@@ -248,23 +258,41 @@ def _write(connection: Redis, pipeline: Pipeline, door) -> Submitted:
     connection.hset(keys.pipeline(pipeline_id), mapping=record)
     connection.expire(keys.pipeline(pipeline_id), ttl)
     ids: dict[str, str] = {}
+    created: list[str] = []  # the stages' idempotency keys this submission wrote
     for index, stage in enumerate(pipeline.stages):
         made = _stage_submission(door, pipeline, index, ids, pipeline_id)
         try:
             answer = door.submit(connection, made)
         except (InvalidJob, door.Refused) as exc:
-            cancel(connection, pipeline_id, _cancel_quietly)  # atomic enough: what was written is canceled
-            connection.delete(keys.pipeline(pipeline_id))
+            _undo(connection, pipeline_id, pipeline.owner, created)
             if isinstance(exc, door.Refused):
                 raise
             raise _refused_stage(stage.name, str(exc)) from None
+        if answer.created and made.idempotency_key:
+            created.append(made.idempotency_key)
         ids[stage.name] = answer.job_id
         stages[index]["job_id"] = answer.job_id
         connection.hset(keys.pipeline(pipeline_id), "stages", json.dumps(stages))
     if pipeline.idempotency_key:
-        connection.set(keys.pipeline_idempotency(pipeline.owner, pipeline.idempotency_key), pipeline_id, ex=ttl,
-                       nx=True)
+        key = keys.pipeline_idempotency(pipeline.owner, pipeline.idempotency_key)
+        if not connection.set(key, pipeline_id, ex=ttl, nx=True):
+            # The same submission raced this one and won: its stages are these (their own keys), its
+            # record is the one the key names.
+            winner = read_record(connection, decoded(connection.get(key)) or "")
+            if winner is not None:
+                connection.delete(keys.pipeline(pipeline_id))
+                return Submitted(winner["pipeline_id"], False, _pairs(winner["stages"]))
     return Submitted(pipeline_id, True, _pairs(stages))
+
+
+def _undo(connection: Redis, pipeline_id: str, owner: str, created: list[str]) -> None:
+    """A stage refused after others were written ("atomic enough"): those are canceled, the record
+    removed, and their idempotency keys too, so the same submission again makes new jobs rather
+    than returning the canceled ones."""
+    cancel(connection, pipeline_id, _cancel_quietly)
+    connection.delete(keys.pipeline(pipeline_id),
+                      *[name for key in created for name in (keys.idempotency(owner, key),
+                                                              keys.legacy_idempotency(owner, key))])
 
 
 def _pairs(stages: list[dict]) -> tuple[tuple[str, str], ...]:
