@@ -347,7 +347,8 @@ INSTRUCTION = Field("instruction", "Instruction", "What to make of all the items
 def reduce(ctx: JobContext, payload: dict) -> dict[str, Any]:
     """One answer to ``payload["instruction"]`` over all the items: in one call when they fit
     LEASH_REDUCE_CHUNK_TOKENS, else map-reduce in chunks, each call checkpointed
-    (jobs/core/running/chunk_tree.py). The job's one result (index 0) is the answer."""
+    (jobs/core/running/chunk_tree.py). The job's one result (index 0) is the answer; a job
+    whose ``items_from`` chose no items makes no call and has none."""
     backend = ctx.model
     instruction = payload["instruction"]
 
@@ -358,4 +359,4 @@ def reduce(ctx: JobContext, payload: dict) -> dict[str, Any]:
             raise PermanentError(f"a reduce call got no usable answer ({len(texts)} texts): {exc}") from None
 
     answer = chunk_tree.run(ctx, payload["items"], ask, config.settings().reduce_chunk_tokens, estimate_text_tokens)
-    return {"items": len(payload["items"]), "characters": len(answer)}
+    return {"items": len(payload["items"]), "characters": len(answer or "")}

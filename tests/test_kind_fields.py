@@ -147,6 +147,7 @@ def test_a_reduce_job_from_the_api_the_form_and_leash_submit_shows_one_answer(cl
     burst()
     job_page = client.get(posted.headers["Location"], headers=HTML).data.decode()
     assert "Count the complaints" in job_page and "[local] 3 inputs" in job_page
+    assert re.search(r'id="progress-text">1 of 1 model calls', job_page)
     for job_id in (made.get_json()["job_id"], json.loads(typed.stdout)["job_id"]):
         answer = client.get(f"/jobs/{job_id}/result").get_json()
         assert answer["total"] == 1 and len(answer["items"]) == 1, answer

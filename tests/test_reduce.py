@@ -103,6 +103,16 @@ def test_a_reduce_takes_another_jobs_results(conn, burst):
     assert stored(conn, job_id)[0].startswith("[local] 20 inputs")
 
 
+def test_a_reduce_of_no_items_makes_no_call_and_has_no_answer(conn, burst):
+    source, _ = enqueue(conn, "classify", {"items": ["good film", "great cast"], "labels": ["positive", "negative"]})
+    job_id, _ = enqueue(conn, "reduce", {"items_from": {"job": source, "label": "negative", "results": True},
+                                         "instruction": INSTRUCTION})
+    burst()
+    final = ended(conn, job_id)
+    assert final["state"] == "succeeded" and final["result"]["summary"] == {"items": 0, "characters": 0}
+    assert stored(conn, job_id) == {} and list(results.iter_results(conn, job_id)) == [(0, INSTRUCTION, None, None)]
+
+
 @pytest.mark.parametrize("payload, message", [
     ({"items": ["a"]}, "'instruction' must be a non-empty string"),
     ({"items": ["a"], "instruction": "  "}, "'instruction' must be a non-empty string"),

@@ -92,11 +92,15 @@ class _Level:
 
 
 def run(ctx, texts: Sequence[str], ask: Callable[[list[str], bool], str], bound: int,
-        measure: Callable[[str], int], concurrency: int | None = None) -> str:
+        measure: Callable[[str], int], concurrency: int | None = None) -> str | None:
     """The one answer to ``texts``: each chunk's partial by ``ask(chunk_texts, True)``, level by
     level, then the answer by ``ask(texts_left, False)``, each call checkpointed as the module
     says; calls a checkpoint answers are never asked again. Raises what an item run raises (a
-    cancel, a hand-off, a lost lease, the first call's error)."""
+    cancel, a hand-off, a lost lease, the first call's error). No texts (another job's results
+    that chose none): no call, no answer (None)."""
+    if not texts:
+        ctx.progress(0, total=0)
+        return None
     stored = ctx.items_done()
     if isinstance(stored.get(ANSWER_INDEX), str):
         return stored[ANSWER_INDEX]
