@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from flask import Flask, current_app
 
@@ -80,8 +80,6 @@ def read(overrides: Mapping[str, object] | None = None) -> AppSettings:
 
 
 def _with_secret(found: AppSettings) -> AppSettings:
-    from dataclasses import replace
-
     web = found.web
     if web.leash_secret_key and web.secret_key:
         if web.leash_secret_key != web.secret_key:
