@@ -37,6 +37,7 @@ XDIST_GROUPS = {
     "test_web_browser_lists": "browser",
     "test_web_browser_operator": "browser",
     "test_web_browser_overview": "browser",
+    "test_web_browser_pipeline": "browser",
     "test_web_browser_states": "browser",
     "test_web_browser_views": "browser",
 }
