@@ -61,15 +61,16 @@ def _event(before: tuple | None, fields: dict[str, Any]) -> str | None:
             return f"{who} back from the provider"
         return f"{who} running, attempt {fields['attempts']} of {fields['max_attempts']}"
     took = humane.duration(fields.get("elapsed_seconds"))
+    unit = humane.progress_unit(fields.get("kind"))
     usage = fields.get("usage") or {}
     spent = money.spend_text(fields) if usage.get("calls") or usage.get("cache_hits") else "no model answer billed"
     if view == outcome.SUCCEEDED:
-        return f"{who} succeeded: {fields['done']} of {fields['total']} items in {took}; {spent}"
+        return f"{who} succeeded: {fields['done']} of {fields['total']} {unit} in {took}; {spent}"
     if view == outcome.WITH_ITEM_ERRORS:
         return f"{who} {outcome.words(fields)} in {took}; {spent}"
     if view in (outcome.CANCELED_OUTCOME, outcome.STOPPED):
-        return f"{who} {outcome.words(fields)} after {fields['done']} of {fields['total']} items"
-    return f"{who} failed after {fields['done']} of {fields['total']} items: {fields.get('error_summary')}"
+        return f"{who} {outcome.words(fields)} after {fields['done']} of {fields['total']} {unit}"
+    return f"{who} failed after {fields['done']} of {fields['total']} {unit}: {fields.get('error_summary')}"
 
 
 class Feed:

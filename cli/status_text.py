@@ -17,9 +17,10 @@ def _progress(f: dict) -> str | None:
     if not f["total"]:
         return None
     percent = 100 if f["state"] == "succeeded" else int(100 * f["done"] / f["total"])
-    text = f"{f['done']} of {f['total']} items ({percent}%)"
+    unit = humane.progress_unit(f.get("kind"))
+    text = f"{f['done']} of {f['total']} {unit} ({percent}%)"
     if f.get("items_per_second"):
-        text += f", {f['items_per_second']:.1f} items/s"
+        text += f", {f['items_per_second']:.1f} {unit}/s"
     if f.get("eta_seconds") is not None:
         text += f", about {humane.duration(f['eta_seconds'])} left"
     return text

@@ -11,7 +11,9 @@ import os
 import signal
 
 import pytest
+from click.testing import CliRunner
 
+from cli import main
 from jobs import keys
 from jobs.core import states
 from jobs.core.running import chunk_tree
@@ -83,6 +85,8 @@ def test_a_reduce_of_many_chunks_answers_once_and_shows_one_result(conn, burst, 
     assert rows == [(0, INSTRUCTION, answer, None)]  # one row: the instruction, the answer
     page = results.read_page(conn, job_id)
     assert page.items == [(0, answer)] and (page.done, page.total) == (1, 1)
+    shown = CliRunner().invoke(main, ["status", job_id])
+    assert f"{final['total']} of {final['total']} model calls (100%)" in shown.output, shown.output
 
 
 def test_a_reduce_that_fits_one_call_makes_one(conn, burst):

@@ -90,3 +90,9 @@ def cut(text: str, width: int, hard: bool = False) -> tuple[str, bool]:
         return head + "…", True
     word_end = text.find(" ", width)
     return (text if word_end < 0 else text[:word_end] + " …"), word_end >= 0
+
+
+def progress_unit(kind: str | None) -> str:
+    """What a job's ``done`` and ``total`` count: its items, or a ``reduce`` job's model calls
+    (jobs/core/running/chunk_tree.py)."""
+    return "model calls" if kind == "reduce" else "items"
