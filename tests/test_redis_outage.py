@@ -95,12 +95,9 @@ def _cpu_seconds(pid: int, seen: set[int]) -> float:
 
 
 def _web_client(url: str):
-    from web.app import create_app
+    from tests.web_support import create_app_with
 
-    app = create_app({"SECRET_KEY": "test-secret", "REDIS_URL": url, "LEASH_API_TOKENS": "",
-                      "LEASH_DASHBOARD_USER": None, "LEASH_DASHBOARD_PASSWORD": None, "LEASH_DEV": False})
-    app.config["TESTING"] = True
-    return app.test_client()
+    return create_app_with(REDIS_URL=url, LEASH_API_TOKENS="").test_client()
 
 
 def test_worker_and_web_ride_out_a_redis_outage_and_the_job_still_finishes(own_redis, worker_proc):
