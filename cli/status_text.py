@@ -69,6 +69,8 @@ def lines(f: dict, page: str, columns: int = 100, full: bool = False) -> list[st
         ("job", f["job_id"] + (f"  ({f['name']})" if f.get("name") else "")),
         ("state", _state(f)),
         ("kind", f["kind"]),
+        ("pipeline", f"a stage of {f['pipeline']} (leash pipeline status {f['pipeline']})"
+         if f.get("pipeline") else None),
         ("progress", _progress(f)),
         ("mode", _mode(f)),
         ("waiting", f.get("waiting")),
