@@ -68,19 +68,12 @@ def estimate(connection: Redis, kind_name: str, payload: dict, owner: str, now: 
     if spec is None:
         out["note"] = f"kind {kind_name!r} does not make one model call per item: no estimate"
         return out
-    try:
-        backend = backends.backend_class()
-    except PermanentError as exc:
-        raise InvalidJob(str(exc)) from None
+    backend = _deployed_backend()
     if not hasattr(backend, "default_url"):  # the offline backend: no provider, no cost
         out.update(calls=len(items), input_tokens=0, output_tokens_max=0, cost_usd_max=0.0, cost_usd_batch_max=0.0,
                    cost_usd_expected=0.0, note="the offline `local` backend calls no provider")
         return out
-    try:
-        settings = ModelSettings.from_env()
-        price = prices.price_for(settings.name, settings.url or backend.default_url)
-    except (PermanentError, ValueError) as exc:
-        raise InvalidJob(f"no estimate: {exc}") from None
+    settings, price = _deployed_price(backend)
     requests = [spec.request(payload, item, settings.max_tokens) for item in items]
     batch = mode_of(payload) == "batch"
     digests = [cache.request_digest(backend.name, settings.url or backend.default_url, settings.name,
@@ -171,20 +164,13 @@ def estimate_reduce(connection: Redis, payload: dict, owner: str, item_count: in
         out["note"] = "its items are another job's, read as it starts: priced as 0 items"
         return out
     bound, instruction = config.settings().reduce_chunk_tokens, str(payload.get("instruction") or "")
-    try:
-        backend = backends.backend_class()
-    except PermanentError as exc:
-        raise InvalidJob(str(exc)) from None
+    backend = _deployed_backend()
     if not hasattr(backend, "default_url"):  # the offline backend: no provider, no cost
         levels = _reduce_levels(len(chunk_tree.pack(texts, bound, estimate_text_tokens)), bound, LOCAL_PARTIAL_TOKENS)
         out.update(calls=sum(levels), levels=levels, cost_usd_expected=0.0,
                    note="the offline `local` backend calls no provider")
         return out
-    try:
-        settings = ModelSettings.from_env()
-        price = prices.price_for(settings.name, settings.url or backend.default_url)
-    except (PermanentError, ValueError) as exc:
-        raise InvalidJob(f"no estimate: {exc}") from None
+    settings, price = _deployed_price(backend)
     asked = cache.RequestCache(connection, owner, payload)
     shared = cache.shared_scope()  # other owners' answers: never counted (see ``estimate``)
     todo: list[CallRequest] = []  # the known requests no cached answer answers
@@ -373,3 +359,20 @@ def text(figures: dict[str, Any]) -> str:
     if figures.get("model_settings"):  # whose model settings priced it (jobs.intake.deployed_model)
         lines.append(figures["model_settings"])
     return "\n".join(lines)
+
+
+def _deployed_backend():
+    """The backend class the deployment's settings name (InvalidJob when they name none that works)."""
+    try:
+        return backends.backend_class()
+    except PermanentError as exc:
+        raise InvalidJob(str(exc)) from None
+
+
+def _deployed_price(backend) -> tuple[ModelSettings, Any]:
+    """The deployment's model settings and the price of its model (InvalidJob naming what is missing)."""
+    try:
+        settings = ModelSettings.from_env()
+        return settings, prices.price_for(settings.name, settings.url or backend.default_url)
+    except (PermanentError, ValueError) as exc:
+        raise InvalidJob(f"no estimate: {exc}") from None
