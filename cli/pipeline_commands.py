@@ -23,7 +23,7 @@ from jobs.read import pipeline_view
 from jobs.read.money import money
 
 from . import exit_codes
-from .acting import job_address
+from .acting import acting_owner, job_address, owner_option
 from .exit_codes import BadInput
 from .exit_codes import Refused as RefusedHere
 from .redis_target import connect_checked, web_url
@@ -124,6 +124,23 @@ def status_command(pipeline_id, as_json):
                 click.echo(f"     {stage['error'].splitlines()[0][:200]}")
         click.echo(f"  {pipeline_address(pipeline_id)}", err=True)
     sys.exit(exit_codes.FAILED if fields["state"] == states.State.FAILED.value else exit_codes.OK)
+
+
+@pipeline_group.command("list")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100))
+@owner_option
+@click.option("--json", "as_json", is_flag=True, help="Print each pipeline's status as a JSON line.")
+def list_command(limit, owner, token, as_json):
+    """An owner's pipelines, newest first: id, state, stages and cost."""
+    owner = acting_owner(owner, token)
+    found, _ = pipeline_view.listed(connect_checked(), owner, 0, limit)
+    for fields in found:
+        if as_json:
+            click.echo(json.dumps(fields))
+            continue
+        stages = ", ".join(f"{s['name']} {s['state']}" for s in fields["stages"])
+        click.echo(f"{fields['pipeline_id']}  {fields['state']:<9}  {money(fields['cost_usd']):>8}  "
+                   f"{fields['name'] or ''}  [{stages}]")
 
 
 def _cancel_one(conn, job_id: str) -> str:

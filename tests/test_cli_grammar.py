@@ -100,7 +100,7 @@ NEEDS_REDIS = [("submit", "--labels", "a,b", "-"), ("status", "x"), ("watch", "x
                ("cancel", "x"), ("jobs",), ("failures",), ("alert", "--max-failures", "1"), ("replay", "x"),
                ("replay-log",), ("usage",), ("doctor",), ("archive", "status"), ("pause", "leash"),
                ("resume", "leash"), ("quiet", "--all"), ("workers",), ("queue",), ("operator-log",),
-               ("pipeline", "status", "x"), ("pipeline", "cancel", "x")]
+               ("pipeline", "status", "x"), ("pipeline", "cancel", "x"), ("pipeline", "list")]
 
 
 def test_the_walk_and_the_redis_list_cover_the_same_commands():

@@ -162,3 +162,17 @@ def test_a_long_idempotency_key_still_keys_every_stage(client, conn):
     first = client.post("/pipelines", json=PIPELINE, headers={"Idempotency-Key": key})
     again = client.post("/pipelines", json=PIPELINE, headers={"Idempotency-Key": key})
     assert (first.status_code, again.status_code) == (202, 200) and first.get_json() == again.get_json()
+
+
+def test_the_list_shows_the_callers_pipelines_newest_first_and_only_theirs(conn, token_app):
+    client = token_app.test_client()
+    first = submitted(client, headers=bearer("alice"))
+    second = submitted(client, body={**PIPELINE, "name": "later"}, headers=bearer("alice"))
+    submitted(client, headers=bearer("bob"))
+    listed = client.get("/pipelines?limit=1", headers=bearer("alice")).get_json()
+    assert listed["total"] == 2 and [p["pipeline_id"] for p in listed["pipelines"]] == [second["pipeline_id"]]
+    assert listed["pipelines"][0]["name"] == "later" and listed["next"] == "/pipelines?offset=1&limit=1"
+    rest = client.get(listed["next"], headers=bearer("alice")).get_json()
+    assert [p["pipeline_id"] for p in rest["pipelines"]] == [first["pipeline_id"]] and rest["next"] is None
+    conn.delete(keys.pipeline(first["pipeline_id"]))  # expired: it leaves the list
+    assert client.get("/pipelines", headers=bearer("alice")).get_json()["total"] == 1

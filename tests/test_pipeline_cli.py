@@ -44,6 +44,8 @@ def test_submit_pipeline_from_yaml_prints_the_id_and_each_stage(conn, env, tmp_p
     status = json.loads(run("pipeline", "status", pipeline_id, "--json").stdout)
     assert [s["name"] for s in status["stages"]] == ["classify", "shout"] and status["state"] == "queued"
     assert status["stages"][0]["total"] == 3
+    listed = run("pipeline", "list")
+    assert listed.exit_code == 0 and listed.stdout.startswith(pipeline_id) and "[classify queued, shout queued]" in listed.stdout
     shown = run("status", status["stages"][1]["job_id"]).stdout
     assert f"a stage of {pipeline_id} (leash pipeline status {pipeline_id})" in shown
 

@@ -5,6 +5,7 @@ and one status for all of them, one cancel for every stage.
                                   Idempotency-Key repeat -> 200, the same pipeline;
                                   with "dry_run": true, 200 {estimate} and nothing written;
                                   a stage refused: 422 naming it, nothing written
+    GET  /pipelines               the caller's pipelines, newest first, ?offset=&limit=
     GET  /pipelines/<id>          its status (jobs/read/pipeline_view.py); a browser gets the page
     POST /pipelines/<id>/cancel   202, every stage canceled (each as POST /jobs/<id>/cancel does)
 
@@ -27,7 +28,7 @@ from jobs.read import humane, money, pipeline_view, poll_schedule
 from .api import _IDEMPOTENCY_KEY, cancel_job
 from .auth import Need, browser_owner, request_owner
 from .error_replies import api_error, wants_html
-from .reads import redis_conn
+from .reads import int_arg, redis_conn
 
 bp = Blueprint("pipelines", __name__)
 
@@ -85,6 +86,22 @@ def submit():
     response = jsonify(pipeline_id=submitted.pipeline_id, stages=_stage_links(submitted.stages), url=url)
     response.status_code = 202 if submitted.created else 200
     response.headers["Location"] = url
+    return response
+
+
+@bp.get("/pipelines")
+def pipeline_list():
+    """The caller's pipelines, newest first, each with its status."""
+    owner = request_owner(Need.LIST)
+    offset = int_arg("offset", 0, 0, 10**9)
+    limit = int_arg("limit", 20, 1, 100)
+    found, total = pipeline_view.listed(redis_conn(), owner, offset, limit)
+    following = offset + limit if offset + limit < total else None
+    response = jsonify(pipelines=found, offset=offset, limit=limit, total=total,
+                       next=url_for("pipelines.pipeline_list", offset=following, limit=limit)
+                       if following is not None else None)
+    response.headers["Cache-Control"] = "no-cache, private"
+    response.vary.update(("Accept", "Authorization", "Cookie"))
     return response
 
 

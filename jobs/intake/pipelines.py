@@ -255,8 +255,12 @@ def _write(connection: Redis, pipeline: Pipeline, door) -> Submitted:
         | ({"name": pipeline.name} if pipeline.name else {}) \
         | ({"webhook_url": _webhook(pipeline.webhook_url)} if pipeline.webhook_url else {}) \
         | (pipeline.budget.hash_fields() if pipeline.budget else {})
-    connection.hset(keys.pipeline(pipeline_id), mapping=record)
-    connection.expire(keys.pipeline(pipeline_id), ttl)
+    with connection.pipeline() as pipe:
+        pipe.hset(keys.pipeline(pipeline_id), mapping=record)
+        pipe.expire(keys.pipeline(pipeline_id), ttl)
+        pipe.zadd(keys.owner_pipelines(pipeline.owner), {pipeline_id: record["created_at"]})
+        pipe.expire(keys.owner_pipelines(pipeline.owner), ttl)
+        pipe.execute()
     ids: dict[str, str] = {}
     created: list[str] = []  # the stages' idempotency keys this submission wrote
     for index, stage in enumerate(pipeline.stages):
@@ -280,6 +284,7 @@ def _write(connection: Redis, pipeline: Pipeline, door) -> Submitted:
             # record is the one the key names.
             winner = read_record(connection, decoded(connection.get(key)) or "")
             if winner is not None:
+                connection.zrem(keys.owner_pipelines(pipeline.owner), pipeline_id)
                 connection.delete(keys.pipeline(pipeline_id))
                 return Submitted(winner["pipeline_id"], False, _pairs(winner["stages"]))
     return Submitted(pipeline_id, True, _pairs(stages))
@@ -290,6 +295,7 @@ def _undo(connection: Redis, pipeline_id: str, owner: str, created: list[str]) -
     removed, and their idempotency keys too, so the same submission again makes new jobs rather
     than returning the canceled ones."""
     cancel(connection, pipeline_id, _cancel_quietly)
+    connection.zrem(keys.owner_pipelines(owner), pipeline_id)
     connection.delete(keys.pipeline(pipeline_id),
                       *[name for key in created for name in (keys.idempotency(owner, key),
                                                               keys.legacy_idempotency(owner, key))])

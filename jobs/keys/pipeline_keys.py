@@ -22,3 +22,9 @@ def pipeline_idempotency(owner: str, key: str) -> str:
 def pipeline_webhook(pipeline_id: str) -> str:
     """Set once the pipeline's end webhook has been queued (it is sent once per pipeline)."""
     return f"{PREFIX}pipeline-webhook:{pipeline_id}"
+
+
+def owner_pipelines(owner: str) -> str:
+    """Sorted set of an owner's pipelines by submission time (``GET /pipelines``, ``leash pipeline
+    list``); expires LEASH_RESULT_TTL after the owner's last pipeline, as its records do."""
+    return f"{PREFIX}pipelines:{len(owner)}:{owner}"

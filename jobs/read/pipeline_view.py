@@ -89,3 +89,20 @@ def _stage(connection: Redis, entry: dict) -> dict[str, Any]:
     except NoSuchJob:
         return out | {"state": "expired", "words": "expired (its record is kept for a limited time)"}
     return out | {name: fields.get(name) for name in STAGE_FIELDS} | {"words": words(fields)}
+
+
+def listed(connection: Redis, owner: str, offset: int = 0, limit: int = 20) -> tuple[list[dict[str, Any]], int]:
+    """An owner's pipelines, newest first, each with its status (``GET /pipelines``), and how many
+    there are. A pipeline whose record expired leaves the list as it is read."""
+    key = keys.owner_pipelines(owner)
+    ids = [decoded(p) for p in connection.zrevrange(key, offset, offset + limit - 1)]
+    found, gone = [], []
+    for pipeline_id in ids:
+        record = read_record(connection, pipeline_id)
+        if record is None:
+            gone.append(pipeline_id)
+        else:
+            found.append(status(connection, record))
+    if gone:
+        connection.zrem(key, *gone)
+    return found, connection.zcard(key)
