@@ -46,12 +46,11 @@ class NotDelivered(LeashError):
     """The webhook was not delivered by this attempt; RQ tries again after the backoff."""
 
 
-def deliver(job_id: str, delivery_id: str, url: str, body: str) -> str:
-    """Send the webhook once; returns "delivered", raises NotDelivered otherwise."""
-    rq_job = get_current_job()
+def attempt_once(url: str, delivery_id: str, body: str) -> tuple[int | None, str | None]:
+    """One signed POST of ``body`` to ``url``, its address checked again first: the HTTP status
+    (None when no answer came) and what went wrong (None when the receiver took it, a 2xx)."""
     settings = webhooks()
     status, error = None, None
-    started = clock.wall()
     try:
         target = addresses.check(url, settings.webhook_allow_private)
         status = post(target, signing.headers(settings.webhook_secret, delivery_id, int(time.time()), body),
@@ -62,6 +61,14 @@ def deliver(job_id: str, delivery_id: str, url: str, body: str) -> str:
         error = str(exc)
     except (OSError, http.client.HTTPException, ssl.SSLError) as exc:
         error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return status, error
+
+
+def deliver(job_id: str, delivery_id: str, url: str, body: str) -> str:
+    """Send the webhook once; returns "delivered", raises NotDelivered otherwise."""
+    rq_job = get_current_job()
+    started = clock.wall()
+    status, error = attempt_once(url, delivery_id, body)
     retries_left = rq_job.retries_left if rq_job is not None else 0
     attempt = len(rq_job.retry_intervals or []) - (retries_left or 0) + 1 if rq_job is not None else 1
     state = "delivered" if error is None else ("pending" if retries_left else "given up")

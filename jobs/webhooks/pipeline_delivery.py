@@ -5,21 +5,15 @@ checked again, the body signed, and a 2xx delivers it, as a job's webhook (jobs/
 
 from __future__ import annotations
 
-import http.client
 import json
-import ssl
-import time
 
 from rq import get_current_job
 
 from jobs import keys
-from jobs.config.webhook_settings import webhooks
 from jobs.core import clock
 from jobs.core.text import decoded
-from jobs.errors import InvalidJob
 from jobs.read import pipeline_view
-from jobs.webhooks import addresses, signing
-from jobs.webhooks.delivery import ERROR_CHARS, TIMEOUT, NotDelivered, post
+from jobs.webhooks.delivery import ERROR_CHARS, NotDelivered, attempt_once
 
 
 def body_of(connection, pipeline_id: str) -> str:
@@ -39,18 +33,8 @@ def body_of(connection, pipeline_id: str) -> str:
 def deliver(pipeline_id: str, delivery_id: str, url: str) -> str:
     """Send the pipeline's webhook once; "delivered", else NotDelivered (RQ retries it)."""
     rq_job = get_current_job()
-    hook = webhooks()
     body = body_of(rq_job.connection, pipeline_id)
-    status, error = None, None
-    try:
-        target = addresses.check(url, hook.webhook_allow_private)
-        status = post(target, signing.headers(hook.webhook_secret, delivery_id, int(time.time()), body), body, TIMEOUT)
-        if not 200 <= status < 300:
-            error = f"HTTP {status}"
-    except InvalidJob as exc:
-        error = str(exc)
-    except (OSError, http.client.HTTPException, ssl.SSLError) as exc:
-        error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    status, error = attempt_once(url, delivery_id, body)
     retries_left = rq_job.retries_left if rq_job is not None else 0
     state = "delivered" if error is None else ("pending" if retries_left else "given up")
     if rq_job is not None:
