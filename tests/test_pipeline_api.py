@@ -176,3 +176,26 @@ def test_the_list_shows_the_callers_pipelines_newest_first_and_only_theirs(conn,
     assert [p["pipeline_id"] for p in rest["pipelines"]] == [first["pipeline_id"]] and rest["next"] is None
     conn.delete(keys.pipeline(first["pipeline_id"]))  # expired: it leaves the list
     assert client.get("/pipelines", headers=bearer("alice")).get_json()["total"] == 1
+
+
+def _charge(conn, job_id, nusd, unpriced=0):
+    conn.hset(keys.job(job_id), mapping={"usage_calls": 1, "usage_cost_nusd": nusd, "usage_unpriced_calls": unpriced})
+
+
+def test_the_pipelines_cost_is_the_sum_of_its_stages_costs_to_the_last_digit_they_show(client, conn):
+    body = submitted(client)
+    for stage, nusd in zip(body["stages"], (1_234_567, 2_345_678, 3_456_789), strict=True):
+        _charge(conn, stage["job_id"], nusd)
+    status = client.get(body["url"]).get_json()
+    stage_costs = [stage["cost_usd"] for stage in status["stages"]]
+    assert stage_costs == [0.00123457, 0.00234568, 0.00345679]
+    assert status["cost_usd"] == round(sum(stage_costs), 8) == 0.00703704
+
+
+def test_a_pipeline_with_a_stage_of_unknown_cost_has_an_unknown_cost_not_a_partial_sum(client, conn):
+    body = submitted(client)
+    _charge(conn, body["stages"][0]["job_id"], 5_000_000)
+    _charge(conn, body["stages"][1]["job_id"], 0, unpriced=1)
+    status = client.get(body["url"]).get_json()
+    assert status["stages"][1]["cost_usd"] is None
+    assert status["cost_usd"] is None

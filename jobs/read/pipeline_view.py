@@ -63,7 +63,11 @@ def status(connection: Redis, record: dict[str, Any]) -> dict[str, Any]:
     stages = [_stage(connection, entry) for entry in record["stages"]]
     deciding = next((s for s in stages if s["state"] != states.State.SUCCEEDED.value), None)
     state = deciding["state"] if deciding else states.State.SUCCEEDED.value
-    costs = [s["cost_usd"] for s in stages if s.get("cost_usd") is not None]
+    # Summed as the stages show them (to the hundred-millionth usd rounds to), so the total is
+    # theirs to the last digit; unknown when any stage's is, as a job's cost is unknown when any
+    # call's price is (a partial sum shown as the cost would be a guess).
+    costs = [s.get("cost_usd") for s in stages if s["state"] not in ("not submitted", "expired")]
+    known = None not in costs
     tokens = sum((s.get("usage") or {}).get("input_tokens", 0) + (s.get("usage") or {}).get("output_tokens", 0)
                  for s in stages)
     calls = sum((s.get("usage") or {}).get("calls", 0) for s in stages)
@@ -72,7 +76,7 @@ def status(connection: Redis, record: dict[str, Any]) -> dict[str, Any]:
         "canceled": any(s.get("canceled") for s in stages),
         "deciding_stage": deciding["name"] if deciding else None,
         "created_at": record["created_at"], "stages": stages,
-        "cost_usd": round(sum(costs), 6) if costs or not stages else None,
+        "cost_usd": round(sum(costs), 8) if known else None,
         "usage": {"calls": calls, "tokens": tokens}, "budget": record["budget"], "webhook": record["webhook"],
         "ended": state in (states.State.SUCCEEDED.value, states.State.FAILED.value) and all(
             s["state"] in (states.State.SUCCEEDED.value, states.State.FAILED.value, "expired") for s in stages),
