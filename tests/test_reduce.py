@@ -231,3 +231,14 @@ def test_a_reduce_whose_items_are_another_jobs_is_priced_for_an_assumed_count(co
     assert assumed["calls"] == sum(assumed["levels"]) and assumed["cost_usd_max"] > 0
     worst = estimate_reduce(conn, payload, "dana", item_count=100)  # each as long as LEASH_MAX_ITEM_CHARS
     assert worst["cost_usd_max"] > assumed["cost_usd_max"]
+
+
+def test_a_reduce_over_results_leaves_out_the_items_that_errored(conn, burst, model_server):
+    items = ["kettle -> negative", "lid -> banana", "handle -> positive"]  # the second: an off-label answer
+    source, _ = enqueue(conn, "classify", {"items": items, "labels": ["positive", "negative"], "max_item_errors": 1})
+    job_id, _ = enqueue(conn, "reduce", {"items_from": {"job": source, "results": True}, "instruction": INSTRUCTION})
+    burst()
+    assert ended(conn, source)["item_errors"] == 1
+    assert ended(conn, job_id)["state"] == "succeeded"
+    # An error is not an answer to summarise: the results are the labels the model gave.
+    assert results.submitted_items(conn, job_id) == ["negative", "positive"]

@@ -11,7 +11,8 @@ whose result has a field of a value, or those that errored. What is read is the 
 
 With ``"results": true`` (beside any of the above) the job takes the chosen items' *results*
 instead of their inputs: a result that is text as it is, any other (an extract's object) as its
-JSON; an item without a result gives nothing. A ``reduce`` job over a ``classify`` job's
+JSON; an item without a result gives nothing, nor does one that errored (its result is an
+error, not an answer) unless ``errored`` chose it. A ``reduce`` job over a ``classify`` job's
 negative reviews' extracted fields reads ``{"job": "<extract job>", "results": true}``.
 
 The job waits for its source (``after``) and its items are read as it starts; a job resumed from
@@ -80,7 +81,7 @@ def from_text(text: str) -> dict:
 
 def chosen(selection: dict, result: Any) -> bool:
     """Whether an item whose result is ``result`` is one the selection takes."""
-    errored = isinstance(result, dict) and "error" in result
+    errored = _errored(result)
     if selection.get("errored"):
         return errored
     if "label" in selection:
@@ -89,6 +90,10 @@ def chosen(selection: dict, result: Any) -> bool:
         return (not errored and isinstance(result, dict)
                 and _text(result.get(selection["field"])) == _text(selection["value"]))
     return True
+
+
+def _errored(result: Any) -> bool:
+    return isinstance(result, dict) and "error" in result
 
 
 def _text(value: Any) -> str:
@@ -102,6 +107,8 @@ def taken(selection: dict, item: Any, result: Any) -> str | None:
         return item if isinstance(item, str) else None
     if result is None:
         return None
+    if _errored(result) and not selection.get("errored"):
+        return None  # an error is not an answer: only ``errored`` takes it (as its JSON)
     return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
 
 
