@@ -59,3 +59,26 @@ def test_a_stage_that_finds_the_budget_spent_fails_before_its_first_call(conn, b
     assert states.status(conn, first)["error"].startswith("budget reached")
     assert end["state"] == "failed" and "the pipeline's budget of 1,000 tokens was spent" in end["error"], end["error"]
     assert end["usage"]["calls"] == 0 and billed(model_server)[0] == 0
+
+
+def test_a_stage_stopped_by_the_pipelines_budget_runs_on_when_replayed_with_a_larger_budget(
+        conn, burst, model_server, env):
+    from click.testing import CliRunner
+
+    from cli import main
+
+    env.setenv("LEASH_MODEL_MAX_TOKENS", str(MAX_TOKENS))
+    items = ENGLISH[:10]
+    submitted = pipeline(conn, {"tokens": int(need_of(items) * 1.6)}, items)
+    second = submitted.stages[1][1]
+    burst()
+    stopped = states.status(conn, second)
+    assert stopped["state"] == "failed" and "leash replay --budget-tokens" in stopped["error"], stopped["error"]
+    # What the error says to do: the user raises this stage's budget past what the pipeline left.
+    raised = 10 * need_of(items)
+    replay = CliRunner().invoke(main, ["replay", "--budget-tokens", str(raised), "--", second])
+    assert replay.exit_code == 0, replay.output
+    burst()
+    final = states.status(conn, second)
+    assert final["state"] == "succeeded", final["error"]
+    assert final["done"] == len(items) and final["budget"] == {"tokens": raised}

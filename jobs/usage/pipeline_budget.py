@@ -4,10 +4,12 @@ waits for the one before it), and each stage, as it starts, gets as its own budg
 stages left of the pipeline's (at most the budget it was submitted with). A stage's calls can then
 not spend past what is left, so the stages together never pass the pipeline's budget; a stage
 that finds nothing left fails with ``budget reached`` before its first call (replayable, as any
-budget stop, once the pipeline's budget is raised -- or with ``leash replay --budget-tokens``).
+budget stop, with ``leash replay --budget-tokens``: see below).
 
 A resumed stage (its worker killed, a replay) counts the same others again: its own spending is
-in its own record, checked against the budget it gets."""
+in its own record, checked against the budget it gets. A replay that raised the stage's budget
+above the one it was submitted with (``leash replay --budget-tokens``, as its ``budget reached``
+says) is its owner's choice to spend past what the pipeline left: that budget stays."""
 
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ def start_stage(connection: Redis, job_id: str, payload: dict) -> None:
         keys.pipeline(pipeline_id), "stages", "budget_tokens", "budget_nusd"))
     if not stages or not (whole_tokens or whole_nusd):
         return
+    own = parse(payload.get(BUDGET_FIELD)) or Budget()
+    raised = _raised_by_replay(connection, job_id, own)
     others = [s["job_id"] for s in json.loads(stages) if s.get("job_id") and s["job_id"] != job_id]
     with connection.pipeline(transaction=False) as pipe:
         for other in others:
@@ -38,18 +42,31 @@ def start_stage(connection: Redis, job_id: str, payload: dict) -> None:
         spent = pipe.execute()
     spent_tokens = sum(int(i or 0) + int(o or 0) for i, o, _ in spent)
     spent_nusd = sum(int(n or 0) for _, _, n in spent)
-    own = parse(payload.get(BUDGET_FIELD)) or Budget()
     fields: dict = {}
-    if whole_tokens:
+    if whole_tokens and "tokens" not in raised:
         left = int(whole_tokens) - spent_tokens
         if left <= 0:
             raise BudgetReached(f"budget reached: the pipeline's budget of {int(whole_tokens):,} tokens was spent "
                                 f"by its other stages ({spent_tokens:,} tokens)")
         fields["budget_tokens"] = min(left, own.tokens) if own.tokens is not None else left
-    if whole_nusd:
+    if whole_nusd and "usd" not in raised:
         left_nusd = int(whole_nusd) - spent_nusd
         if left_nusd <= 0:
             raise BudgetReached(f"budget reached: the pipeline's budget of {prices.money(prices.usd(int(whole_nusd)))} "
                                 f"was spent by its other stages ({prices.money(prices.usd(spent_nusd))})")
         fields["budget_nusd"] = min(left_nusd, prices.nano(own.usd)) if own.usd is not None else left_nusd
-    connection.hset(keys.job(job_id), mapping=fields)
+    if fields:
+        connection.hset(keys.job(job_id), mapping=fields)
+
+
+def _raised_by_replay(connection: Redis, job_id: str, own: Budget) -> set[str]:
+    """The limits ("tokens", "usd") of the stage's budget above the one it was submitted with: a
+    replay raised them (``leash replay --budget-tokens``, what its ``budget reached`` says to do),
+    the stage's owner choosing to spend past what the pipeline left. They stay as raised."""
+    tokens, nusd = (decoded(v) for v in connection.hmget(keys.job(job_id), "budget_tokens", "budget_nusd"))
+    raised = set()
+    if tokens and own.tokens is not None and int(tokens) > own.tokens:
+        raised.add("tokens")
+    if nusd and own.usd is not None and int(nusd) > prices.nano(own.usd):
+        raised.add("usd")
+    return raised
