@@ -108,3 +108,17 @@ def test_the_web_app_starts_when_redis_is_away_and_sweeps_at_its_next_start(conn
     app = create_app_with(LEASH_API_TOKENS=TOKEN_LIST, REDIS_URL="redis://127.0.0.1:1/0")
     assert app is not None
     assert "swept at the next start" in caplog.text
+
+
+def test_signing_in_again_in_the_same_browser_ends_its_previous_session_and_takes_no_other_place(conn):
+    app = create_app_with(LEASH_API_TOKENS=TOKEN_LIST, LEASH_MAX_SESSIONS=2)
+    phone, laptop = app.test_client(), app.test_client()
+    sign_in(phone, "alice")
+    sign_in(laptop, "alice")
+    before = _cookie(laptop)
+    for _ in range(3):  # the laptop signs in again (a second tab, a bookmark to the sign-in page)
+        assert sign_in(laptop, "alice").status_code == 303
+    assert phone.get("/jobs", headers=HTML).status_code == 200  # the phone kept its place
+    assert laptop.get("/jobs", headers=HTML).status_code == 200
+    assert not _reads_jobs(app, before)  # the laptop's earlier session is gone with its cookie's copies
+    assert sessions.count(conn, "alice") == 2

@@ -119,8 +119,11 @@ def _header_owner() -> str | None:
 def start_session(owner: str, token: str) -> None:
     """Sign this browser in: a fresh session (and CSRF token) that Redis keeps for the cookie's
     lifetime; the cookie carries its id, the owner and a digest of the token. Past the owner's
-    LEASH_MAX_SESSIONS, its oldest sessions are signed out."""
+    LEASH_MAX_SESSIONS, its oldest sessions are signed out; the browser's own earlier session ends."""
     lifetime = int(current_app.permanent_session_lifetime.total_seconds())
+    # A browser signing in again leaves its session: kept, it would hold one of the owner's
+    # LEASH_MAX_SESSIONS places (signing out another browser of theirs) and its cookie's copies.
+    end_session()
     session_id, revoked = sessions.start(_redis(), owner, token_digest(token), lifetime,
                                          app_settings.current().web.max_sessions)
     if revoked:
