@@ -199,3 +199,13 @@ def test_a_pipeline_with_a_stage_of_unknown_cost_has_an_unknown_cost_not_a_parti
     status = client.get(body["url"]).get_json()
     assert status["stages"][1]["cost_usd"] is None
     assert status["cost_usd"] is None
+
+
+def test_the_dry_runs_sums_keep_every_digit_of_the_stages_figures():
+    from jobs.intake import pipeline_price
+
+    stage = {"items": 1, "calls": 1, "cached_items": 0, "input_tokens": 10, "output_tokens_max": 5,
+             "cost_usd_max": 0.00000042, "cost_usd_batch_max": 0.00000021, "cost_usd_expected": 0.00000013}
+    summed = pipeline_price._summed([{"estimate": stage}] * 3, None)
+    assert summed["cost_usd_max"] == 0.00000126 and summed["cost_usd_batch_max"] == 0.00000063
+    assert summed["cost_usd_expected"] == 0.00000039

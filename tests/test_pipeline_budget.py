@@ -82,3 +82,19 @@ def test_a_stage_stopped_by_the_pipelines_budget_runs_on_when_replayed_with_a_la
     final = states.status(conn, second)
     assert final["state"] == "succeeded", final["error"]
     assert final["done"] == len(items) and final["budget"] == {"tokens": raised}
+
+
+def test_the_dry_run_prices_a_stage_fed_by_a_reduce_stage_at_its_instruction_the_item_it_gives(
+        conn, model_server, env):
+    from jobs.intake.submission import dry_run
+
+    env.setenv("LEASH_MODEL_PRICES", '{"fake-model": {"input": 1.0, "output": 2.0}}')
+    instruction = "Summarise the complaints, naming each product and what went wrong with it. " * 50
+    body = {"stages": [
+        {"name": "summary", "kind": "reduce", "instruction": instruction, "items": ENGLISH[:4]},
+        {"name": "again", "kind": "prompt", "template": TEMPLATE, "items_from": {"stage": "summary"}}]}
+    estimate = pipelines.submit(conn, pipelines.read(body, "dana"), submission, dry_run=True).estimate
+    # The reduce job's one result row has its instruction as its item: what "again" is given.
+    alone = dry_run(conn, "prompt", {"items": [instruction], "template": TEMPLATE}, owner="dana")
+    priced = estimate["stages"][1]["estimate"]
+    assert priced["input_tokens"] >= alone["input_tokens"] and priced["cost_usd_max"] >= alone["cost_usd_max"]

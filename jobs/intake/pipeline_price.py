@@ -52,8 +52,8 @@ def price(connection: Redis, pipeline, door, made: list[Submission]) -> dict[str
             priced_at = "no items: they are known when the stage starts"
         own = stage.payload.get("items")
         items_of[stage.name] = items if items is not None else list(own) if isinstance(own, list) else []
-        if stage.kind == "reduce":
-            items_of[stage.name] = ["(its one answer)"]  # a reduce job has one result
+        if stage.kind == "reduce":  # one result, whose item is its instruction (docs/STAGES.md)
+            items_of[stage.name] = [str(stage.payload.get("instruction") or "")]
         stages.append({"name": stage.name, "kind": stage.kind, "priced_at": priced_at, "estimate": figures})
     return _summed(stages, pipeline.budget)
 
@@ -89,10 +89,12 @@ def _estimate(connection: Redis, door, job: Submission, items: list | None) -> d
 
 
 def _summed(stages: list[dict], budget) -> dict[str, Any]:
+    # Dollars to the hundred-millionth the stages' own figures have (jobs.usage.prices.usd): a
+    # coarser sum could fall below theirs, and a worst case below what is spent.
     out: dict[str, Any] = {"stages": stages}
     for field in SUMMED:
         values = [s["estimate"].get(field) for s in stages]
-        out[field] = None if any(v is None for v in values) else round(sum(values), 6) \
+        out[field] = None if any(v is None for v in values) else round(sum(values), 8) \
             if isinstance(values[0], float) else sum(values)
     expected = [s["estimate"].get("cost_usd_expected") for s in stages]
     worst = [s["estimate"].get("cost_usd_max") for s in stages]
@@ -100,7 +102,7 @@ def _summed(stages: list[dict], budget) -> dict[str, Any]:
         out["cost_usd_expected"] = None
     else:
         out["cost_usd_expected"] = round(sum(e if e is not None else w for e, w in zip(expected, worst,
-                                                                                      strict=True)), 6)
+                                                                                      strict=True)), 8)
     out["budget"] = budget.as_dict() if budget else None
     out["budget_covers_worst_case"] = _covers(budget, out)
     out["note"] = WORST_CASE_NOTE
