@@ -98,3 +98,25 @@ def test_the_dry_run_prices_a_stage_fed_by_a_reduce_stage_at_its_instruction_the
     alone = dry_run(conn, "prompt", {"items": [instruction], "template": TEMPLATE}, owner="dana")
     priced = estimate["stages"][1]["estimate"]
     assert priced["input_tokens"] >= alone["input_tokens"] and priced["cost_usd_max"] >= alone["cost_usd_max"]
+
+
+def test_a_stage_replayed_with_a_smaller_budget_than_the_pipeline_left_keeps_the_smaller(
+        conn, burst, model_server, env):
+    from click.testing import CliRunner
+
+    from cli import main
+    from jobs.core import control
+
+    env.setenv("LEASH_MODEL_MAX_TOKENS", str(MAX_TOKENS))
+    items = ENGLISH[:10]
+    submitted = pipeline(conn, {"tokens": 100 * need_of(items)}, items)
+    first = submitted.stages[0][1]
+    control.cancel(conn, first)  # stopped before it ran; its owner then replays it on a tight budget
+    small = need_of(items) // 3
+    replay = CliRunner().invoke(main, ["replay", "--budget-tokens", str(small), "--", first])
+    assert replay.exit_code == 0, replay.output
+    burst()
+    final = states.status(conn, first)
+    spent = final["usage"]["input_tokens"] + final["usage"]["output_tokens"]
+    assert final["budget"] == {"tokens": small} and spent <= small, (final["budget"], spent)
+    assert final["state"] == "failed" and final["error"].startswith("budget reached"), final["error"]
