@@ -209,3 +209,28 @@ def test_the_dry_runs_sums_keep_every_digit_of_the_stages_figures():
     summed = pipeline_price._summed([{"estimate": stage}] * 3, None)
     assert summed["cost_usd_max"] == 0.00000126 and summed["cost_usd_batch_max"] == 0.00000063
     assert summed["cost_usd_expected"] == 0.00000039
+
+
+def test_the_same_submission_twice_at_once_is_one_pipeline_whose_stages_all_name_it(conn):
+    import threading
+
+    from jobs.intake import pipelines, submission
+
+    body = {"budget": {"tokens": 100_000}, "stages": [
+        {"name": f"s{n}", "kind": "prompt", "items": [f"x{n}"], "template": "{item}"} for n in range(12)]}
+    for trial in range(10):
+        answers = []
+
+        def submit(key=f"retry-{trial}", answers=answers):
+            answers.append(pipelines.submit(conn, pipelines.read(body, "dana", key), submission))
+
+        racing = [threading.Thread(target=submit) for _ in range(2)]
+        for thread in racing:
+            thread.start()
+        for thread in racing:
+            thread.join(30)
+        assert len(answers) == 2 and answers[0].pipeline_id == answers[1].pipeline_id
+        assert answers[0].stages == answers[1].stages and sorted(a.created for a in answers) == [False, True]
+        # Every stage knows the pipeline the answer names: its page's link, and its budget, hold.
+        named = {states.status(conn, job_id)["pipeline"] for _, job_id in answers[0].stages}
+        assert named == {answers[0].pipeline_id}, f"trial {trial}: stages name {named}"

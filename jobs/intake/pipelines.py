@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from typing import TYPE_CHECKING, NamedTuple
 
 from redis import Redis
@@ -50,6 +51,10 @@ if TYPE_CHECKING:
 
 #: Stages one pipeline may have.
 MAX_STAGES = 20
+#: How long a submission holds its idempotency key while it writes its stages (then it is kept
+#: as long as the record), and how long the same submission racing it waits for them.
+CLAIM_SECONDS = 60
+CLAIM_WAIT_SECONDS = 10
 _STAGE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 #: A stage's fields that are options of its job, not part of its payload.
 STAGE_OPTIONS = ("name", "kind", "max_attempts", "queue", "webhook_url", "after", "after_policy")
@@ -228,11 +233,9 @@ def submit(connection: Redis, pipeline: Pipeline, door, dry_run: bool = False) -
     stage) or ``door.Refused``. ``door`` is ``jobs.intake.submission``, handed down by the doors
     (the web app, the CLI): every stage goes through the one submission path."""
     if not dry_run and pipeline.idempotency_key:
-        existing = connection.get(keys.pipeline_idempotency(pipeline.owner, pipeline.idempotency_key))
-        if existing is not None:
-            record = read_record(connection, decoded(existing))
-            if record is not None:
-                return Submitted(record["pipeline_id"], False, _pairs(record["stages"]))
+        repeat = _repeat(connection, keys.pipeline_idempotency(pipeline.owner, pipeline.idempotency_key), door)
+        if repeat is not None:
+            return repeat
     if dry_run and pipeline.address is not None:
         from jobs.intake import admission
 
@@ -261,6 +264,18 @@ def _write(connection: Redis, pipeline: Pipeline, door) -> Submitted:
         pipe.zadd(keys.owner_pipelines(pipeline.owner), {pipeline_id: record["created_at"]})
         pipe.expire(keys.owner_pipelines(pipeline.owner), ttl)
         pipe.execute()
+    key = keys.pipeline_idempotency(pipeline.owner, pipeline.idempotency_key) if pipeline.idempotency_key else None
+    # The key is claimed before any stage is written, so the same submission racing this one (a
+    # client's retry) answers this pipeline rather than writing stages that name a pipeline whose
+    # record it then drops (their page's link and the pipeline's budget lost). Claimed for a
+    # while first: a process that dies mid-write leaves the key to lapse, not to refuse for days.
+    if key and not connection.set(key, pipeline_id, ex=CLAIM_SECONDS, nx=True):
+        connection.zrem(keys.owner_pipelines(pipeline.owner), pipeline_id)
+        connection.delete(keys.pipeline(pipeline_id))
+        repeat = _repeat(connection, key, door)
+        if repeat is None:
+            raise door.Refused(_being_written())
+        return repeat
     ids: dict[str, str] = {}
     created: list[str] = []  # the stages' idempotency keys this submission wrote
     for index, stage in enumerate(pipeline.stages):
@@ -268,7 +283,7 @@ def _write(connection: Redis, pipeline: Pipeline, door) -> Submitted:
         try:
             answer = door.submit(connection, made)
         except (InvalidJob, door.Refused) as exc:
-            _undo(connection, pipeline_id, pipeline.owner, created)
+            _undo(connection, pipeline_id, pipeline.owner, created, key)
             if isinstance(exc, door.Refused):
                 raise
             raise _refused_stage(stage.name, str(exc)) from None
@@ -277,28 +292,46 @@ def _write(connection: Redis, pipeline: Pipeline, door) -> Submitted:
         ids[stage.name] = answer.job_id
         stages[index]["job_id"] = answer.job_id
         connection.hset(keys.pipeline(pipeline_id), "stages", json.dumps(stages))
-    if pipeline.idempotency_key:
-        key = keys.pipeline_idempotency(pipeline.owner, pipeline.idempotency_key)
-        if not connection.set(key, pipeline_id, ex=ttl, nx=True):
-            # The same submission raced this one and won: its stages are these (their own keys), its
-            # record is the one the key names.
-            winner = read_record(connection, decoded(connection.get(key)) or "")
-            if winner is not None:
-                connection.zrem(keys.owner_pipelines(pipeline.owner), pipeline_id)
-                connection.delete(keys.pipeline(pipeline_id))
-                return Submitted(winner["pipeline_id"], False, _pairs(winner["stages"]))
+        if key:
+            connection.expire(key, CLAIM_SECONDS)  # still writing: held on
+    if key:
+        connection.set(key, pipeline_id, ex=ttl)  # written: the key lasts as long as the record
     return Submitted(pipeline_id, True, _pairs(stages))
 
 
-def _undo(connection: Redis, pipeline_id: str, owner: str, created: list[str]) -> None:
+def _undo(connection: Redis, pipeline_id: str, owner: str, created: list[str], key: str | None) -> None:
     """A stage refused after others were written ("atomic enough"): those are canceled, the record
-    removed, and their idempotency keys too, so the same submission again makes new jobs rather
-    than returning the canceled ones."""
+    removed, and their idempotency keys and the pipeline's too, so the same submission again
+    makes new jobs rather than returning the canceled ones."""
     cancel(connection, pipeline_id, _cancel_quietly)
     connection.zrem(keys.owner_pipelines(owner), pipeline_id)
     connection.delete(keys.pipeline(pipeline_id),
-                      *[name for key in created for name in (keys.idempotency(owner, key),
-                                                              keys.legacy_idempotency(owner, key))])
+                      *[name for stage_key in created for name in (keys.idempotency(owner, stage_key),
+                                                                    keys.legacy_idempotency(owner, stage_key))],
+                      *([key] if key else []))
+
+
+def _repeat(connection: Redis, key: str, door) -> Submitted | None:
+    """The pipeline the owner's idempotency key names, once every stage of it is written (the
+    submission that claimed the key may still be writing them); None when there is none."""
+    deadline = time.monotonic() + CLAIM_WAIT_SECONDS
+    while True:
+        pipeline_id = decoded(connection.get(key))
+        record = read_record(connection, pipeline_id) if pipeline_id else None
+        if record is None:
+            return None
+        if all(stage["job_id"] for stage in record["stages"]):
+            return Submitted(record["pipeline_id"], False, _pairs(record["stages"]))
+        if time.monotonic() > deadline:
+            raise door.Refused(_being_written())
+        time.sleep(0.05)
+
+
+def _being_written():
+    from jobs.intake.admission import Refusal
+
+    return Refusal(409, "this pipeline (its Idempotency-Key) is being submitted by another request; try again in "
+                        "a moment", 1)
 
 
 def _pairs(stages: list[dict]) -> tuple[tuple[str, str], ...]:
