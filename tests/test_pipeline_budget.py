@@ -120,3 +120,21 @@ def test_a_stage_replayed_with_a_smaller_budget_than_the_pipeline_left_keeps_the
     spent = final["usage"]["input_tokens"] + final["usage"]["output_tokens"]
     assert final["budget"] == {"tokens": small} and spent <= small, (final["budget"], spent)
     assert final["state"] == "failed" and final["error"].startswith("budget reached"), final["error"]
+
+
+def test_a_pipeline_whose_stages_outlast_its_first_expiry_keeps_its_record_and_its_budget(
+        conn, burst, model_server, env):
+    from jobs.read import pipeline_view
+
+    env.setenv("LEASH_MODEL_MAX_TOKENS", str(MAX_TOKENS))
+    env.setenv("LEASH_RESULT_TTL", "3600")
+    items = ENGLISH[:10]
+    submitted = pipeline(conn, {"tokens": int(need_of(items) * 1.6)}, items)
+    # As if its first stage had run for most of the hour the record was first given.
+    conn.expire(keys.pipeline(submitted.pipeline_id), 5)
+    conn.expire(keys.owner_pipelines("dana"), 5)
+    burst()
+    # Each stage that started or ended gave the record (and the owner's list) its time again.
+    assert conn.ttl(keys.pipeline(submitted.pipeline_id)) > 3000
+    assert conn.ttl(keys.owner_pipelines("dana")) > 3000
+    assert pipeline_view.listed(conn, "dana")[1] == 1

@@ -22,6 +22,7 @@ from jobs import keys
 from jobs.core.text import decoded
 from jobs.usage import prices
 from jobs.usage.budget import BUDGET_FIELD, Budget, BudgetReached, parse
+from jobs.webhooks import pipeline_hooks
 
 
 def start_stage(connection: Redis, job_id: str, payload: dict) -> None:
@@ -30,6 +31,7 @@ def start_stage(connection: Redis, job_id: str, payload: dict) -> None:
     pipeline_id = decoded(connection.hget(keys.job(job_id), "pipeline"))
     if not pipeline_id:
         return
+    pipeline_hooks.keep(connection, pipeline_id)  # it lives on while its stages run
     stages, whole_tokens, whole_nusd = (decoded(v) for v in connection.hmget(
         keys.pipeline(pipeline_id), "stages", "budget_tokens", "budget_nusd"))
     if not stages or not (whole_tokens or whole_nusd):

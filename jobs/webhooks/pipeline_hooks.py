@@ -33,8 +33,23 @@ log = logging.getLogger("leash.webhooks")
 DELIVER = "jobs.webhooks.pipeline_delivery.deliver"
 
 
+def keep(connection: Redis, pipeline_id: str) -> None:
+    """Give the pipeline's record, and its owner's list, LEASH_RESULT_TTL again: called as each of
+    its stages starts and ends, so a pipeline outlives its last stage's end by that long, however
+    long its stages ran or waited (its budget and webhook are read from the record)."""
+    owner = connection.hget(keys.pipeline(pipeline_id), "owner")
+    if owner is None:
+        return
+    ttl = settings().result_ttl
+    with connection.pipeline(transaction=False) as pipe:
+        pipe.expire(keys.pipeline(pipeline_id), ttl)
+        pipe.expire(keys.owner_pipelines(decoded(owner)), ttl)
+        pipe.execute()
+
+
 def stage_ended(connection: Redis, pipeline_id: str) -> int:
     """Queue the pipeline's webhook if it has one and has ended; 1 when queued here, else 0."""
+    keep(connection, pipeline_id)  # a stage ended: the pipeline lives on from now
     url, stages = (decoded(v) for v in connection.hmget(keys.pipeline(pipeline_id), "webhook_url", "stages"))
     if not url or not stages or connection.exists(keys.pipeline_webhook(pipeline_id)):
         return 0
