@@ -59,3 +59,32 @@ def test_a_canceled_pipeline_sends_pipeline_canceled_once_retried_until_delivere
     assert events[0] == events[1]  # the same body on every attempt
     hook = status(conn, pipeline.pipeline_id)["webhook"]
     assert hook["state"] == "delivered" and hook["attempts"] == 2
+
+
+def test_a_pipeline_that_ends_again_after_a_replay_says_so_in_a_new_webhook(conn, burst, hooks, receiver, model_server):  # noqa: F811
+    from click.testing import CliRunner
+
+    from cli import main
+    from tests.fake_openai import Reply
+
+    items = ["kettle -> negative", "lid -> negative", "cord -> positive"]
+    for item in items[:2]:
+        model_server.on(item, Reply("banana"), times=2)  # off-label, and again when corrected: errors
+    body = {"name": "hooked", "webhook_url": receiver.url, "stages": [
+        {"name": "classify", "kind": "classify", "items": items, "labels": ["positive", "negative"],
+         "max_item_errors": 0},
+        {"name": "again", "kind": "prompt", "template": "Why: {item}", "after_policy": "run",
+         "items_from": {"stage": "classify", "label": "negative"}}]}
+    pipeline = pipelines.submit(conn, pipelines.read(body, "shared"), submission)
+    run_webhooks(conn, burst)
+    assert status(conn, pipeline.pipeline_id)["state"] == "failed"
+    replay = CliRunner().invoke(main, ["replay", "--errored-items", "--", pipeline.stages[0][1]])
+    assert replay.exit_code == 0, replay.output
+    run_webhooks(conn, burst)
+    assert status(conn, pipeline.pipeline_id)["state"] == "succeeded"
+    events = [verified(h, b) for h, b in receiver.received if '"type":"pipeline.' in b]
+    # What the receiver last heard is what the pipeline's status says.
+    assert [e["type"] for e in events] == ["pipeline.failed", "pipeline.succeeded"], events
+    assert len({h["webhook-id"] for h, b in receiver.received if '"type":"pipeline.' in b}) == 2
+    hook = status(conn, pipeline.pipeline_id)["webhook"]
+    assert hook["state"] == "delivered" and hook["attempts"] == 1

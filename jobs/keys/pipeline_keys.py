@@ -20,7 +20,7 @@ def pipeline_idempotency(owner: str, key: str) -> str:
 
 
 def pipeline_webhook(pipeline_id: str) -> str:
-    """Set once the pipeline's end webhook has been queued (it is sent once per pipeline)."""
+    """The ending of its stages the pipeline's webhook was last queued for (sent once per ending)."""
     return f"{PREFIX}pipeline-webhook:{pipeline_id}"
 
 

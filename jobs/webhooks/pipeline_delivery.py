@@ -16,9 +16,11 @@ from jobs.read import pipeline_view
 from jobs.webhooks.delivery import ERROR_CHARS, NotDelivered, attempt_once
 
 
-def body_of(connection, pipeline_id: str) -> str:
-    """The webhook's body, built once (the first attempt) and kept in the pipeline's record."""
-    kept = decoded(connection.hget(keys.pipeline(pipeline_id), "webhook_body"))
+def body_of(connection, pipeline_id: str, delivery_id: str) -> str:
+    """The webhook's body, built once (the delivery's first attempt) and kept in the pipeline's
+    record (one per delivery: a pipeline that ends again after a replay is told again)."""
+    field = f"webhook_body:{delivery_id}"
+    kept = decoded(connection.hget(keys.pipeline(pipeline_id), field))
     if kept:
         return kept
     record = pipeline_view.read_record(connection, pipeline_id)
@@ -26,14 +28,14 @@ def body_of(connection, pipeline_id: str) -> str:
     outcome = "canceled" if status.get("canceled") else status.get("state", "failed")
     body = json.dumps({"type": f"pipeline.{outcome}", "timestamp": clock.iso(clock.wall()), "data": status},
                       separators=(",", ":"))
-    connection.hsetnx(keys.pipeline(pipeline_id), "webhook_body", body)
-    return decoded(connection.hget(keys.pipeline(pipeline_id), "webhook_body")) or body
+    connection.hsetnx(keys.pipeline(pipeline_id), field, body)
+    return decoded(connection.hget(keys.pipeline(pipeline_id), field)) or body
 
 
 def deliver(pipeline_id: str, delivery_id: str, url: str) -> str:
     """Send the pipeline's webhook once; "delivered", else NotDelivered (RQ retries it)."""
     rq_job = get_current_job()
-    body = body_of(rq_job.connection, pipeline_id)
+    body = body_of(rq_job.connection, pipeline_id, delivery_id)
     status, error = attempt_once(url, delivery_id, body)
     retries_left = rq_job.retries_left if rq_job is not None else 0
     state = "delivered" if error is None else ("pending" if retries_left else "given up")
