@@ -143,32 +143,39 @@ def list_command(limit, owner, token, as_json):
                    f"{fields['name'] or ''}  [{stages}]")
 
 
-def _cancel_one(conn, job_id: str) -> str:
-    """One stage canceled as ``leash cancel`` does, its provider batch too."""
-    previous = control.cancel(conn, job_id)
-    if previous == control.WAITING:
-        cancel_words(*cancel_at_provider(conn, job_id, get_backend))
-    return previous
+def _cancel_one(said: dict[str, str]):
+    """One stage canceled as ``leash cancel`` does, its provider batch too; what the provider said
+    of a batch goes in ``said`` (job id -> words), to be printed as ``leash cancel`` prints it."""
+
+    def cancel_stage(conn, job_id: str) -> str:
+        previous = control.cancel(conn, job_id)
+        if previous == control.WAITING:
+            said[job_id] = cancel_words(*cancel_at_provider(conn, job_id, get_backend))[0]
+        return previous
+
+    return cancel_stage
 
 
 @pipeline_group.command("cancel")
 @click.argument("pipeline_id")
 @click.option("--json", "as_json", is_flag=True,
-              help='Print {"pipeline_id": ..., "stages": [{"name", "job_id", "was", "canceled"}]}.')
+              help='Print {"pipeline_id": ..., "stages": [{"name", "job_id", "was", "canceled"}]} (a batch stage '
+                   'also "text": what its provider said of its batch, as leash cancel --json).')
 def cancel_command(pipeline_id, as_json):
     """Cancel every stage: queued and waiting ones at once, running ones at their next heartbeat.
     Exit status 1 when every stage had already ended (nothing to cancel)."""
     conn = connect_checked()
     _record(conn, pipeline_id)
-    canceled = pipelines.cancel(conn, pipeline_id, _cancel_one)
+    said: dict[str, str] = {}
+    canceled = pipelines.cancel(conn, pipeline_id, _cancel_one(said))
     ended = (states.State.SUCCEEDED, states.State.FAILED)
     rows = [{"name": name, "job_id": job_id, "was": was, "canceled": was not in ended}
-            for name, job_id, was in canceled]
+            | ({"text": said[job_id]} if job_id in said else {}) for name, job_id, was in canceled]
     if as_json:
         click.echo(json.dumps({"pipeline_id": pipeline_id, "stages": rows}))
     else:
         for row in rows:
-            click.echo(f"  {row['name']}: " + (f"canceled (was {row['was']})" if row["canceled"]
+            click.echo(f"  {row['name']}: " + (row.get("text") or f"canceled (was {row['was']})" if row["canceled"]
                                                else f"had already {row['was']}"))
     if not any(row["canceled"] for row in rows):
         sys.exit(exit_codes.FAILED)

@@ -123,12 +123,21 @@ def cancel(pipeline_id: str):
     connection = redis_conn()
     owner = request_owner(Need.ACT)
     _owned(connection, pipeline_id, owner)
-    canceled = pipelines.cancel(connection, pipeline_id, lambda conn, job_id: cancel_job(conn, job_id)[0])
+    providers: dict[str, dict] = {}  # what the provider said of a batch stage's batch, as POST /jobs/<id>/cancel
+
+    def cancel_stage(conn, job_id: str) -> str:
+        previous, provider = cancel_job(conn, job_id)
+        if provider is not None:
+            providers[job_id] = provider
+        return previous
+
+    canceled = pipelines.cancel(connection, pipeline_id, cancel_stage)
     if wants_html():
         return redirect(url_for("pipelines.pipeline", pipeline_id=pipeline_id), 303)
     ended = (states.State.SUCCEEDED, states.State.FAILED)
     response = jsonify(pipeline_id=pipeline_id, cancel="requested",
                        stages=[{"name": name, "job_id": job_id, "was": was, "canceled": was not in ended}
+                               | ({"provider_batch": providers[job_id]} if job_id in providers else {})
                                for name, job_id, was in canceled],
                        url=url_for("pipelines.pipeline", pipeline_id=pipeline_id))
     response.status_code = 202
