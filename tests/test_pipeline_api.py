@@ -234,3 +234,14 @@ def test_the_same_submission_twice_at_once_is_one_pipeline_whose_stages_all_name
         # Every stage knows the pipeline the answer names: its page's link, and its budget, hold.
         named = {states.status(conn, job_id)["pipeline"] for _, job_id in answers[0].stages}
         assert named == {answers[0].pipeline_id}, f"trial {trial}: stages name {named}"
+
+
+@pytest.mark.parametrize("stage, message", [
+    ({"budget": {"tokens": True}}, "stage 'a': 'budget'.tokens must be"),
+    ({"bogus": 1}, "'template', 'max_item_errors', 'item_concurrency', 'budget', 'mode', 'cache', 'items_from'"),
+])
+def test_a_stages_refusal_reads_as_one_sentence_naming_each_field_once(client, stage, message):
+    body = {"budget": {"tokens": 10}, "stages": [{"name": "a", "kind": "prompt", "items": ["x"], "template": "{item}",
+                                                  **stage}]}
+    response = client.post("/pipelines", json=body)
+    assert response.status_code == 422 and message in response.get_json()["error"], response.get_json()

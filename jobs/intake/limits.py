@@ -82,7 +82,7 @@ def check_cache_option(payload: dict) -> None:
 
 def check_fields(payload: dict, known: Iterable[str]) -> None:
     """Fields a kind does not read are refused, never stored."""
-    known = tuple(known) + ITEM_OPTIONS
+    known = tuple(dict.fromkeys((*known, *ITEM_OPTIONS)))  # a kind may name an item option too: once
     unknown = sorted(name for name in payload if name not in set(known))
     if unknown:
         shown = ", ".join(repr(name[:40]) for name in unknown[:5]) + (", ..." if len(unknown) > 5 else "")

@@ -180,7 +180,7 @@ def _stage_submission(door, pipeline: Pipeline, index: int, ids: dict[str, str],
     stage = pipeline.stages[index]
     payload, after = _resolved(stage, ids)
     if pipeline.budget is not None:
-        payload["budget"] = _within(budgets.parse(payload.get("budget"), f"stage {stage.name!r}'s 'budget'"),
+        payload["budget"] = _within(budgets.parse(payload.get("budget"), f"stage {stage.name!r}: 'budget'"),
                                     pipeline.budget).as_dict()
         previous = ids[pipeline.stages[index - 1].name] if index else None
         if previous is not None and previous not in after:
