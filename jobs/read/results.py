@@ -176,15 +176,7 @@ def iter_results(connection: Redis, job_id: str, page_size: int = MAX_PAGE):
 
 def answer_item(connection: Redis, job_id: str) -> str | None:
     """What a ``reduce`` job's one row shows as its item: the instruction it answered."""
-    payload = None
-    raw = connection.get(keys.payload(job_id))
-    if raw is not None:
-        try:
-            payload = payload_copy.decode(raw)
-        except ValueError:
-            payload = None
-    if payload is None and connection.hexists(keys.job(job_id), "archived_at"):
-        payload = reading.payload(job_id, connection, with_items=False)
+    payload = _stored_payload(connection, job_id)
     instruction = payload.get("instruction") if isinstance(payload, dict) else None
     return instruction if isinstance(instruction, str) else None
 
@@ -244,16 +236,7 @@ def schema_columns(schema: dict | None) -> list[str]:
 def job_schema(connection: Redis, job_id: str) -> dict | None:
     """The JSON Schema an ``extract`` job was submitted with (from its payload copy, or the
     archive's once that copy has left Redis); None for a job without one."""
-    raw = connection.get(keys.payload(job_id))
-    payload = None
-    if raw is not None:
-        try:
-            payload = payload_copy.decode(raw)
-        except ValueError:
-            payload = None
-    if payload is None and connection.hexists(keys.job(job_id), "archived_at"):
-        payload = reading.payload(job_id, connection, with_items=False)
-    return payload_schema(payload)
+    return payload_schema(_stored_payload(connection, job_id))
 
 
 def payload_schema(payload: Any) -> dict | None:
@@ -308,3 +291,18 @@ def chosen_items(connection: Redis, selection: dict) -> list[str]:
     rows = iter_results(connection, selection["job"])
     taken = (selection_taken(selection, item, result) for _, item, result, _ in rows if chosen(selection, result))
     return [text for text in taken if text is not None]
+
+
+def _stored_payload(connection: Redis, job_id: str) -> dict | None:
+    """A job's payload as submitted, without reading its items twice: its copy in Redis, else the
+    archive's once that copy has left (None when neither holds it, or the copy cannot be read)."""
+    raw = connection.get(keys.payload(job_id))
+    payload = None
+    if raw is not None:
+        try:
+            payload = payload_copy.decode(raw)
+        except ValueError:
+            payload = None
+    if payload is None and connection.hexists(keys.job(job_id), "archived_at"):
+        payload = reading.payload(job_id, connection, with_items=False)
+    return payload
