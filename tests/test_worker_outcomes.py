@@ -39,8 +39,10 @@ def test_a_job_that_always_raises_fails_after_exactly_max_attempts_with_its_step
     assert final["error"].splitlines()[-1].startswith("  tests.kinds_for_tests.boom, line ")
     assert "jobs.runner.execute" in final["error"]
     assert 'File "' not in final["error"] and str(ROOT) not in final["error"]
-    text = log.read_text()
-    assert "Traceback (most recent call last)" in text and "boom on attempt 3" in text and str(ROOT) in text
+    # The work-horse logs the traceback after it has recorded the failure: wait for the line.
+    text = wait_for(lambda: t if "boom on attempt 3" in (t := log.read_text()) else None, 20,
+                    message="the worker to log attempt 3's traceback")
+    assert "Traceback (most recent call last)" in text and str(ROOT) in text
     history = [json.loads(e) for e in conn.lrange(keys.errors(job_id), 0, -1)]
     assert [h["attempt"] for h in history] == [1, 2, 3]
     # leash records the failure in the work-horse before RQ's own handling writes RQ's status.
