@@ -58,7 +58,7 @@ def test_the_door_refuses_a_schema_that_could_hurt_naming_why(name):
     started = time.monotonic()
     problem = structured.schema_problem(schema)
     assert problem and words in problem, problem
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 2  # unbounded, these take many seconds to minutes
 
 
 def test_a_tree_shaped_schema_that_recurses_through_the_answer_is_accepted():
@@ -85,7 +85,7 @@ def test_patterns_are_matched_without_backtracking():
     problem = structured.check_answer(json.dumps({"a" * 40 + "!": 1}), structured.validator(named))[1]
     assert "does not match any of the regexes" in problem
     assert structured.check_answer(json.dumps({"aaaa": 1}), structured.validator(named))[1] is None
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 2  # backtracking takes minutes on 40 a's
 
 
 @pytest.mark.parametrize("draft", ["https://json-schema.org/draft/2020-12/schema",
@@ -99,7 +99,7 @@ def test_unevaluated_properties_match_pattern_properties_without_backtracking(dr
     check = structured.validator(schema)
     started = time.monotonic()
     problem = structured.check_answer(json.dumps({"a" * 24 + "!": 1}), check)[1]
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 1.5  # 3.6 s with backtracking
     assert "Unevaluated properties are not allowed ('aaaaaaaaaaaaaaaaaaaaaaaa!' was unexpected)" in problem
     # Under allOf, if/then and $ref too: the same keys are evaluated as jsonschema's own way.
     nested = {"$schema": draft, "type": "object", "properties": {"x": {}}, "$defs": {"p": {"patternProperties": {"^(a+)+$": {}}}},
@@ -111,7 +111,7 @@ def test_unevaluated_properties_match_pattern_properties_without_backtracking(dr
     problem = structured.check_answer(json.dumps({"a" * 40 + "!": 1, "c": "x"}), check)[1]
     assert "not valid under the given schema" in problem and "'aaaa" in problem
     assert structured.check_answer(json.dumps({"b": 2}), structured.validator({**nested, "if": False}))[1]
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 1.5  # 3.6 s with backtracking
 
 
 def test_the_validator_never_retrieves_a_reference():
@@ -125,7 +125,7 @@ def test_checking_one_answer_is_bounded_in_time_and_a_recursion_is_an_item_error
     started = time.monotonic()
     with pytest.raises(ItemError, match="took more than 0.5 s .LEASH_SCHEMA_CHECK_SECONDS"):
         structured.check_answer('{"x": "a"}', structured.validator(ref_chain()))
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 2.5
     with pytest.raises(ItemError, match="refers to itself without end"):
         structured.check_answer('{"x": "a"}', structured.validator(SELF))
     deep = "[" * 100_000 + "]" * 100_000

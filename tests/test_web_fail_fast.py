@@ -160,10 +160,13 @@ def test_once_one_request_met_the_stall_32_concurrent_reads_are_fast_503s_in_eve
     for n, (first, p50, p99, most, recovery) in enumerate(runs, 1):
         print(f"  run {n:2d}: {first * 1000:5.0f} ms / p50 {p50 * 1000:5.1f} ms, p99 {p99 * 1000:6.1f} ms, "
               f"max {most * 1000:6.1f} ms / {recovery * 1000:4.0f} ms")
-    for n, (first, p50, p99, _, recovery) in enumerate(runs, 1):
+    for n, (first, p50, _, most, recovery) in enumerate(runs, 1):
         assert REDIS_TIMEOUT * 0.9 <= first <= REDIS_TIMEOUT + 1, (n, first)
-        assert p50 < 0.1, (n, p50)
-        assert p99 <= REDIS_TIMEOUT + 1, (n, p99)
+        # Once the stall is known no read waits on Redis: every answer comes well inside one timeout
+        # (typically 2-30 ms; a loaded machine has stretched the median to ~150 ms, so the bound is
+        # the behaviour, not the speed: the figures above and docs/BENCHMARKS.md give the speed).
+        assert most < REDIS_TIMEOUT / 2, (n, most)
+        assert p50 < REDIS_TIMEOUT / 4, (n, p50)
         assert recovery < 1.0, (n, recovery)
 
 
