@@ -14,6 +14,7 @@ import click
 import redis
 
 from jobs.core.store.connection import is_out_of_memory
+from jobs.errors import ArchiveUnreachable
 from jobs.observability import logs, reporting
 
 from . import exit_codes, job_commands
@@ -32,6 +33,8 @@ class LeashGroup(click.Group):
                     f"Redis at {shown(resolve()[0])} is full: it reached its maxmemory and refuses writes, "
                     "so nothing was written; free memory or raise maxmemory") from None
             raise exit_codes.NoRedisError(f"Redis at {shown(resolve()[0])}: {exc}") from None
+        except ArchiveUnreachable as exc:  # a job only the archive holds, while it does not answer
+            raise exit_codes.Unreachable(str(exc)) from None
         except BrokenPipeError:
             # The reader stopped reading (`leash results JOB | head -2`): end quietly, as Unix tools do;
             # stdout goes to /dev/null so Python's flush at exit does not raise again.

@@ -9,8 +9,8 @@ on that job whoever owns it: Redis access is an operator's access.
 from __future__ import annotations
 
 from jobs.config.front import web_app
-from jobs.core import states
 from jobs.errors import NoSuchJob
+from jobs.read import job_status
 from jobs.read.owners import OWNER_PATTERN, SHARED_OWNER, parse_tokens
 
 from .exit_codes import BadInput
@@ -54,7 +54,8 @@ def job_address(job_id: str) -> str:
 
 
 def status_or_exit(conn, job_id: str, whole_error: bool = False) -> dict:
+    """The job's status: from Redis, else from the archive once Redis no longer holds it."""
     try:
-        return states.status(conn, job_id, whole_error=whole_error)
+        return job_status.status(conn, job_id, whole_error=whole_error)
     except NoSuchJob:
-        raise BadInput(f"no such job: {job_id} (in the Redis at {conn.leash_url})") from None
+        raise BadInput(f"no such job: {job_id} (in the Redis at {conn.leash_url}, nor in its archive)") from None

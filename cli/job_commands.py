@@ -17,7 +17,7 @@ from jobs.batch.run import cancel_at_provider
 from jobs.core import control, outcome, states
 from jobs.core.text import printable
 from jobs.models.backends import get_backend
-from jobs.read import humane, listing, money, results
+from jobs.read import humane, job_status, listing, money, results
 
 from . import exit_codes, status_text
 from .acting import acting_owner, job_address, owner_option, status_or_exit
@@ -54,7 +54,7 @@ def watch(job_id, as_json):
     conn = connect_checked()
     first = status_or_exit(conn, job_id)
     try:
-        final = follow(lambda: states.status(conn, job_id), first=first,
+        final = follow(lambda: job_status.status(conn, job_id), first=first,
                        out=_Silent() if as_json else sys.stdout)
     except KeyboardInterrupt:
         click.echo(f"stopped watching; the job goes on (leash watch {job_id})", err=True)
@@ -122,10 +122,14 @@ def cancel_command(job_id, as_json):
     (nothing to cancel), 5 when the provider did not confirm its batch's cancel (a worker asks
     it again)."""
     conn = connect_checked()
-    status_or_exit(conn, job_id)
-    previous = control.cancel(conn, job_id)
+    fields = status_or_exit(conn, job_id)
+    archived = job_status.from_archive(fields)  # ended, and nothing of it left in Redis to change
+    previous = fields["state"] if archived else control.cancel(conn, job_id)
     ended = previous in (states.State.SUCCEEDED, states.State.FAILED)
-    if ended:
+    if archived:
+        text = (f"not canceled: {job_status.ONLY_ARCHIVED} ({outcome.words(fields)}); "
+                "only queued or running jobs can be canceled")
+    elif ended:
         text = f"the job has already {previous}; only queued or running jobs can be canceled"
     elif previous == control.WAITING:
         text, reached = cancel_words(*cancel_at_provider(conn, job_id, get_backend))  # what the provider said

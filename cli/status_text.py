@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from jobs.core import outcome
-from jobs.read import humane, money
+from jobs.read import humane, job_status, money
 
 LABEL = 12
 
@@ -101,4 +101,6 @@ def lines(f: dict, page: str, columns: int = 100, full: bool = False) -> list[st
     if f["done"]:
         rows.append(("results", f"leash results {f['job_id']} (--format csv -o results.csv)"))
     rows.append(("page", page))
+    if job_status.from_archive(f):
+        rows.append(("source", job_status.ARCHIVE_NOTE))
     return [f"{label:<{LABEL}} {value}".rstrip() for label, value in rows if value not in (None, "")]

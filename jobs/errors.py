@@ -44,6 +44,10 @@ class NoSuchJob(LeashError, LookupError):
     """No such job."""
 
 
+class ArchiveUnreachable(LeashError):
+    """Redis no longer holds the job and the archive (SQL) did not answer: try again once it is back."""
+
+
 class PermanentError(LeashError):
     """The job cannot succeed however often it is retried."""
 

@@ -28,17 +28,17 @@ from flask import Blueprint, Response, current_app, jsonify, redirect, request, 
 from jobs import kinds
 from jobs.archive.reading import usage_days_kept
 from jobs.batch.run import cancel_at_provider
-from jobs.core import control, states
+from jobs.core import control, outcome, states
 from jobs.enqueue import check_name
 from jobs.errors import InvalidJob, NoSuchJob
 from jobs.intake import submission
 from jobs.models.backends import get_backend
-from jobs.read import listing, results
+from jobs.read import job_status, listing, results
 from jobs.usage.report import owner_usage
 
 from .auth import Need, request_owner
 from .confirm import confirm_page, needs_confirming
-from .error_replies import api_error, wants_html
+from .error_replies import api_error, error_response, wants_html
 from .reads import FILTER_ARGS, NoSuchJobHere, filters_arg, int_arg, read_status, redis_conn
 
 bp = Blueprint("api", __name__)
@@ -181,6 +181,9 @@ def cancel(job_id: str):
     owner = request_owner(Need.ACT)
     connection = redis_conn()
     fields = read_status(connection, job_id, owner)  # 404 unless it is the caller's job
+    if job_status.from_archive(fields):  # ended, and nothing of it left in Redis to change
+        return error_response(409, f"not canceled: {job_status.ONLY_ARCHIVED} ({outcome.words(fields)}); "
+                                   "only queued or running jobs can be canceled")
     if needs_confirming():
         return confirm_page("cancel", fields, "api.cancel")
     previous, provider = cancel_job(connection, job_id)

@@ -1,6 +1,7 @@
 """Every error leaves as JSON ``{"error": "<what is wrong and how to fix it>"}`` for API
 clients, or as a small HTML page for a browser. Never a traceback: an unreachable Redis is a
-503 with Retry-After, anything unexpected a logged 500 with a short message."""
+503 with Retry-After (so is an unreachable archive, read for a job Redis no longer holds),
+anything unexpected a logged 500 with a short message."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from werkzeug.exceptions import HTTPException, InternalServerError, default_exce
 
 from jobs.core.store.connection import is_out_of_memory
 from jobs.core.text import printable
-from jobs.errors import NoSuchJob
+from jobs.errors import ArchiveUnreachable, NoSuchJob
 
 from .redis_guard import RedisUnavailable
 
@@ -77,6 +78,11 @@ def init_app(app: Flask) -> None:
     @app.errorhandler(NoSuchJob)
     def no_such_job(exc: NoSuchJob):
         return error_response(404, "no such job")
+
+    @app.errorhandler(ArchiveUnreachable)
+    def archive_unreachable(exc: ArchiveUnreachable):
+        log.warning("archive unreachable during %s %s: %s", request.method, request.path, exc)
+        return error_response(503, str(exc), {"Retry-After": str(RETRY_AFTER_SECONDS)})
 
     @app.errorhandler(CSRFError)
     def csrf_error(exc: CSRFError):

@@ -37,7 +37,7 @@ from jobs.intake import admission, submission
 from jobs.intake.estimate import text as estimate_text
 from jobs.intake.modes import MODE_FIELD
 from jobs.models.cache import CACHE_FIELD
-from jobs.read import failure_groups, humane, job_view, listing, money, poll_schedule, results
+from jobs.read import failure_groups, humane, job_status, job_view, listing, money, poll_schedule, results
 from jobs.read.job_page import JobPage
 from jobs.usage.budget import BUDGET_FIELD
 
@@ -220,6 +220,7 @@ def job_page(job_id: str):
         estimate=" · ".join(estimate_text(seen.estimate).splitlines()) if seen.estimate else None,
         failure_group=_failure_group(fields),
         schema=_schema_text(seen.schema, fields),
+        archive_note=job_status.ARCHIVE_NOTE if job_status.from_archive(fields) else None,
     ))
 
 
@@ -259,6 +260,8 @@ def look(job_id: str):
     owner = request_owner(Need.ACT)
     connection = redis_conn()
     fields = read_status(connection, job_id, owner)  # 404 unless it is the caller's job
+    if job_status.from_archive(fields):
+        return api_error(409, f"no look to move: {job_status.ONLY_ARCHIVED} ({outcome.words(fields)})")
     if (fields.get("batch") or {}).get("phase") != "waiting":
         return api_error(409, "no look to move: the job is not waiting at its provider")
     wait = too_soon(connection, job_id)

@@ -12,9 +12,8 @@ from redis import Redis
 from werkzeug.exceptions import BadRequest, NotFound
 
 from jobs import kinds
-from jobs.core import states
 from jobs.errors import NoSuchJob
-from jobs.read import job_page, job_view, listing
+from jobs.read import job_page, job_status, listing
 
 MAX_JOB_ID = 200
 _ASCII_DIGITS = re.compile(r"[0-9]{1,12}")
@@ -30,15 +29,13 @@ class NoSuchJobHere(NotFound):
 
 def read_status(connection: Redis, job_id: str, owner: str) -> dict[str, Any]:
     """The status fields of the owner's job, in one round trip (two while it waits for a
-    retry); 404 for anyone else's."""
+    retry; the archive's when Redis no longer holds it); 404 for anyone else's."""
     if len(job_id) > MAX_JOB_ID:
         raise NoSuchJobHere()
-    raw, rq_status, errors, history = states.read_with_history(connection, job_id)
-    if not raw or raw.get(b"owner", b"").decode() != owner:
-        raise NoSuchJobHere()
-    fields = states.from_raw(job_id, raw, rq_status, errors=errors, history=history,
-                             retry_at=states.retry_time(connection, job_id, raw, rq_status))
-    return job_view.with_every_webhook_attempt(connection, job_id, fields)
+    try:
+        return job_status.owned(connection, job_id, owner)
+    except NoSuchJob:
+        raise NoSuchJobHere() from None
 
 
 def read_job_page(connection: Redis, job_id: str, owner: str, offset: int, limit: int) -> job_page.JobPage:

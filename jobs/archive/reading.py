@@ -1,14 +1,18 @@
 """Reading the archive: a job's items a page at a time (or streamed, a page per query), its
-submitted items and payload, its row, and what owners spent by month (and by kind in a month)."""
+submitted items and payload, its row (whole, or as Redis held it: ``ended_job``), and what owners
+spent by month (and by kind in a month)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from jobs.archive import USAGE_DAYS_KEPT, database, tables
+from jobs.errors import ArchiveUnreachable
 from jobs.usage.meter import days_kept
 
 
@@ -48,6 +52,37 @@ def job(job_id: str, connection=None) -> dict | None:
     with engine.connect() as connection:
         row = connection.execute(select(tables.jobs).where(tables.jobs.c.job_id == job_id)).mappings().first()
     return dict(row) if row else None
+
+
+@dataclass
+class EndedJob:
+    """An ended job as its archived row keeps what Redis held of it: its record (the job hash,
+    text to text), its error and attempt history (the lists' raw entries), its estimate (JSON
+    text) and its payload without the items."""
+
+    job_id: str
+    owner: str
+    record: dict[str, str]
+    errors: list[str]
+    history: list[str]
+    estimate: str | None
+    payload: dict | None
+
+
+def ended_job(job_id: str, connection=None) -> EndedJob | None:
+    """The job as Redis held it when it was archived, in one query (None: no archive, or it does
+    not hold the job). For reads once Redis no longer holds the job's record; ``ArchiveUnreachable``
+    while the archive does not answer (the job may be there: "no such job" would be a guess)."""
+    try:
+        row = job(job_id, connection)
+    except SQLAlchemyError:  # its words (addresses, the engine's) are the operator's: `leash archive status`
+        raise ArchiveUnreachable(f"Redis no longer holds job {job_id} and the archive did not answer; "
+                                 "try again once it is back") from None
+    if row is None:
+        return None
+    return EndedJob(job_id=job_id, owner=row["owner"], record=json.loads(row["record"]),
+                    errors=json.loads(row["errors"] or "[]"), history=json.loads(row["history"] or "[]"),
+                    estimate=row["estimate"], payload=json.loads(row["payload"]) if row["payload"] else None)
 
 
 def payload(job_id: str, connection=None, with_items: bool = True) -> dict | None:

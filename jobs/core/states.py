@@ -64,7 +64,13 @@ FIELDS = ("job_id", "kind", "state", "done", "total", "result", "error", "stale"
           # The jobs it waits for and what it does if one does not succeed (jobs.core.parents).
           "after",
           # The pipeline it is a stage of (jobs/intake/pipelines.py), or None.
-          "pipeline")
+          "pipeline",
+          # Where this answer was read: Redis, or the SQL archive once Redis no longer holds the
+          # job's record (jobs/read/job_status.py; the same fields, from the record it archived).
+          "source")
+
+#: ``source`` of a status read from Redis, and of one read from the archive.
+FROM_REDIS, FROM_ARCHIVE = "redis", "archive"
 
 
 def _float(value: str | None) -> float | None:
@@ -175,7 +181,7 @@ def from_raw(job_id: str, raw: dict, rq_status: str | None, now: float | None = 
       | job_usage(h) | budget_wait(h, state == State.RUNNING or (state == State.QUEUED and retry_at is not None)) \
       | {"name": h.get("name")} | batch_status(h, state.value) | {"webhook": webhook_status(h, state)} \
       | {"after": {"jobs": h["after"].split(","), "policy": h.get("after_policy")} if h.get("after") else None} \
-      | {"pipeline": h.get("pipeline")}
+      | {"pipeline": h.get("pipeline"), "source": FROM_REDIS}
 
 
 def batch_status(h: dict, state: str) -> dict[str, Any]:

@@ -5,7 +5,9 @@ the job was given at submission and a batch job's record at its provider -- one 
 
 More round trips only where the data is not in this release's keys: a job waiting for a
 retry (when RQ's scheduler brings it back), a job of a release that kept no payload copy (RQ's
-record), an archived job whose Redis copy has left (the archive answers, in SQL).
+record), an archived job whose Redis copy has left (the archive answers, in SQL). A job whose
+record Redis no longer holds is read whole from the archive: its row, then the page's rows
+(inputs beside results), two queries (jobs/read/job_status.py).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from typing import Any
 from redis import Redis
 
 from jobs import keys
+from jobs.archive import reading
 from jobs.core import payload_copy, states
 from jobs.core.text import decoded
 from jobs.errors import NoSuchJob
-from jobs.read import job_view, results
+from jobs.read import job_status, job_view, results
 
 
 @dataclass
@@ -53,7 +56,9 @@ def read(connection: Redis, job_id: str, owner: str, offset: int = 0, limit: int
         pipe.get(keys.estimate(job_id))
         pipe.hgetall(keys.provider_batches(job_id))
         raw, rq_status, errors, history, values, usages, items_held, payload, estimate, batches = pipe.execute()
-    if not raw or decoded(raw.get(b"owner")) != owner:
+    if not raw:
+        return _from_archive(connection, job_id, owner, offset, limit, now)
+    if decoded(raw.get(b"owner")) != owner:
         raise NoSuchJob(f"no such job: {job_id}")
     rq_status = decoded(rq_status)
     fields = states.from_raw(job_id, raw, rq_status, now=now, errors=errors, history=history,
@@ -73,6 +78,27 @@ def read(connection: Redis, job_id: str, owner: str, offset: int = 0, limit: int
                    estimate=_estimate(estimate))
 
 
+def _from_archive(connection: Redis, job_id: str, owner: str, offset: int, limit: int,
+                  now: float | None) -> JobPage:
+    """The page of an ended job Redis no longer holds, as it read before: its archived record,
+    history, payload and estimate (one query), the page's inputs and results (one more)."""
+    found = job_status.owned_in_archive(connection, job_id, owner)
+    fields = job_status.archived_fields(connection, found, now=now, every_attempt=True)
+    rows = reading.page(job_id, offset, limit, connection)
+    page = results.archived_page(connection, found, offset, limit, rows=rows)
+    inputs = [item for _, item, _, _ in rows]
+    if found.record.get("kind") == results.ONE_ANSWER_KIND:  # its one result answers the instruction
+        instruction = (found.payload or {}).get("instruction")
+        inputs = [instruction if isinstance(instruction, str) else None] if offset == 0 else []
+    schema = results.payload_schema(found.payload)
+    attempts = job_view.marked_attempts(fields["history"])
+    # A batch job's record at its provider is among the keys that leave Redis after LEASH_REDIS_KEEP
+    # (keys.archived_heavy), so an archived job's page never shows it: the same here.
+    return JobPage(fields=fields, page=page, inputs=inputs, columns=results.schema_columns(schema), schema=schema,
+                   attempts=attempts, run=job_view.run_timing(fields, attempts, found.record, now=now),
+                   batch=job_view.batch_details(fields, {}), estimate=_estimate(found.estimate))
+
+
 def _inputs_and_schema(connection: Redis, job_id: str, raw: bytes | None, offset: int,
                        limit: int) -> tuple[list[Any], dict | None]:
     """The page's submitted items and the job's schema, from the payload copy read with the
@@ -87,7 +113,7 @@ def _inputs_and_schema(connection: Redis, job_id: str, raw: bytes | None, offset
     return items[offset:offset + limit], results.payload_schema(payload)
 
 
-def _estimate(raw: bytes | None) -> dict[str, Any] | None:
+def _estimate(raw: bytes | str | None) -> dict[str, Any] | None:
     try:
         figures = json.loads(raw) if raw else None
     except ValueError:

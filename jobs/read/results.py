@@ -43,6 +43,8 @@ class Page:
     #: index -> {calls, input_tokens, output_tokens}: what each stored item's model calls used.
     usage: dict[int, dict[str, int]] = field(default_factory=dict)
     kind: str | None = None
+    #: Read from the archive: Redis no longer holds the job's record (jobs/read/job_status.py).
+    from_archive: bool = False
 
     @property
     def next_offset(self) -> int | None:
@@ -55,7 +57,8 @@ class Page:
 
 
 def read_page(connection: Redis, job_id: str, offset: int = 0, limit: int = 50) -> Page:
-    """One page of results, in one round trip. Raises ``NoSuchJob`` for an unknown id."""
+    """One page of results, in one round trip; from the archive (its row, then the page's rows)
+    when Redis no longer holds the job's record. Raises ``NoSuchJob`` for an unknown id."""
     if offset < 0 or not 1 <= limit <= MAX_PAGE:
         raise ValueError(f"need offset >= 0 and 1 <= limit <= {MAX_PAGE}")
     indexes = list(range(offset, offset + limit))
@@ -66,9 +69,27 @@ def read_page(connection: Redis, job_id: str, offset: int = 0, limit: int = 50) 
         pipe.exists(keys.items(job_id))
         (owner, state, done, total, archived, kind), values, usages, held = pipe.execute()
     if owner is None:
-        raise NoSuchJob(f"no such job: {job_id}")
+        return _archived_page(connection, job_id, offset, limit)
     return page_of(connection, job_id, offset, limit, owner, state, done, total, archived, values, usages, held,
                    kind=decoded(kind))
+
+
+def _archived_page(connection: Redis, job_id: str, offset: int, limit: int) -> Page:
+    found = reading.ended_job(job_id, connection)
+    if found is None:
+        raise NoSuchJob(f"no such job: {job_id}")
+    return archived_page(connection, found, offset, limit)
+
+
+def archived_page(connection: Redis, found: reading.EndedJob, offset: int, limit: int,
+                  rows: list | None = None) -> Page:
+    """The page of a job Redis no longer holds, from its archived record and ``rows`` (the
+    archive's rows of the page, ``reading.page``: read here when not given)."""
+    h = found.record
+    page = page_of(connection, found.job_id, offset, limit, found.owner, h.get("state"), h.get("done"), h.get("total"),
+                   True, [None] * limit, [None] * limit, False, kind=h.get("kind"), rows=rows)
+    page.from_archive = True
+    return page
 
 
 #: The kind whose job has one result, its answer at index 0, whatever its items
@@ -77,16 +98,18 @@ ONE_ANSWER_KIND = "reduce"
 
 
 def page_of(connection: Redis, job_id: str, offset: int, limit: int, owner, state, done, total, archived,
-            values: list, usages: list, held, kind: str | None = None) -> Page:
+            values: list, usages: list, held, kind: str | None = None, rows: list | None = None) -> Page:
     """The page from what a read of its job fields (owner, state, done, total, archived_at), its
     range of the items and usage hashes and whether the items hash exists returned (the job
     page reads them with everything else it shows: jobs/read/job_page.py). A ``reduce`` job's
-    results are one: its answer (done 1 of 1 once it has it; its progress in calls is its status)."""
+    results are one: its answer (done 1 of 1 once it has it; its progress in calls is its status).
+    ``rows``: the archive's rows of the range, when the caller read them already."""
     indexes = list(range(offset, offset + limit))
     if kind == ONE_ANSWER_KIND:
         total = 1
     if archived and not held:  # archived, and Redis' copy of its items has left: the archive's
-        rows = reading.page(job_id, offset, limit, connection)
+        if rows is None:
+            rows = reading.page(job_id, offset, limit, connection)
         values = [None] * limit
         usages = [None] * limit
         for index, _, result, usage in rows:
@@ -119,12 +142,19 @@ def item_inputs(connection: Redis, job_id: str, offset: int, limit: int) -> list
 
 
 def _from_archive(connection: Redis, job_id: str) -> bool:
-    """The job was archived and its payload copy and RQ's record have left Redis."""
+    """The job was archived and its payload copy and RQ's record have left Redis (or Redis no
+    longer holds its record at all)."""
     with connection.pipeline(transaction=False) as pipe:
-        pipe.hexists(keys.job(job_id), "archived_at")
+        pipe.hmget(keys.job(job_id), "archived_at", "owner")
         pipe.exists(keys.payload(job_id), keys.rq_job(job_id))
-        archived, held = pipe.execute()
-    return bool(archived) and not held
+        (archived, owner), held = pipe.execute()
+    return (archived is not None or owner is None) and not held
+
+
+def _archive_may_hold(connection: Redis, job_id: str) -> bool:
+    """The job was archived, or Redis no longer holds its record (the archive may): one command."""
+    archived, owner = connection.hmget(keys.job(job_id), "archived_at", "owner")
+    return archived is not None or owner is None
 
 
 def submitted_items(connection: Redis, job_id: str) -> list[Any]:
@@ -143,7 +173,7 @@ def submitted_items(connection: Redis, job_id: str) -> list[Any]:
         job = Job.fetch(job_id, connection=connection, serializer=JSONSerializer)
         _, payload = job.args
     except (NoSuchJobError, DeserializationError, ValueError, TypeError):
-        payload = reading.payload(job_id, connection) if connection.hexists(keys.job(job_id), "archived_at") else None
+        payload = reading.payload(job_id, connection) if _archive_may_hold(connection, job_id) else None
     items = payload.get("items") if isinstance(payload, dict) else None
     return items if isinstance(items, list) else []
 
@@ -155,7 +185,7 @@ def iter_results(connection: Redis, job_id: str, page_size: int = MAX_PAGE):
     if first.kind == ONE_ANSWER_KIND:  # one row: the instruction, the answer
         yield 0, printable(answer_item(connection, job_id)), printable(dict(first.items).get(0)), first.usage.get(0)
         return
-    if _from_archive(connection, job_id):  # its inputs too, a page per query
+    if first.from_archive or _from_archive(connection, job_id):  # its inputs too, a page per query
         yield from _iter_archived(connection, job_id, first.total, page_size)
         return
     inputs = submitted_items(connection, job_id)
@@ -303,6 +333,6 @@ def _stored_payload(connection: Redis, job_id: str) -> dict | None:
             payload = payload_copy.decode(raw)
         except ValueError:
             payload = None
-    if payload is None and connection.hexists(keys.job(job_id), "archived_at"):
+    if payload is None and _archive_may_hold(connection, job_id):
         payload = reading.payload(job_id, connection, with_items=False)
     return payload

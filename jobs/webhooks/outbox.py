@@ -27,6 +27,7 @@ from jobs.core.text import decoded
 from jobs.lifecycle import transitions
 from jobs.webhooks import pipeline_hooks
 from jobs.webhooks.delivery import TIMEOUT
+from jobs.webhooks.ending import delivery_id
 
 log = logging.getLogger("leash.webhooks")
 
@@ -94,11 +95,6 @@ def _forget(connection: Redis, noted: list) -> None:
             pipe.execute()
         except WatchError:
             pass  # noted meanwhile: the next sweep reads them again (starting is once per ending)
-
-
-def delivery_id(job_id: str, ended_at: str) -> str:
-    """The webhook's id for one ending of a job: the same on every attempt, another after a replay."""
-    return f"msg_{job_id}_{round(float(ended_at) * 1000)}"
 
 
 def start(connection: Redis, job_id: str, ended_at: str, url: str, queue: str | None) -> int:

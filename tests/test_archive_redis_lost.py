@@ -1,0 +1,201 @@
+"""A job's address answers from the archive once Redis no longer holds its record: Redis emptied
+(FLUSHDB: a restart without persistence, a failover to an empty replica) after real jobs ended
+and were archived, every surface reads the same as before — the page, the status JSON, the
+results pages and downloads, `leash status` and `leash results` — marked as read from the
+archive; another owner still gets the 404 an unknown id gets; cancel and look now answer 409;
+a replay puts the record back and runs. Against SQLite and a real PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from cli import exit_codes, main
+from jobs.archive import database, sweep
+from jobs.core import control
+from jobs.enqueue import enqueue
+from jobs.read import job_status
+from tests.conftest import run_burst
+from tests.kinds_for_tests import item_calls
+from tests.test_extract import SCHEMA
+from tests.web_support import HTML, bearer, sign_in
+
+pytestmark = pytest.mark.slow
+
+OWNER = "alice"
+
+
+@pytest.fixture(autouse=True)
+def sweeps_by_hand(monkeypatch):
+    """The in-process workers archive nothing themselves: each test sweeps when it means to."""
+    monkeypatch.setattr(sweep, "tick", lambda connection: 0)
+
+
+def ended_jobs(conn) -> dict[str, str]:
+    """Four real jobs, run to their ends by a worker: succeeded with item errors, failed (its
+    first two items stored), canceled, and an extract job (its results in columns)."""
+    conn.set("test:broken:lost", 1)  # breaks_at fails at item 2 while this key exists
+    jobs = {
+        "item_errors": enqueue(conn, "answers", {"items": ["one", "bad two", "three", "bad four"]},
+                               owner=OWNER, name="some answers")[0],
+        "failed": enqueue(conn, "breaks_at", {"items": ["a", "b", "c", "d"], "break_at": 2, "flag": "lost"},
+                          owner=OWNER, max_attempts=1)[0],
+        "canceled": enqueue(conn, "count", {"items": ["x", "y"], "delay": 0}, owner=OWNER)[0],
+        "extract": enqueue(conn, "extract", {"items": [f"review {n} of gadget{n}" for n in range(3)],
+                                             "schema": SCHEMA}, owner=OWNER)[0],
+    }
+    control.cancel(conn, jobs["canceled"])
+    run_burst()
+    return jobs
+
+
+def cli(*args) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+#: What changes between two renderings of the same page or status text whatever was read: how long
+#: ago each time was ("5 s ago"), and the CSRF token each page is given.
+_AGO = re.compile(r'<span class="ago">\([^)]*\)</span>|\([^()]* ago\)|\(in [^()]*\)')
+_CSRF = re.compile(r'name="csrf_token" (type="hidden" )?value="[^"]+"')
+_NOTE = re.compile(r'<p id="from-archive" class="meta">[^<]*</p>')
+
+
+def steady(text: str) -> str:
+    """``text`` without what changes between two renderings, nor its lines of only spaces."""
+    lines = _CSRF.sub("csrf", _AGO.sub("", text)).splitlines()
+    return "\n".join(line for line in lines if line.strip())
+
+
+def surfaces(client, job_id: str) -> dict:
+    """Everything the job's address and the command line answer of it."""
+    headers = bearer(OWNER)
+    status = client.get(f"/jobs/{job_id}", headers=headers)
+    assert status.status_code == 200, status.data
+    seen = {
+        "status": status.get_json(),
+        "page": steady(client.get(f"/jobs/{job_id}", headers=HTML).data.decode()),
+        "results": client.get(f"/jobs/{job_id}/result", headers=headers).get_json(),
+        "results_page": client.get(f"/jobs/{job_id}/result?offset=1&limit=2", headers=headers).get_json(),
+        "csv": client.get(f"/jobs/{job_id}/result.csv", headers=headers).data,
+        "jsonl": client.get(f"/jobs/{job_id}/result.jsonl", headers=headers).data,
+        "cli_status_json": json.loads(cli("status", job_id, "--json")[1]),
+        "cli_status": (lambda done: (done[0], steady(done[1])))(cli("status", job_id)),
+        "cli_watch": cli("watch", job_id, "--json"),
+        "cli_results": cli("results", job_id),
+        "cli_csv": cli("results", job_id, "--format", "csv"),
+    }
+    assert seen["page"].count('id="job-id"') == 1
+    return seen
+
+
+def lose_redis(conn) -> None:
+    """Redis loses everything (a restart without persistence, a failover to an empty replica)."""
+    conn.flushdb()
+    assert conn.dbsize() == 0
+
+
+def test_every_surface_reads_the_same_from_the_archive_once_redis_lost_the_jobs(
+        conn, model_server, archive_url, token_app):
+    jobs = ended_jobs(conn)
+    client = token_app.test_client()
+    assert sign_in(client, OWNER).status_code == 303
+    before = {name: surfaces(client, job_id) for name, job_id in jobs.items()}
+    outcomes = {name: seen["status"]["outcome"] for name, seen in before.items()}
+    assert outcomes == {"item_errors": "succeeded_with_item_errors", "failed": "failed", "canceled": "canceled",
+                        "extract": "succeeded"}, outcomes
+    assert all(seen["status"]["source"] == "redis" for seen in before.values())
+    assert b"product,stars,tags,error" in before["extract"]["csv"]  # a column per property
+    assert sweep.sweep(conn) == 4
+
+    lose_redis(conn)
+    assert sign_in(client, OWNER).status_code == 303  # its session went with Redis
+    for name, job_id in jobs.items():
+        after = surfaces(client, job_id)
+        was = before[name]
+        print(name, job_id, after["status"]["outcome"], after["status"]["error_summary"], len(after["csv"]), "bytes")
+        # The marker is the one difference; nothing else in a status is live once a job has ended.
+        assert after["status"] == was["status"] | {"source": "archive"}, name
+        assert after["cli_status_json"] == was["cli_status_json"] | {"source": "archive"}, name
+        assert after["cli_watch"][0] == was["cli_watch"][0] and \
+            json.loads(after["cli_watch"][1]) == json.loads(was["cli_watch"][1]) | {"source": "archive"}, name
+        # The page and `leash status` say the same, with one line more saying where it was read.
+        assert 'id="from-archive"' in after["page"] and 'id="from-archive"' not in was["page"]
+        assert "Redis no longer holds this job" in after["page"]
+        assert steady(_NOTE.sub("", after["page"])) == was["page"], name
+        code, text = after["cli_status"]
+        assert code == was["cli_status"][0], name
+        assert text.splitlines()[:-1] == was["cli_status"][1].splitlines(), name
+        assert text.splitlines()[-1] == "source       " + job_status.ARCHIVE_NOTE
+        for same in ("results", "results_page", "csv", "jsonl", "cli_results", "cli_csv"):
+            assert after[same] == was[same], (name, same)
+
+
+def test_another_owner_gets_what_an_unknown_id_gets_and_without_an_archive_the_404_stays(
+        conn, archive_url, token_app, env):
+    job_id = enqueue(conn, "answers", {"items": ["one", "bad two"]}, owner=OWNER)[0]
+    run_burst()
+    assert sweep.sweep(conn) == 1
+    lose_redis(conn)
+    client = token_app.test_client()
+    for path in (f"/jobs/{job_id}", f"/jobs/{job_id}/result", f"/jobs/{job_id}/result.csv",
+                 f"/jobs/{job_id}/result.jsonl"):
+        mine = client.get(path, headers=bearer(OWNER))
+        assert mine.status_code == 200 and (b"bad two" in mine.data or job_id.encode() in mine.data), path
+        theirs = client.get(path, headers=bearer("bob"))
+        unknown = client.get(path.replace(job_id, "no-such-job-id"), headers=bearer("bob"))
+        assert (theirs.status_code, theirs.get_json()) == (unknown.status_code, unknown.get_json()) == \
+            (404, {"error": "no such job"}), path
+    browser = token_app.test_client()
+    assert sign_in(browser, "bob").status_code == 303
+    page, unknown = browser.get(f"/jobs/{job_id}", headers=HTML), browser.get("/jobs/no-such-job-id", headers=HTML)
+    assert page.status_code == unknown.status_code == 404 and page.data == unknown.data
+
+    env.delenv("LEASH_ARCHIVE_URL")
+    env.delenv("DATABASE_URL", raising=False)
+    database.forget()
+    gone = client.get(f"/jobs/{job_id}", headers=bearer(OWNER))
+    assert (gone.status_code, gone.get_json()) == (404, {"error": "no such job"})
+    assert client.get(f"/jobs/{job_id}/result.csv", headers=bearer(OWNER)).status_code == 404
+    code, text = cli("status", job_id)
+    assert code == exit_codes.BAD_INPUT and "no such job" in text, text
+
+
+def test_cancel_and_look_answer_409_and_a_replay_puts_the_record_back_and_runs(
+        conn, model_server, archive_url, token_app):
+    jobs = ended_jobs(conn)
+    failed = jobs["failed"]
+    assert item_calls(conn, failed) == {0: 1, 1: 1}
+    assert sweep.sweep(conn) == 4
+    lose_redis(conn)  # the bug's key goes too: the replay gets past item 2
+    client = token_app.test_client()
+    headers = bearer(OWNER)
+    for name, job_id in jobs.items():
+        canceled = client.post(f"/jobs/{job_id}/cancel", headers=headers)
+        assert canceled.status_code == 409 and "only in the archive" in canceled.get_json()["error"], name
+        looked = client.post(f"/jobs/{job_id}/look", headers=headers)
+        assert looked.status_code == 409 and "only in the archive" in looked.get_json()["error"], name
+        code, text = cli("cancel", job_id)
+        assert code == exit_codes.FAILED and "only in the archive" in text, text
+    print(canceled.get_json()["error"])
+    assert conn.dbsize() == 0  # refusing wrote nothing
+
+    replayed = client.post(f"/jobs/{failed}/replay", headers=headers)
+    assert replayed.status_code == 202, replayed.get_json()
+    assert client.get(f"/jobs/{failed}", headers=headers).get_json()["source"] == "redis"
+    run_burst()
+    status = client.get(f"/jobs/{failed}", headers=headers).get_json()
+    assert (status["state"], status["done"], status["source"]) == ("succeeded", 4, "redis"), status
+    assert item_calls(conn, failed) == {2: 1, 3: 1}  # its stored items came back from the archive: not asked again
+    rows = [json.loads(line)["result"] for line in client.get(f"/jobs/{failed}/result.jsonl", headers=headers).data
+            .decode().splitlines()]
+    assert rows == ["A", "B", "C", "D"]
+    listed = client.get("/jobs", headers=headers).get_json()
+    assert [job["job_id"] for job in listed["jobs"]] == [failed]  # back in its owner's list
+
+    code, text = cli("replay", "--errored-items", jobs["item_errors"])
+    print(text)
+    assert code == 0, text
