@@ -159,6 +159,8 @@ def replay_command(job_ids, kind, error_contains, since, dry_run, yes, actor, bu
     budget = None
     if budget_tokens is not None or budget_usd is not None:
         budget = Budget(budget_tokens, budget_usd)
+    if job_ids and not dry_run:  # a record Redis lost comes back from the archive first
+        archive_restore.records(conn, list(job_ids))
     if errored_items:
         try:
             deadletter.select(conn, job_ids)  # unknown ids: nothing is changed

@@ -3,25 +3,32 @@
 and were archived, every surface reads the same as before — the page, the status JSON, the
 results pages and downloads, `leash status` and `leash results` — marked as read from the
 archive; another owner still gets the 404 an unknown id gets; cancel and look now answer 409;
-a replay puts the record back and runs. Against SQLite and a real PostgreSQL."""
+a replay puts the record back and runs; an archive that does not answer is a 503, never a 404; a
+webhook delivered after the job was archived reads as delivered. Against SQLite and a real
+PostgreSQL."""
 
 from __future__ import annotations
 
 import json
 import re
+from contextlib import contextmanager
 
 import pytest
 from click.testing import CliRunner
+from sqlalchemy import event
 
 from cli import exit_codes, main
 from jobs.archive import database, sweep
 from jobs.core import control
 from jobs.enqueue import enqueue
 from jobs.read import job_status
+from jobs.webhooks import delivery, outbox
 from tests.conftest import run_burst
 from tests.kinds_for_tests import item_calls
 from tests.test_extract import SCHEMA
-from tests.web_support import HTML, bearer, sign_in
+from tests.test_webhooks import SECRET
+from tests.web_support import CLASSIFY, HTML, bearer, sign_in
+from tests.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.slow
 
@@ -32,6 +39,21 @@ OWNER = "alice"
 def sweeps_by_hand(monkeypatch):
     """The in-process workers archive nothing themselves: each test sweeps when it means to."""
     monkeypatch.setattr(sweep, "tick", lambda connection: 0)
+
+
+@pytest.fixture
+def hooks(env):
+    env.setenv("LEASH_WEBHOOK_SECRET", SECRET)
+    env.setenv("LEASH_WEBHOOK_ALLOW_PRIVATE", "1")
+    env.setenv("LEASH_WEBHOOK_BACKOFF", ",".join(["0"] * 7))  # seven retries at once
+    return env
+
+
+@pytest.fixture
+def receiver():
+    server = Receiver()
+    yield server
+    server.down()
 
 
 def ended_jobs(conn) -> dict[str, str]:
@@ -59,7 +81,7 @@ def cli(*args) -> tuple[int, str]:
 
 #: What changes between two renderings of the same page or status text whatever was read: how long
 #: ago each time was ("5 s ago"), and the CSRF token each page is given.
-_AGO = re.compile(r'<span class="ago">\([^)]*\)</span>|\([^()]* ago\)|\(in [^()]*\)')
+_AGO = re.compile(r'<span class="ago">\([^)]*\)</span>|\((just now|[^()]* ago|in [^()]*)\)')
 _CSRF = re.compile(r'name="csrf_token" (type="hidden" )?value="[^"]+"')
 _NOTE = re.compile(r'<p id="from-archive" class="meta">[^<]*</p>')
 
@@ -92,6 +114,22 @@ def surfaces(client, job_id: str) -> dict:
     return seen
 
 
+@contextmanager
+def sql_statements():
+    """The statements sent to the archive meanwhile (a list, filled as they are sent)."""
+    sent: list[str] = []
+    engine = database.engine()
+
+    def note(_conn, _cursor, statement, *_args) -> None:
+        sent.append(statement)
+
+    event.listen(engine, "before_cursor_execute", note)
+    try:
+        yield sent
+    finally:
+        event.remove(engine, "before_cursor_execute", note)
+
+
 def lose_redis(conn) -> None:
     """Redis loses everything (a restart without persistence, a failover to an empty replica)."""
     conn.flushdb()
@@ -110,9 +148,20 @@ def test_every_surface_reads_the_same_from_the_archive_once_redis_lost_the_jobs(
     assert all(seen["status"]["source"] == "redis" for seen in before.values())
     assert b"product,stars,tags,error" in before["extract"]["csv"]  # a column per property
     assert sweep.sweep(conn) == 4
+    with sql_statements() as sent:  # while Redis holds a job's record, its reads never ask the archive
+        assert surfaces(client, jobs["extract"])["status"] == before["extract"]["status"]
+    assert sent == []
 
     lose_redis(conn)
     assert sign_in(client, OWNER).status_code == 303  # its session went with Redis
+    job_id, headers = jobs["item_errors"], bearer(OWNER)
+    for path, queries in ((f"/jobs/{job_id}", 1), (f"/jobs/{job_id}/result", 2)):
+        with sql_statements() as sent:  # its row; then the page's rows
+            assert client.get(path, headers=headers).status_code == 200
+        assert len(sent) == queries, (path, sent)
+    with sql_statements() as sent:
+        assert client.get(f"/jobs/{job_id}", headers=HTML).status_code == 200
+    assert len(sent) == 2, sent  # the page: its row, then the page's inputs and results
     for name, job_id in jobs.items():
         after = surfaces(client, job_id)
         was = before[name]
@@ -168,7 +217,8 @@ def test_cancel_and_look_answer_409_and_a_replay_puts_the_record_back_and_runs(
         conn, model_server, archive_url, token_app):
     jobs = ended_jobs(conn)
     failed = jobs["failed"]
-    assert item_calls(conn, failed) == {0: 1, 1: 1}
+    stored = item_calls(conn, failed)  # items run side by side: those before and after item 2 may be stored
+    assert 2 not in stored and {0, 1} <= set(stored)
     assert sweep.sweep(conn) == 4
     lose_redis(conn)  # the bug's key goes too: the replay gets past item 2
     client = token_app.test_client()
@@ -189,13 +239,58 @@ def test_cancel_and_look_answer_409_and_a_replay_puts_the_record_back_and_runs(
     run_burst()
     status = client.get(f"/jobs/{failed}", headers=headers).get_json()
     assert (status["state"], status["done"], status["source"]) == ("succeeded", 4, "redis"), status
-    assert item_calls(conn, failed) == {2: 1, 3: 1}  # its stored items came back from the archive: not asked again
+    # Its stored items came back from the archive: not asked again (the counts went with Redis).
+    assert item_calls(conn, failed) == {index: 1 for index in range(4) if index not in stored}
     rows = [json.loads(line)["result"] for line in client.get(f"/jobs/{failed}/result.jsonl", headers=headers).data
             .decode().splitlines()]
     assert rows == ["A", "B", "C", "D"]
     listed = client.get("/jobs", headers=headers).get_json()
     assert [job["job_id"] for job in listed["jobs"]] == [failed]  # back in its owner's list
 
+    conn.set("test:answers:fixed", 1)  # the errored items can be answered now
     code, text = cli("replay", "--errored-items", jobs["item_errors"])
+    assert code == 0 and "replayed 1" in text, text
+    run_burst()
+    code, text = cli("status", jobs["item_errors"], "--json")
+    assert code == 0 and json.loads(text)["outcome"] == "succeeded", text
+    assert item_calls(conn, jobs["item_errors"]) == {1: 1, 3: 1}  # only the two errored items asked again
+
+
+def test_while_the_archive_does_not_answer_a_job_only_it_holds_is_a_503_and_exit_5(
+        conn, archive_url, token_app, env):
+    job_id = enqueue(conn, "permanent", {}, owner=OWNER)[0]
+    run_burst()
+    assert sweep.sweep(conn) == 1
+    lose_redis(conn)
+    env.setenv("LEASH_ARCHIVE_URL", "postgresql+psycopg://leash@127.0.0.1:9/none")  # nothing listens there
+    database.forget()
+    client = token_app.test_client()
+    for path in (f"/jobs/{job_id}", f"/jobs/{job_id}/result"):
+        answer = client.get(path, headers=bearer(OWNER))
+        assert answer.status_code == 503 and answer.headers["Retry-After"], path
+        assert "the archive did not answer" in answer.get_json()["error"] and "5432" not in answer.get_json()["error"]
+    replayed = client.post(f"/jobs/{job_id}/replay", headers=bearer(OWNER))
+    assert replayed.status_code == 503
+    for args in (("status", job_id), ("results", job_id), ("replay", job_id, "--yes")):
+        code, text = cli(*args)
+        assert code == exit_codes.UNREACHABLE and "the archive did not answer" in text, (args, text)
     print(text)
-    assert code == 0, text
+    assert conn.dbsize() == 0
+
+
+def test_a_webhook_delivered_after_the_job_was_archived_reads_as_delivered_from_the_archive(
+        app, client, conn, burst, hooks, receiver, archive_url):
+    receiver.statuses = [500] * 6
+    job_id = client.post("/jobs", json={**CLASSIFY, "webhook_url": receiver.url}).get_json()["job_id"]
+    burst()
+    assert sweep.sweep(conn) == 1  # archived before its webhook went: the archived record says "to send"
+    outbox.sweep(conn)
+    burst(follow=5)
+    before = client.get(f"/jobs/{job_id}").get_json()
+    assert before["webhook"]["state"] == "delivered" and before["webhook"]["attempts"] == 7
+    assert len(before["webhook"]["deliveries"]) == 7  # the address shows every attempt
+    kept = json.loads(cli("status", job_id, "--json")[1])
+    assert len(kept["webhook"]["deliveries"]) == delivery.LOG_KEPT  # the command line, the record's last few
+    lose_redis(conn)
+    assert client.get(f"/jobs/{job_id}").get_json() == before | {"source": "archive"}
+    assert json.loads(cli("status", job_id, "--json")[1]) == kept | {"source": "archive"}

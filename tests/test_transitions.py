@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: The scripts that change a job (see transitions' docstring), by name without their version.
 TRANSITIONS = {"archived", "batch_note", "cancel", "claim", "end_outside", "fail", "finish", "heartbeat", "index_job",
-               "owner_index_expiry", "park", "reclaim", "release", "replay", "requeue_swallowed", "retain",
-               "reservations_settle", "store_items", "usage_record", "webhook"}
+               "owner_index_expiry", "park", "reclaim", "release", "replay", "requeue_swallowed", "restore_record",
+               "retain", "reservations_settle", "store_items", "usage_record", "webhook"}
 #: The scripts that change no job, run from their own modules.
 OTHERS = {"cache_retire", "cache_sweep", "compact_finished_rq_job", "door_take", "failure_heads", "model_admit",
           "model_concurrency", "model_rate", "release_stale_lock", "reservations_sweep",

@@ -295,6 +295,7 @@ def replay(job_id: str):
         return confirm_page("replay_errored" if only_errored else "replay", fields, "pages.replay",
                             **({"errored_items": 1} if only_errored else {}))
     selector = {"ids_given": 1, "kind": None, "error_contains": None, "since": None}
+    archive_restore.records(connection, [job_id])  # Redis lost its record: back from the archive first
     if only_errored:  # only the items that ended in an error are asked again; the rest stay
         replayed = errored.replay(connection, [job_id], f"web:{owner}", selector, restore=archive_restore.restore)
     else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC
 from typing import Any
 
 from sqlalchemy import func, select
@@ -67,6 +68,7 @@ class EndedJob:
     history: list[str]
     estimate: str | None
     payload: dict | None
+    archived_at: float  # when it was archived (unix seconds)
 
 
 def ended_job(job_id: str, connection=None) -> EndedJob | None:
@@ -82,7 +84,9 @@ def ended_job(job_id: str, connection=None) -> EndedJob | None:
         return None
     return EndedJob(job_id=job_id, owner=row["owner"], record=json.loads(row["record"]),
                     errors=json.loads(row["errors"] or "[]"), history=json.loads(row["history"] or "[]"),
-                    estimate=row["estimate"], payload=json.loads(row["payload"]) if row["payload"] else None)
+                    estimate=row["estimate"], payload=json.loads(row["payload"]) if row["payload"] else None,
+                    # SQLite gives the time back without its zone: UTC, as it was written
+                    archived_at=(at if (at := row["archived_at"]).tzinfo else at.replace(tzinfo=UTC)).timestamp())
 
 
 def payload(job_id: str, connection=None, with_items: bool = True) -> dict | None:

@@ -1,23 +1,52 @@
 """An archived job back in Redis, for a replay: its payload copy (items included), its stored
 results (the checkpoints a replay keeps) and its usage, read from the archive once Redis' copy
-has left (after LEASH_REDIS_KEEP).
+has left (after LEASH_REDIS_KEEP); and, first, its record (``records``) once Redis lost that too.
 
 A replay needs them: RQ's record is rebuilt from the payload copy, and the items already
 answered are not asked again. The keys come back with the keep time as their expiry; the
 replay itself makes them persistent (replay_v4), so a replay that is refused (its owner at the
-queued cap) leaves nothing behind for longer than the keep time."""
+queued cap) leaves nothing behind for longer than the keep time. A record comes back as its end
+left it (restore_record_v1: history, estimate, its owner's indexes), kept for what it had left
+of LEASH_RESULT_TTL: a refused replay leaves the job as Redis held it before it lost it."""
 
 from __future__ import annotations
 
 import json
+import time
 
 from redis import Redis
 from sqlalchemy.exc import SQLAlchemyError
 
 from jobs import keys
 from jobs.archive import reading
-from jobs.config import stores
+from jobs.config import settings, stores
 from jobs.core import payload_copy
+from jobs.core.text import decoded
+from jobs.lifecycle import transitions
+
+
+def records(connection: Redis, job_ids: list[str], now: float | None = None) -> dict[str, str]:
+    """Put back the records of those ``job_ids`` Redis no longer holds and the archive does, so a
+    replay finds them (then ``restore`` brings back their payload copy, results and usage). Returns
+    {job id: "restored" or "present"} for those; a job neither holds is left out (the replay says it does not
+    exist). ``ArchiveUnreachable`` while the archive does not answer: nothing is replayed then."""
+    with connection.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.exists(keys.job(job_id))
+        held = pipe.execute()
+    now = time.time() if now is None else now
+    keep, result_ttl = max(1, stores.archive().redis_keep), settings().result_ttl
+    restored: dict[str, str] = {}
+    for job_id in (job_id for job_id, there in zip(job_ids, held, strict=True) if not there):
+        found = reading.ended_job(job_id, connection)
+        if found is None:
+            continue
+        ended = float(found.record.get("ended_at") or now)
+        how = transitions.restore_record(connection, job_id, found.owner, [
+            job_id, now, max(keep, int(ended + result_ttl - now)), json.dumps(found.record),
+            json.dumps(found.errors), json.dumps(found.history), found.estimate or "", found.archived_at])
+        restored[job_id] = decoded(how)  # "present": a replay or a restore got there first
+    return restored
 
 
 def restore(connection: Redis, job_ids: list[str]) -> dict[str, str]:

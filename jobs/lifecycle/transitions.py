@@ -205,6 +205,15 @@ def archived(connection: Redis, job_id: str, args: list) -> Any:
         "job": keys.job(job_id), "heavy": keys.archived_heavy(job_id, connection)}, args)
 
 
+def restore_record(connection: Redis, job_id: str, owner: str, args: list) -> Any:
+    """An ended job's record, history and estimate back from the archive, in its owner's indexes
+    (once Redis lost them: for a replay)."""
+    return scripts.run(connection, "restore_record_v1", {
+        "job": keys.job(job_id), "errors": keys.errors(job_id), "history": keys.history(job_id),
+        "estimate": keys.estimate(job_id), "failed_index": keys.FAILED_INDEX, "owner_jobs": keys.owner_jobs(owner),
+        **_indexes(owner)}, args)
+
+
 def webhook(connection: Redis, job_id: str, args: list, pipeline=None) -> Any:
     """A job's completion webhook begun for one ending, or one delivery attempt recorded (jobs/webhooks/)."""
     return scripts.run(connection, "webhook_v1", {"job": keys.job(job_id)}, args, pipeline=pipeline)
