@@ -57,8 +57,9 @@ def receiver():
 
 
 def ended_jobs(conn) -> dict[str, str]:
-    """Four real jobs, run to their ends by a worker: succeeded with item errors, failed (its
-    first two items stored), canceled, and an extract job (its results in columns)."""
+    """Five real jobs, run to their ends by a worker: succeeded with item errors, failed (its
+    first two items stored), canceled, an extract job (its results in columns) and a reduce (one
+    result, its instruction as its item)."""
     conn.set("test:broken:lost", 1)  # breaks_at fails at item 2 while this key exists
     jobs = {
         "item_errors": enqueue(conn, "answers", {"items": ["one", "bad two", "three", "bad four"]},
@@ -68,6 +69,8 @@ def ended_jobs(conn) -> dict[str, str]:
         "canceled": enqueue(conn, "count", {"items": ["x", "y"], "delay": 0}, owner=OWNER)[0],
         "extract": enqueue(conn, "extract", {"items": [f"review {n} of gadget{n}" for n in range(3)],
                                              "schema": SCHEMA}, owner=OWNER)[0],
+        "reduce": enqueue(conn, "reduce", {"items": ["the kettle leaks", "the lid is loose"],
+                                           "instruction": "Summarise the complaints"}, owner=OWNER)[0],
     }
     control.cancel(conn, jobs["canceled"])
     run_burst()
@@ -144,10 +147,11 @@ def test_every_surface_reads_the_same_from_the_archive_once_redis_lost_the_jobs(
     before = {name: surfaces(client, job_id) for name, job_id in jobs.items()}
     outcomes = {name: seen["status"]["outcome"] for name, seen in before.items()}
     assert outcomes == {"item_errors": "succeeded_with_item_errors", "failed": "failed", "canceled": "canceled",
-                        "extract": "succeeded"}, outcomes
+                        "extract": "succeeded", "reduce": "succeeded"}, outcomes
+    assert b"Summarise the complaints" in before["reduce"]["csv"]
     assert all(seen["status"]["source"] == "redis" for seen in before.values())
     assert b"product,stars,tags,error" in before["extract"]["csv"]  # a column per property
-    assert sweep.sweep(conn) == 4
+    assert sweep.sweep(conn) == 5
     with sql_statements() as sent:  # while Redis holds a job's record, its reads never ask the archive
         assert surfaces(client, jobs["extract"])["status"] == before["extract"]["status"]
     assert sent == []
@@ -219,7 +223,7 @@ def test_cancel_and_look_answer_409_and_a_replay_puts_the_record_back_and_runs(
     failed = jobs["failed"]
     stored = item_calls(conn, failed)  # items run side by side: those before and after item 2 may be stored
     assert 2 not in stored and {0, 1} <= set(stored)
-    assert sweep.sweep(conn) == 4
+    assert sweep.sweep(conn) == 5
     lose_redis(conn)  # the bug's key goes too: the replay gets past item 2
     client = token_app.test_client()
     headers = bearer(OWNER)
