@@ -18,10 +18,12 @@ from click.testing import CliRunner
 from sqlalchemy import event
 
 from cli import exit_codes, main
-from jobs.archive import database, sweep
+from jobs import keys
+from jobs.archive import database, restore, sweep
+from jobs.config import settings
 from jobs.core import control
 from jobs.enqueue import enqueue
-from jobs.read import job_status
+from jobs.read import job_status, listing
 from jobs.webhooks import delivery, outbox
 from tests.conftest import run_burst
 from tests.kinds_for_tests import item_calls
@@ -298,3 +300,20 @@ def test_a_webhook_delivered_after_the_job_was_archived_reads_as_delivered_from_
     lose_redis(conn)
     assert client.get(f"/jobs/{job_id}").get_json() == before | {"source": "archive"}
     assert json.loads(cli("status", job_id, "--json")[1]) == kept | {"source": "archive"}
+
+
+def test_a_record_put_back_reads_as_the_archive_read_it_and_one_redis_holds_is_left_alone(conn, archive_url):
+    job_id = enqueue(conn, "permanent", {}, owner=OWNER, name="lost and found")[0]
+    run_burst()
+    assert sweep.sweep(conn) == 1
+    lose_redis(conn)
+    archived = job_status.status(conn, job_id, now=0)
+    assert (archived["source"], archived["state"], archived["attempts"]) == ("archive", "failed", 1)
+    assert restore.records(conn, [job_id, "no-such-job"]) == {job_id: "restored"}
+    assert job_status.status(conn, job_id, now=0) == archived | {"source": "redis"}
+    assert settings().result_ttl - 60 < conn.ttl(keys.job(job_id)) <= settings().result_ttl
+    assert conn.zscore(keys.FAILED_INDEX, job_id) is not None  # in the failure groups again
+    assert [job["job_id"] for job in listing.find(conn, OWNER, 0, 10, listing.Filters(view="failed")).jobs] == [job_id]
+    conn.hset(keys.job(job_id), "name", "changed since")
+    assert restore.records(conn, [job_id]) == {}  # Redis holds its record: left as it is
+    assert conn.hget(keys.job(job_id), "name") == b"changed since"

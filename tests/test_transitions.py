@@ -217,6 +217,10 @@ def test_each_transition_sends_the_keys_its_callers_sent_before(conn, monkeypatc
         "archived": (lambda: transitions.archived(conn, job, []),
                      "archived_v1", [keys.job(job), *keys.archived_heavy(job, conn)]),
         "webhook": (lambda: transitions.webhook(conn, job, []), "webhook_v1", [keys.job(job)]),
+        "restore_record": (lambda: transitions.restore_record(conn, job, owner, []),
+                           "restore_record_v1", [keys.job(job), keys.errors(job), keys.history(job),
+                                                 keys.estimate(job), keys.FAILED_INDEX, keys.owner_jobs(owner)]
+                           + indexes),
         "retain": (lambda: transitions.retain(conn, job, []),
                    "retain_v1", [keys.job(job), *keys.retained_with_job(job, conn)]),
     }
