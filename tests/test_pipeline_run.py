@@ -87,7 +87,9 @@ def test_the_reviews_pipeline_from_one_command_killed_in_stage_2_then_again_from
           f"{billed_twice} items asked twice; {cost} answers billed; dry run worst case "
           f"{estimate['input_tokens'] + estimate['output_tokens_max']:,} tokens, used {status['usage']['tokens']:,}")
     assert status["state"] == "succeeded", status
-    assert delay < 2.0
+    # Started by the first stage's end (RQ's dependents), not by a later sweep: seconds, even on a
+    # loaded machine (0.016-0.021 s on a quiet one; the figure is printed above).
+    assert delay < 10.0
     assert read == NEGATIVE and stage2["total"] == len(NEGATIVE) and stage2["done"] == len(NEGATIVE)
     assert stage2["attempts"] == 2 and stored_at_kill and len(stored_at_kill) < len(NEGATIVE)
     assert billed_twice <= CONCURRENCY  # only the calls in flight at the kill could be asked again
