@@ -15,7 +15,7 @@ import click
 from jobs import deadletter
 from jobs.archive import restore as archive_restore
 from jobs.core import clock
-from jobs.deadletter import alerts, durations, errored, failures
+from jobs.deadletter import alerts, durations, errored, failures, item_errors
 from jobs.read.failure_groups import with_status
 from jobs.usage.budget import Budget
 
@@ -144,7 +144,8 @@ def alert_command(window, old_window, max_failures, max_ratio, kind, webhook, in
 def replay_command(job_ids, kind, error_contains, since, dry_run, yes, actor, budget_tokens, budget_usd, errored_items,
                    as_json):
     """Put failed jobs back to queued with attempts 0; their checkpoints and error history are
-    kept. Select by JOB_IDS and/or --kind, --error-contains, --since. Job ids can start
+    kept. A job that failed by its item errors (more than its max_item_errors) has those items
+    asked again. Select by JOB_IDS and/or --kind, --error-contains, --since. Job ids can start
     with "-": put them after "--" (leash replay --yes -- ID...)."""
     if not (job_ids or kind or error_contains or since):
         raise BadInput("say which jobs: give job ids, or --kind, --error-contains or --since")
@@ -185,7 +186,8 @@ def replay_command(job_ids, kind, error_contains, since, dry_run, yes, actor, bu
         raise BadInput(f"{exc}; nothing was replayed") from None
     matched = selection.matched
     if dry_run:
-        _print_replay(as_json, "would replay", matched, selection.skipped, dry_run=True)
+        _print_replay(as_json, "would replay", matched, selection.skipped, dry_run=True,
+                      errored_asked=item_errors.failed_by_them(conn, [c.job_id for c in matched]))
         return
     if len(matched) > CONFIRM_ABOVE and not yes:
         try:
@@ -203,7 +205,7 @@ def replay_command(job_ids, kind, error_contains, since, dry_run, yes, actor, bu
     outcome = deadletter.replay(conn, matched, actor or deadletter.default_actor(), selector,
                                 skipped=selection.skipped, budget=budget, restore=archive_restore.restore)
     _print_replay(as_json, "replayed", outcome.replayed, outcome.skipped, audit_id=outcome.audit_id,
-                  left_failed=outcome.left_failed)
+                  left_failed=outcome.left_failed, errored_asked=outcome.errored_items_asked)
     if outcome.left_failed:  # the owner's queued cap: the same command works once some have started
         count = len(outcome.left_failed)
         click.echo(f"{count} job{'s' if count != 1 else ''} left failed: their owner is at the queued cap "
@@ -211,10 +213,13 @@ def replay_command(job_ids, kind, error_contains, since, dry_run, yes, actor, bu
         sys.exit(exit_codes.FAILED)
 
 
-def _print_replay(as_json, verb, jobs, skipped, dry_run=False, audit_id=None, left_failed=()):
+def _print_replay(as_json, verb, jobs, skipped, dry_run=False, audit_id=None, left_failed=(), errored_asked=None):
+    """``errored_asked``: job id -> its errored items asked again (a job that failed by them)."""
+    errored_asked = errored_asked or {}
     if as_json:
         click.echo(json.dumps({"dry_run": dry_run, "replayed" if not dry_run else "would_replay":
-                               [c.as_dict() for c in jobs],
+                               [c.as_dict() | ({"errored_items_asked": errored_asked[c.job_id]}
+                                               if c.job_id in errored_asked else {}) for c in jobs],
                                "skipped": [{"job_id": i, "reason": r} for i, r in skipped],
                                "left_failed": [{"job_id": i, "reason": r} for i, r in left_failed],
                                "audit_id": audit_id}))
@@ -222,6 +227,10 @@ def _print_replay(as_json, verb, jobs, skipped, dry_run=False, audit_id=None, le
     click.echo(f"{verb} {len(jobs)} job{'s' if len(jobs) != 1 else ''}")
     for c in jobs:
         click.echo(f"  {c.job_id}  {c.kind:<14} {_short(clock.iso(c.failed_at))}  {c.error[:100]}")
+        if c.job_id in errored_asked:
+            n = errored_asked[c.job_id]
+            click.echo(f"    it failed by its item errors: {'would ask' if dry_run else 'asks'} its {n} errored "
+                       f"item{'s' if n != 1 else ''} again; its answered items stay")
     for job_id, reason in skipped:
         click.echo(f"  skipped {job_id}: {reason}")
     for job_id, reason in left_failed:

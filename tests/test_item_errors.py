@@ -17,7 +17,7 @@ from jobs.enqueue import enqueue
 from jobs.errors import InvalidJob
 from tests.test_items_workers import ended
 from tests.test_web_metrics import samples
-from tests.web_support import HTML, create_app_with
+from tests.web_support import HTML, create_app_with, csrf_from
 
 OWNER = "shared"  # the owner of an open API and of the CLI without LEASH_API_TOKENS
 
@@ -182,3 +182,92 @@ def test_at_the_owners_queued_cap_retrying_errored_items_leaves_the_job_exactly_
     now = states.status(conn, job_id)
     assert (now["state"], now["done"], now["result"], now["error"]) == ("queued", 2, None, None)
     assert sorted(stored(conn, job_id)) == [0, 2]
+
+
+def test_a_plain_replay_of_a_job_failed_by_its_item_errors_asks_exactly_those_again(conn, burst, model_server):
+    from tests.fake_openai import Reply
+    from tests.test_items_workers import calls_per_item, stored
+
+    items = ["kettle -> negative", "lid -> negative", "cord -> positive", "fan -> positive"]
+    for item in items[:2]:
+        model_server.on(item, Reply("banana"), times=2)  # off-label, and again when corrected: an item error
+    job_id, _ = enqueue(conn, "classify", {"items": items, "labels": ["positive", "negative"], "max_item_errors": 1})
+    burst()
+    final = ended(conn, job_id)
+    assert final["state"] == "failed" and final["item_errors"] == 2, final
+    assert final["error"].startswith("2 of 4 items ended in an error, more than max_item_errors 1 allows")
+    assert calls_per_item(model_server) == {items[0]: 2, items[1]: 2, items[2]: 1, items[3]: 1}
+
+    dry = cli("replay", "--dry-run", job_id)
+    assert "it failed by its item errors: would ask its 2 errored items again" in dry.output, dry.output
+    out = cli("replay", job_id)  # plain: no --errored-items
+    print(out.output)
+    assert out.exit_code == 0 and "replayed 1 job" in out.output, out.output
+    assert "it failed by its item errors: asks its 2 errored items again; its answered items stay" in out.output
+    assert sorted(stored(conn, job_id)) == [2, 3]  # the errored ones left in the same step
+    burst()
+    again = ended(conn, job_id)
+    print({k: again[k] for k in ("state", "outcome", "item_errors", "done", "error")}, calls_per_item(model_server))
+    assert (again["state"], again["outcome"], again["item_errors"], again["done"]) == ("succeeded", "succeeded", 0, 4)
+    # The stand-in was asked once more for each errored item, never again for the answered ones.
+    assert calls_per_item(model_server) == {items[0]: 3, items[1]: 3, items[2]: 1, items[3]: 1}
+    assert stored(conn, job_id) == {0: "negative", 1: "negative", 2: "positive", 3: "positive"}
+    from jobs import deadletter
+
+    assert deadletter.audit_log(conn, 1)[0]["selector"]["errored_items_asked"] == 2
+
+
+def test_the_replay_button_of_a_job_failed_by_its_item_errors_says_and_does_it(conn, burst, kinds_env):
+    from tests.kinds_for_tests import item_calls
+
+    final = run(conn, burst, ["bad one", "two", "bad three"], max_item_errors=1)
+    job_id = final["job_id"]
+    assert final["state"] == "failed"
+    client = create_app_with().test_client()
+    page = client.get(f"/jobs/{job_id}", headers=HTML).data.decode()
+    assert 'id="replay-button"' in page and 'id="replay-asks-errored"' in page
+    assert "a replay asks its 2 errored items again" in page
+    assert 'id="retry-errored-button"' not in page  # the Replay button does it: one button, not two
+    confirm = client.post(f"/jobs/{job_id}/replay", headers=HTML, data={"csrf_token": csrf_from(page.encode())})
+    assert "too many of its items ended in an error: those items are asked again" in confirm.data.decode()
+    conn.set("test:answers:fixed", 1)
+    response = create_app_with().test_client().post(f"/jobs/{job_id}/replay", json={})  # the API's plain replay
+    print(response.get_json())
+    assert response.status_code == 202 and response.get_json()["errored_items_asked"] == 2, response.get_json()
+    burst()
+    again = ended(conn, job_id)
+    assert (again["outcome"], again["done"]) == ("succeeded", 3), again["error"]
+    assert item_calls(conn, job_id) == {0: 2, 1: 1, 2: 2}
+
+
+def test_a_job_failed_for_another_reason_replays_with_its_stored_item_errors_kept(conn, burst, kinds_env):
+    from jobs import keys
+    from tests.kinds_for_tests import item_calls
+    from tests.test_items_workers import stored
+
+    final = run(conn, burst, ["bad one", "two", "three"], max_item_errors=0)
+    job_id = final["job_id"]
+    assert final["state"] == "failed" and final["item_errors"] == 1
+    # As a job that stopped at its budget after an item errored: its error is not its item errors.
+    conn.hset(keys.job(job_id), "error", "budget reached: 100 of 100 tokens")
+    before = stored(conn, job_id)
+    dry = cli("replay", "--dry-run", "--json", job_id)
+    assert "errored_items_asked" not in json.loads(dry.output)["would_replay"][0], dry.output
+    out = cli("replay", job_id)
+    assert out.exit_code == 0 and "replayed 1 job" in out.output and "item errors" not in out.output, out.output
+    assert stored(conn, job_id) == before  # nothing dropped: replayed as it was
+    burst()
+    assert item_calls(conn, job_id) == {0: 1, 1: 1, 2: 1}  # no item asked again
+    assert ended(conn, job_id)["state"] == "failed"  # its kept item error is over the limit still
+
+
+def test_the_failure_text_is_the_one_a_replay_recognises():
+    from collections import Counter
+
+    from jobs.core import outcome
+
+    errors = Counter({"cannot answer 'bad'": 2})
+    assert outcome.failed_by_item_errors(outcome.failure_text(errors, 4, "max_item_errors 1"))
+    assert outcome.failed_by_item_errors(outcome.failure_text(errors, 2, "max_item_errors 1"))  # every item
+    assert not outcome.failed_by_item_errors("ValueError: 2 of 4 items ended in an error")
+    assert not outcome.failed_by_item_errors(None)

@@ -16,6 +16,10 @@ ACTIONS = {
     "replay": ("Replay this job?", "Replay job", "primary",
                "It runs again from its checkpoint with its attempts counted from 0: items already done stay done; "
                "model calls for the rest are made, and paid for, again."),
+    "replay_item_errors": ("Replay this job?", "Replay job", "primary",
+                           "It failed because too many of its items ended in an error: those items are asked "
+                           "again (model calls made, and paid for, again), with its attempts counted from 0; the "
+                           "answered items stay as they are and cost nothing."),
     "replay_errored": ("Retry the errored items?", "Retry the errored items", "primary",
                        "Only the items that ended in an error are asked again (model calls made, and paid for, "
                        "again); the answered items stay as they are and cost nothing."),

@@ -129,7 +129,7 @@ def replay():
     response = jsonify(replayed=[c.job_id for c in outcome.replayed],
                        skipped=[{"job_id": i, "reason": r} for i, r in outcome.skipped],
                        left_failed=[{"job_id": i, "reason": r} for i, r in outcome.left_failed],
-                       audit_id=outcome.audit_id)
+                       errored_items_asked=outcome.errored_items_asked, audit_id=outcome.audit_id)
     if outcome.left_failed:
         response.headers["Retry-After"] = str(admission.QUEUED_RETRY_AFTER)
     response.status_code = 202 if outcome.replayed else 409

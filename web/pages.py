@@ -213,7 +213,8 @@ def job_page(job_id: str):
         run=seen.run, batch=batch,
         per_request=job_view.cost_per_request(fields, batch["answered"]) if batch else None,
         traceback=_traceback(fields["error"]), duration=humane.duration, money=money.money,
-        replay_command=f"leash replay {job_id}", spend_text=money.spend_text, ago=humane.relative,
+        replay_command=f"leash replay {job_id}", replay_asks_errored=_failed_by_item_errors(fields),
+        spend_text=money.spend_text, ago=humane.relative,
         cancel_requested=not terminal and request.args.get("cancel") == "requested",
         look_requested=look_requested, waiting_text=_waiting_text(fields, look_requested),
         summary=fields["result"]["summary"] if fields["result"] else None,
@@ -292,8 +293,9 @@ def replay(job_id: str):
     fields = read_status(connection, job_id, owner)  # 404 unless it is the caller's job
     only_errored = _asks_errored_items()
     if needs_confirming():
-        return confirm_page("replay_errored" if only_errored else "replay", fields, "pages.replay",
-                            **({"errored_items": 1} if only_errored else {}))
+        action = "replay_errored" if only_errored else "replay_item_errors" if _failed_by_item_errors(fields) \
+            else "replay"
+        return confirm_page(action, fields, "pages.replay", **({"errored_items": 1} if only_errored else {}))
     selector = {"ids_given": 1, "kind": None, "error_contains": None, "since": None}
     archive_restore.records(connection, [job_id])  # Redis lost its record: back from the archive first
     if only_errored:  # only the items that ended in an error are asked again; the rest stay
@@ -312,10 +314,18 @@ def replay(job_id: str):
         return api_error(409, f"not replayed: {replayed.skipped[0][1]}")
     if wants_html():
         return redirect(url_for("api.job", job_id=job_id), 303)
+    asked = replayed.errored_items_asked.get(job_id)
     response = jsonify(job_id=job_id, state=states.State.QUEUED.value, audit_id=replayed.audit_id,
-                       url=url_for("api.job", job_id=job_id))
+                       url=url_for("api.job", job_id=job_id),
+                       **({"errored_items_asked": asked} if asked else {}))
     response.status_code = 202
     return response
+
+
+def _failed_by_item_errors(fields: dict) -> bool:
+    """A failed job whose error is its item errors: its replay asks those items again."""
+    return fields["outcome"] == outcome.FAILED and bool(fields["item_errors"]) \
+        and outcome.failed_by_item_errors(fields["error"])
 
 
 def _asks_errored_items() -> bool:

@@ -15,6 +15,7 @@ last three ``failed``. An item error is an item whose stored result is ``{"error
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
@@ -94,3 +95,13 @@ def failure_text(errors: Counter, total: int, limit_text: str) -> str:
     text, times = errors.most_common(1)[0]
     why = "" if n >= total else f", more than {limit_text} allows"
     return f"{n} of {total} items ended in an error{why}; the most common ({times}): {text}"
+
+
+#: How ``failure_text`` starts (a test holds the two together).
+_FAILED_BY_ITEM_ERRORS = re.compile(r"\d+ of \d+ items ended in an error[,;]")
+
+
+def failed_by_item_errors(error: str | None) -> bool:
+    """The error is ``failure_text``'s: the job failed because too many of its items errored
+    (a replay asks those items again: jobs.deadletter.item_errors)."""
+    return bool(error) and _FAILED_BY_ITEM_ERRORS.match(error) is not None

@@ -12,15 +12,13 @@ and its outcome with it: no moment reads "failed (reopened ...)".
 
 from __future__ import annotations
 
-import json
-
 from redis import Redis
 from rq.registry import FinishedJobRegistry
 
 from jobs import keys
 from jobs.config import settings
-from jobs.core import outcome
 from jobs.core.text import decoded
+from jobs.deadletter.item_errors import errored_items
 from jobs.deadletter.replayer import Candidate, ReplayOutcome, Restore, rebuild_rq_jobs
 from jobs.deadletter.replayer import replay as replay_jobs
 from jobs.usage.budget import Budget
@@ -28,18 +26,7 @@ from jobs.usage.budget import Budget
 #: The reason a job at its owner's queued cap gives (the rest of it: jobs.intake.door).
 LEFT_AS_IT_WAS = "left as it was, its errored items kept: "
 
-
-def errored_items(connection: Redis, job_id: str) -> list[int]:
-    """The indexes of the job's items whose stored result is an item error."""
-    found = []
-    for index, raw in connection.hscan_iter(keys.items(job_id), count=500):
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            continue
-        if outcome.is_item_error(value):
-            found.append(int(decoded(index)))
-    return sorted(found)
+__all__ = ["LEFT_AS_IT_WAS", "errored_items", "prepare", "replay"]
 
 
 def prepare(connection: Redis, job_ids: list[str], restore: Restore | None = None

@@ -9,6 +9,11 @@ to queued, removes the expiry the failure set, and puts RQ's side right (out of 
 registry, retries restored, waiting for a slot of the owner's ``RateLimit``). RQ's own acquire
 step then promotes waiting jobs onto the queue as slots allow, exactly as for a fresh
 rate-limited enqueue. Every replay leaves an audit entry (who, when, selector, ids) in a capped stream.
+
+A job that failed by its item errors (every item, or more than its ``max_item_errors``) is
+replayed by asking those items again, its answered ones kept: replayed as it was, its stored
+errors would count over the limit again and it would fail at once, having asked nothing
+(jobs.deadletter.item_errors). ``ReplayOutcome.errored_items_asked`` says which jobs, how many.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from jobs.core import clock, state_index
 from jobs.core.rq_side import rq_jobs_from_copy
 from jobs.core.text import decoded, summary_of_ids
 from jobs.deadletter.failures import failed_ids, heads
+from jobs.deadletter.item_errors import errored_items, failed_by_them
 from jobs.errors import NoSuchJob
 from jobs.intake import door
 from jobs.lifecycle import transitions
@@ -75,6 +81,9 @@ class ReplayOutcome:
     #: (job id, reason) of jobs left failed because their owner is at the queued cap
     #: (LEASH_MAX_QUEUED_PER_OWNER): the same replay succeeds once some have started
     left_failed: list[tuple[str, str]] = field(default_factory=list)
+    #: job id -> how many errored items were asked again, for the replayed jobs that failed by
+    #: their item errors (and every job of ``leash replay --errored-items``)
+    errored_items_asked: dict[str, int] = field(default_factory=dict)
 
 
 def select(connection: Redis, job_ids: Iterable[str] | None = None, kind: str | None = None,
@@ -158,9 +167,11 @@ def replay(connection: Redis, candidates: list[Candidate], actor: str, selector:
     (``left_failed``; ``capped=False`` for jobs already put back on a queue by RQ's tools). An
     archived job whose copy left Redis is brought back from the archive by ``restore`` first.
     ``reopen``: per job, its errored items, dropped in the same step as the flip (a job that
-    succeeded with item errors is taken too; jobs.deadletter.errored)."""
+    succeeded with item errors is taken too; jobs.deadletter.errored). A job that failed by its
+    item errors is given its errored items whether or not ``reopen`` names it."""
     now = clock.wall() if now is None else now
     replayed: list[Candidate] = []
+    asked: dict[str, int] = {}
     skipped = list(skipped or [])
     left_failed: list[tuple[str, str]] = []
     cap = door.cap() if capped else None
@@ -168,19 +179,23 @@ def replay(connection: Redis, candidates: list[Candidate], actor: str, selector:
         selector = selector | {"budget": budget.as_dict()}
     for start in range(0, len(candidates), batch):
         chunk = candidates[start:start + batch]
-        results, owners = _replay_batch(connection, [c.job_id for c in chunk], now, position=start,
-                                        budget=budget, cap=cap, restore=restore, reopen=reopen or {})
+        results, owners, reopened = _replay_batch(connection, [c.job_id for c in chunk], now, position=start,
+                                                  budget=budget, cap=cap, restore=restore, reopen=reopen or {})
         for candidate, result, owner in zip(chunk, results, owners, strict=True):
             if result == "replayed":
                 replayed.append(candidate)
+                if reopened.get(candidate.job_id):
+                    asked[candidate.job_id] = len(reopened[candidate.job_id])
             elif result.startswith("over-cap:") and cap is not None:
                 taken = int(result.partition(":")[2])
                 left_failed.append((candidate.job_id, "left failed: " + door.too_many_queued(owner, taken, cap)))
             else:
                 reason = _REASONS.get(result) or f"{result}: only failed jobs can be replayed"
                 skipped.append((candidate.job_id, reason))
+    if asked and not selector.get("errored_items"):
+        selector = selector | {"errored_items_asked": sum(asked.values())}  # jobs that failed by them
     audit_id = _audit(connection, actor, selector, [c.job_id for c in replayed], skipped + left_failed, now)
-    return ReplayOutcome(replayed, skipped, audit_id, left_failed)
+    return ReplayOutcome(replayed, skipped, audit_id, left_failed, asked)
 
 
 def _read_rq_sides(connection: Redis, job_ids: list[str]) -> list:
@@ -193,12 +208,16 @@ def _read_rq_sides(connection: Redis, job_ids: list[str]) -> list:
 
 def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: int,
                   budget: Budget | None = None, cap: int | None = None, restore: Restore | None = None,
-                  reopen: dict[str, list[int]] | None = None) -> tuple[list[str], list[str]]:
-    """Each job's outcome (replay_v4's answer) and its owner."""
+                  reopen: dict[str, list[int]] | None = None
+                  ) -> tuple[list[str], list[str], dict[str, list[int]]]:
+    """Each job's outcome (replay_v4's answer), its owner, and the errored items given to each."""
     # An archived job whose heavy keys have left Redis (LEASH_REDIS_KEEP): its payload copy,
     # results and usage come back from the archive first, so it replays like any failed job.
     unreachable = {job_id for job_id, how in (restore(connection, job_ids) if restore else {}).items()
                    if how != "restored"}
+    reopen = dict(reopen or {})
+    for job_id in failed_by_them(connection, [j for j in job_ids if j not in reopen]):
+        reopen[job_id] = errored_items(connection, job_id)  # read once its items are back in Redis
     rows = _read_rq_sides(connection, job_ids)
     # RQ's record deleted behind leash's back (rq-dashboard Delete, `rq empty`): rebuild it
     # from leash's copy of the payload, then replay it like any failed job.
@@ -252,7 +271,7 @@ def _replay_batch(connection: Redis, job_ids: list[str], now: float, position: i
             if result == "replayed":
                 pipe.expire(keys.payload(job_id), ttl)
         pipe.execute()
-    return results, [decoded(rows[2 * n + 1][1]) or "" for n in range(len(job_ids))]
+    return results, [decoded(rows[2 * n + 1][1]) or "" for n in range(len(job_ids))], reopen
 
 
 _failed_registries: dict[tuple[int, str], str] = {}
