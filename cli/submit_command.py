@@ -104,7 +104,8 @@ class KindFieldsCommand(click.Command):
 @click.option("--after", "after", metavar="JOB", multiple=True,
               help="Start once job JOB has ended (repeat for several; docs/STAGES.md).")
 @click.option("--after-policy", type=click.Choice(["cancel", "run", "wait"]), default=None,
-              help="If a job it waits for fails or is canceled: cancel this one (default), run it anyway, or wait.")
+              help="If a job it waits for (--after, --items-from) fails or is canceled: cancel this one (default), "
+                   "run it anyway, or wait.")
 @click.option("--webhook", "webhook_url", metavar="URL",
               help="POST a signed webhook to URL when the job ends (default: LEASH_WEBHOOK_URL; docs/WEBHOOKS.md).")
 @click.option("--pipeline", "pipeline_file", metavar="FILE", type=click.Path(dir_okay=False),

@@ -157,9 +157,12 @@ def check(kind: str, payload, owner: str = "default", max_attempts: int | None =
     total = _validate(kind, checked, owner, max_attempts, idempotency_key)
     if chosen is not None:
         total = 0  # its items are counted as it starts
+    policy_given = after_policy not in (None, "")
     after, after_policy = parents.parse(after, after_policy)
     if chosen is not None and chosen["job"] not in after:
         after = [*after, chosen["job"]]
+    if policy_given and not after:  # it would say what to do about jobs it does not wait for
+        raise InvalidJob(parents.POLICY_WITHOUT_AFTER)
     return Checked(kind, payload, owner, max_attempts, total, check_name(name), resolve_queue(queue, s.queues),
                    idempotency_key, url_for_job(webhook_url), tuple(after), after_policy, pipeline)
 

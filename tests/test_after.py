@@ -129,6 +129,18 @@ def test_after_is_checked_at_the_door(client, conn, env):
     taken = client.post("/jobs", json={**CLASSIFY, "after": [parent], "after_policy": "run"})
     assert taken.status_code == 202
     assert client.get(taken.get_json()["url"]).get_json()["after"] == {"jobs": [parent], "policy": "run"}
+    for body in ({"after_policy": "run"}, {"after": [], "after_policy": "wait"}):
+        refused = client.post("/jobs", json={**CLASSIFY, **body})
+        assert refused.status_code == 422, refused.get_json()
+        assert refused.get_json()["error"].startswith("'after_policy' needs 'after'"), refused.get_json()
+    with pytest.raises(InvalidJob, match="'after_policy' needs 'after'"):
+        enqueue(conn, "noop", {}, after_policy="cancel")  # InvalidJob is a ValueError
+    with pytest.raises(ValueError, match="waits for none"):
+        enqueue(conn, "noop", {}, after=[], after_policy="run")
+    # items_from waits for the job it reads: its after_policy is about that job.
+    fed, _ = enqueue(conn, "count", {"items_from": parent}, owner=conn.hget(keys.job(parent), "owner").decode(),
+                     after_policy="run")
+    assert states.status(conn, fed)["after"] == {"jobs": [parent], "policy": "run"}
     other, _ = enqueue(conn, "noop", {}, owner="someone-else")
     with pytest.raises(InvalidJob, match=f"no such job: {other}"):
         enqueue(conn, "noop", {}, after=[other])  # another owner's job is not there for you
@@ -148,3 +160,8 @@ def test_the_cli_takes_after(conn, env, tmp_path):
     refused = subprocess.run([*command, "--after", "nope"], env=run_env, cwd=ROOT, capture_output=True, text=True,
                              timeout=60)
     assert refused.returncode == 2 and "--after: no such job: nope" in refused.stderr
+    alone = subprocess.run([*command, "--after-policy", "run"], env=run_env, cwd=ROOT, capture_output=True,
+                           text=True, timeout=60)
+    print(alone.stderr)
+    assert alone.returncode == 2 and "--after-policy needs --after" in alone.stderr, alone.stderr
+    assert alone.stdout == ""

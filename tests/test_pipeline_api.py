@@ -66,6 +66,9 @@ def test_the_stages_run_in_order_and_the_status_follows_them(client, conn, burst
                  {"name": "b", "kind": "count", "items": ["x"]}]}, 422, "'after' names stage 'b', which does not"),
     ({"stages": [{"name": "a", "kind": "count", "items": ["x"]}, {"name": "a", "kind": "count", "items": ["x"]}]},
      422, "two stages have this name"),
+    ({"stages": [{"name": "a", "kind": "count", "items": ["x"]},
+                 {"name": "b", "kind": "count", "items": ["y"], "after_policy": "run"}]},
+     422, "stage 'b': 'after_policy' needs 'after'"),
     ({"stages": [{"name": "a b", "kind": "count", "items": ["x"]}]}, 422, "'name' must be 1-40 letters"),
     ({"stages": [{"name": "a", "kind": "nope", "items": ["x"]}]}, 422, "stage 'a': unknown kind 'nope'"),
     ({"stages": [{"name": "a", "kind": "count", "items": ["x"]}], "colour": 1}, 422, "no field 'colour'"),
@@ -77,6 +80,18 @@ def test_a_stage_refused_refuses_the_pipeline_naming_it_and_nothing_is_written(c
     assert response.status_code == status, response.get_json()
     assert message in response.get_json()["error"]
     assert not conn.keys("leash:job:*") and not conn.keys("leash:pipeline:*")
+
+
+@pytest.mark.parametrize("second, budget", [
+    ({"items_from": {"stage": "a"}, "after_policy": "run"}, None),  # it waits for the stage it reads
+    ({"items": ["y"], "after_policy": "wait"}, {"tokens": 1000}),  # a budgeted pipeline: one stage at a time
+])
+def test_a_stages_after_policy_is_taken_when_it_waits_for_a_stage_without_an_after_of_its_own(client, conn, second,
+                                                                                              budget):
+    body = {"stages": [{"name": "a", "kind": "count", "items": ["x"]}, {"name": "b", "kind": "count", **second}]}
+    answer = submitted(client, body | ({"budget": budget} if budget else {}))
+    a, b = (stage["job_id"] for stage in answer["stages"])
+    assert states.status(conn, b)["after"] == {"jobs": [a], "policy": second["after_policy"]}
 
 
 def test_a_repeat_with_the_same_idempotency_key_is_the_same_pipeline(client, conn):

@@ -29,6 +29,10 @@ from jobs import keys
 from jobs.errors import CANCELED, InvalidJob
 
 POLICIES = ("cancel", "run", "wait")
+#: The refusal of an ``after_policy`` given to a job that waits for none (neither ``after`` nor
+#: ``items_from``, which waits for its source; a pipeline's stage: nor an earlier stage it waits for).
+POLICY_WITHOUT_AFTER = ("'after_policy' needs 'after': it says what happens when a job this one waits for does "
+                        "not succeed, and this one waits for none")
 
 
 def _decoded(value):
