@@ -153,7 +153,8 @@ def check(kind: str, payload, owner: str = "default", max_attempts: int | None =
         raise InvalidJob("give 'items' or 'items_from', not both")
     # Items taken from another job's results are read as the job starts (jobs/read/selection.py):
     # the rest is checked here with a stand-in item, and the job waits for that job.
-    checked = {**payload, "items": ["(an item of another job)"]} if chosen is not None else payload
+    # One character: within any LEASH_MAX_ITEM_CHARS (at least 1), so no limit refuses the stand-in.
+    checked = {**payload, "items": ["x"]} if chosen is not None else payload
     total = _validate(kind, checked, owner, max_attempts, idempotency_key)
     if chosen is not None:
         total = 0  # its items are counted as it starts

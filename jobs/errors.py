@@ -56,6 +56,11 @@ class TooManyItemErrors(PermanentError):
     """Too many of the job's items ended in an error: every one, or more than max_item_errors."""
 
 
+class ItemsTooLong(PermanentError):
+    """A job of one answer over every item (reduce) took items from another job's results that are
+    longer than LEASH_MAX_ITEM_CHARS: it cannot answer without them, nor take them at its price."""
+
+
 class ItemError(LeashError):
     """This item cannot be answered; it is stored as the item's error and the job goes on."""
 

@@ -91,6 +91,9 @@ class Kind:
     #: Item errors a job of this kind may end with when neither the job (``max_item_errors``) nor
     #: LEASH_MAX_ITEM_ERRORS says (None: any but all; jobs/core/outcome.py).
     max_item_errors: int | None = None
+    #: One answer of all its items together (reduce), not a result per item at the item's index:
+    #: an item it cannot take fails the job rather than becoming that item's error (jobs.runner).
+    one_answer: bool = False
 
     def __post_init__(self):
         if self.validate is None:  # a kind with neither fields nor a validator checks nothing
@@ -360,3 +363,6 @@ def reduce(ctx: JobContext, payload: dict) -> dict[str, Any]:
 
     answer = chunk_tree.run(ctx, payload["items"], ask, config.settings().reduce_chunk_tokens, estimate_text_tokens)
     return {"items": len(payload["items"]), "characters": len(answer or "")}
+
+
+reduce.one_answer = True  # its results are the answer (index 0) and partials, not one per item

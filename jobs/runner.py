@@ -49,6 +49,7 @@ from jobs.errors import (
     Canceled,
     HandOff,
     InvalidJob,
+    ItemsTooLong,
     LeaseLost,
     Parked,
     PermanentError,
@@ -57,7 +58,13 @@ from jobs.errors import (
     RetryLater,
     TooManyItemErrors,
 )
-from jobs.intake.limits import check_summary, item_error_limit, json_size
+from jobs.intake.limits import (
+    check_summary,
+    item_error_limit,
+    json_size,
+    over_long_item_error,
+    over_long_items,
+)
 from jobs.models import backends
 from jobs.read import results, selection
 from jobs.usage import pipeline_budget
@@ -81,7 +88,7 @@ def execute(kind_name: str, payload: dict, attempt: Attempt | None = None) -> di
         if why_not:
             raise Canceled(why_not)  # a job it waited for did not succeed (after_policy cancel)
         pipeline_budget.start_stage(attempt.connection, attempt.job_id, payload)  # what the other stages left
-        payload = _with_chosen_items(attempt, payload)
+        payload = _with_chosen_items(attempt, kind, payload)
         try:
             summary = kind.func(ctx, payload) or {}
         finally:
@@ -112,8 +119,8 @@ def execute(kind_name: str, payload: dict, attempt: Attempt | None = None) -> di
     except BudgetReached as exc:
         attempt.fail(str(exc), permanent=True)  # "budget reached: ..." says it all; no traceback
         raise
-    except TooManyItemErrors as exc:
-        attempt.fail(str(exc), permanent=True)  # the count and the most common item error: no traceback
+    except (TooManyItemErrors, ItemsTooLong) as exc:
+        attempt.fail(str(exc), permanent=True)  # the counts and the limit say it all: no traceback
         raise
     except PermanentError as exc:
         attempt.fail(describe(exc), permanent=True)
@@ -123,17 +130,46 @@ def execute(kind_name: str, payload: dict, attempt: Attempt | None = None) -> di
         raise
 
 
-def _with_chosen_items(attempt: Attempt, payload: dict) -> dict:
+def _with_chosen_items(attempt: Attempt, kind: kinds.Kind, payload: dict) -> dict:
     """A job whose items come from another job's results (``items_from``) gets them now, as it
     starts: read from wherever that job's results are (jobs/read/selection.py), and kept in its
-    payload copy so its results, downloads, archive and replays show them beside their answers."""
+    payload copy so its results, downloads, archive and replays show them beside their answers.
+    Those items never passed the door: one longer than LEASH_MAX_ITEM_CHARS is not asked
+    (``_not_asking_over_long``), so the job never spends past what its price assumed."""
     chosen = selection.parse(payload.get(selection.FIELD))
     if chosen is None:
         return payload
     items = results.chosen_items(attempt.connection, chosen)  # at most the source's, which its limits held
     resolved = {**payload, "items": items}
     attempt.connection.set(keys.payload(attempt.job_id), payload_copy.encode(resolved), keepttl=True)
+    _not_asking_over_long(attempt, kind, items)
     return resolved
+
+
+_STORE_CHUNK = 500
+
+
+def _not_asking_over_long(attempt: Attempt, kind: kinds.Kind, items: list[str]) -> None:
+    """Items longer than a submitted item may be (LEASH_MAX_ITEM_CHARS: a result can be longer
+    than any input, and every price assumes at most that) are each stored as that item's error
+    before the kind runs, so no call is made for them and they count as item errors (the job's
+    ``max_item_errors`` decides its outcome). A kind of one answer over every item (reduce)
+    cannot answer without one: it fails before its first call, naming the first."""
+    over, max_chars = over_long_items(items)
+    if not over:
+        return
+    if kind.one_answer:
+        first = over[0]
+        raise ItemsTooLong(f"{len(over)} of its {len(items)} items {'is' if len(over) == 1 else 'are'} longer than "
+                           f"the {max_chars:,} characters an item may have (LEASH_MAX_ITEM_CHARS; items[{first}] is "
+                           f"{len(items[first]):,}): {kind.name} answers over every item, so it asked nothing")
+    stored = {int(i) for i in attempt.connection.hkeys(keys.items(attempt.job_id))}  # an answer stays
+    error = json.dumps({"error": over_long_item_error(max_chars)})
+    todo = [(i, error, "") for i in over if i not in stored]
+    for start in range(0, len(todo), _STORE_CHUNK):  # one fenced write per chunk: a zombie's is refused
+        attempt.store_items(todo[start:start + _STORE_CHUNK], None)
+    log.info("job %s: %d of its %d items are longer than LEASH_MAX_ITEM_CHARS (%d): stored as item errors, not asked",
+             attempt.job_id, len(over), len(items), max_chars)
 
 
 def count_canceled_batch(job_id: str, batch_ids: list[str], canceled_at: float) -> None:

@@ -130,3 +130,76 @@ def test_results_true_takes_the_chosen_items_results_not_their_inputs(conn, burs
     assert negative and set(negative) == {"negative"}  # text as it is
     assert results.chosen_items(conn, {"job": labels, "label": "negative"}) != negative  # the inputs, as before
     assert selection.describe({"job": "J", "results": True}) == "the results of the items of job J"
+
+
+#: A small LEASH_MAX_ITEM_CHARS for the tests below: the stand-in answers "echo: <item>", six
+#: characters longer than the item, so a result can pass a limit its input kept.
+SMALL = 20
+OVER = "longer than the 20 characters an item may have (LEASH_MAX_ITEM_CHARS): not asked"
+
+
+def test_a_parents_result_longer_than_an_item_may_be_is_an_item_error_of_the_child_never_a_call(
+        conn, burst, model_server, env):
+    from tests.test_items_workers import calls_per_item, ended, stored
+
+    env.setenv("LEASH_MAX_ITEM_CHARS", str(SMALL))
+    inputs = ["short", "a much longer item"]  # 5 and 18 characters: both within the limit
+    parent, _ = enqueue(conn, "prompt", {"items": inputs, "template": "{item}"})
+    child, _ = enqueue(conn, "prompt", {"items_from": {"job": parent, "results": True}, "template": "{item}"})
+    burst()
+    assert [result for _, result in answers(conn, parent)] == ["echo: short", "echo: a much longer item"]
+    final = ended(conn, child)
+    print({k: final[k] for k in ("state", "outcome", "item_errors", "done", "total")}, calls_per_item(model_server))
+    assert (final["state"], final["outcome"], final["item_errors"], final["total"]) == \
+        ("succeeded", "succeeded_with_item_errors", 1, 2), final["error"]
+    assert stored(conn, child) == {0: "echo: echo: short", 1: {"error": OVER}}
+    # The stand-in was never sent the long one: one call for the child, for its short item.
+    assert calls_per_item(model_server) == {"short": 1, "a much longer item": 1, "echo: short": 1}
+    assert final["usage"]["calls"] == 1
+    assert answers(conn, child)[1] == ("echo: a much longer item", {"error": OVER})  # the item beside its error
+
+
+def test_a_label_selection_of_inputs_longer_than_todays_limit_counts_against_max_item_errors(
+        conn, burst, model_server, env):
+    from tests.test_items_workers import calls_per_item, ended
+
+    long_review = "a rather long review text -> negative"  # accepted under the limit of its day
+    parent, _ = enqueue(conn, "classify", {"items": ["ok -> negative", long_review, "good -> positive"],
+                                           "labels": ["positive", "negative"]})
+    env.setenv("LEASH_MAX_ITEM_CHARS", str(SMALL))  # lowered before the child starts
+    child, _ = enqueue(conn, "prompt", {"items_from": {"job": parent, "label": "negative"}, "template": "{item}",
+                                        "max_item_errors": 0})
+    burst()
+    assert ended(conn, parent)["outcome"] == "succeeded"  # limits apply at the door only: it ran as accepted
+    final = ended(conn, child)
+    assert final["state"] == "failed" and final["item_errors"] == 1, final
+    assert final["error"] == f"1 of 2 items ended in an error, more than max_item_errors 0 allows; the most common (1): " \
+                             f"{OVER}", final["error"]
+    assert calls_per_item(model_server).get(long_review) == 1  # the parent's call; the child made none for it
+
+
+def test_a_reduce_over_a_result_longer_than_its_price_assumed_fails_before_its_first_call(
+        conn, burst, model_server, env):
+    from jobs.intake import pipelines, submission
+    from tests.test_items_workers import ended
+
+    env.setenv("LEASH_MAX_ITEM_CHARS", str(SMALL))
+    body = {"stages": [{"name": "answers", "kind": "prompt", "items": ["short", "a much longer item"],
+                        "template": "{item}"},
+                       {"name": "summary", "kind": "reduce", "instruction": "Summarise",
+                        "items_from": {"stage": "answers", "results": True}}]}
+    priced = pipelines.submit(conn, pipelines.read(body, "dana"), submission, dry_run=True).estimate
+    summary = priced["stages"][1]
+    print(summary["priced_at"], summary["estimate"]["calls"], summary["estimate"]["input_tokens"])
+    assert "each as long as an item may be" in summary["priced_at"]  # the bound the run must keep
+    submitted = pipelines.submit(conn, pipelines.read(body, "dana"), submission)
+    first, reduce_job = (job_id for _, job_id in submitted.stages)
+    burst()
+    assert ended(conn, first)["state"] == "succeeded"
+    final = ended(conn, reduce_job)
+    print(final["error"])
+    assert final["state"] == "failed" and final["error"].startswith(
+        "1 of its 2 items is longer than the 20 characters an item may have (LEASH_MAX_ITEM_CHARS; items[1] is 24): "
+        "reduce answers over every item, so it asked nothing"), final["error"]
+    assert len(model_server.requests) == 2  # the first stage's two calls; none for the reduce
+    assert final["usage"]["calls"] == 0

@@ -80,7 +80,7 @@ declare("SENTRY_DSN", "str", None, "report failed attempts and web errors to Sen
 
 # --- limits: what one job may ask for ----------------------------------------------------------
 declare("LEASH_MAX_ITEMS", "int", 1000, "items per job", 1)
-declare("LEASH_MAX_ITEM_CHARS", "int", 10_000, "characters per item", 1)
+declare("LEASH_MAX_ITEM_CHARS", "int", 10_000, "characters per item (one taken from another job's results too)", 1)
 declare("LEASH_MAX_LABELS", "int", 20, "labels of a `classify` job", 1)
 declare("LEASH_MAX_LABEL_CHARS", "int", 40, "characters per label", 1)
 declare("LEASH_MAX_TEMPLATE_CHARS", "int", 20_000, "characters of a `prompt` template", 10)

@@ -113,6 +113,19 @@ def check_items(payload: dict, max_items: int | None = None, max_chars: int | No
     return items
 
 
+def over_long_items(items: list[str]) -> tuple[list[int], int]:
+    """The indexes of the items longer than LEASH_MAX_ITEM_CHARS, and that limit: items a job
+    takes from another job's results as it starts (``items_from``), which the door never saw."""
+    max_chars = limits().max_item_chars
+    return [i for i, item in enumerate(items) if len(item) > max_chars], max_chars
+
+
+def over_long_item_error(max_chars: int) -> str:
+    """The error an item taken from another job's results stores when it is longer than a
+    submitted item may be: no call is made for it (the price promised none so long)."""
+    return f"longer than the {max_chars:,} characters an item may have (LEASH_MAX_ITEM_CHARS): not asked"
+
+
 def check_labels(payload: dict) -> list[str]:
     """At most LEASH_MAX_LABELS distinct printable labels of at most LEASH_MAX_LABEL_CHARS
     characters. The job's summary counts items per label, so the labels must also fit in
