@@ -146,6 +146,16 @@ def env(monkeypatch):
 
 
 @pytest.fixture
+def receiver():
+    """A webhook receiver on loopback (tests/webhook_receiver.py), closed at the end."""
+    from tests.webhook_receiver import Receiver
+
+    server = Receiver()
+    yield server
+    server.down()
+
+
+@pytest.fixture
 def conn(env):
     client = redis.Redis.from_url(REDIS_URL)
     client.flushdb()

@@ -30,7 +30,6 @@ from tests.kinds_for_tests import item_calls
 from tests.test_extract import SCHEMA
 from tests.test_webhooks import SECRET
 from tests.web_support import CLASSIFY, HTML, bearer, sign_in
-from tests.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.slow
 
@@ -49,13 +48,6 @@ def hooks(env):
     env.setenv("LEASH_WEBHOOK_ALLOW_PRIVATE", "1")
     env.setenv("LEASH_WEBHOOK_BACKOFF", ",".join(["0"] * 7))  # seven retries at once
     return env
-
-
-@pytest.fixture
-def receiver():
-    server = Receiver()
-    yield server
-    server.down()
 
 
 def ended_jobs(conn) -> dict[str, str]:

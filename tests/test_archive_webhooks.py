@@ -17,7 +17,6 @@ from jobs.enqueue import enqueue
 from jobs.webhooks import delivery, outbox
 from tests.test_webhooks import SECRET
 from tests.web_support import CLASSIFY, HTML, csrf_from
-from tests.webhook_receiver import Receiver
 
 
 @pytest.fixture(autouse=True)
@@ -32,13 +31,6 @@ def hooks(env):
     env.setenv("LEASH_WEBHOOK_ALLOW_PRIVATE", "1")
     env.setenv("LEASH_WEBHOOK_BACKOFF", ",".join(["0"] * 7))  # seven retries at once
     return env
-
-
-@pytest.fixture
-def receiver():
-    server = Receiver()
-    yield server
-    server.down()
 
 
 def rows(job_id: str) -> list[tuple]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from jobs.intake import pipelines, submission
 from jobs.read import pipeline_view
 from jobs.webhooks import outbox
-from tests.test_webhooks import hooks, receiver, verified  # noqa: F401 - fixtures
+from tests.test_webhooks import hooks, verified  # noqa: F401 - a fixture
 from tests.web_support import CLASSIFY
 
 

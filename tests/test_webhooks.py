@@ -31,13 +31,6 @@ def hooks(env):
     return env
 
 
-@pytest.fixture
-def receiver():
-    server = Receiver()
-    yield server
-    server.down()
-
-
 def verified(headers: dict, body: str, secret: str = SECRET) -> dict:
     """The body as the spec's reference library verifies it (raises if the signature is wrong)."""
     return Webhook(secret if secret.startswith("whsec_") else secret.encode()).verify(body, headers)
