@@ -82,9 +82,16 @@ class Reply:
 
     def respond(self, server: FakeOpenAI, handler: BaseHTTPRequestHandler, seen: Seen) -> None:
         status, body, usage = self.result(server, seen)
-        delivered = server.wait_if_held(handler) and send_json(handler, status, body)
-        if usage and (delivered or server.bills_abandoned):  # bills_abandoned: generated all the same
+        if not server.wait_if_held(handler):
+            if usage and server.bills_abandoned:  # generated all the same
+                server.bill(*usage)
+            return
+        # Billed before the answer leaves: a client that reads it (and a test that then reads the
+        # bill) must find it billed. Taken back if it could not be delivered, unless billed anyway.
+        if usage:
             server.bill(*usage)
+        if not send_json(handler, status, body) and usage and not server.bills_abandoned:
+            server.unbill(usage)
 
 
 @dataclass
@@ -332,6 +339,10 @@ class FakeOpenAI:
     def bill(self, prompt_tokens: int, completion_tokens: int) -> None:
         with self.lock:
             self.billed.append((prompt_tokens, completion_tokens))
+
+    def unbill(self, usage: tuple[int, int]) -> None:
+        with self.lock:
+            self.billed.remove(tuple(usage))
 
     def hold_after(self, delivered: int) -> None:
         """Answer ``delivered`` calls, then hold every later one until ``release()``."""
