@@ -309,3 +309,31 @@ def test_a_record_put_back_reads_as_the_archive_read_it_and_one_redis_holds_is_l
     conn.hset(keys.job(job_id), "name", "changed since")
     assert restore.records(conn, [job_id]) == {}  # Redis holds its record: left as it is
     assert conn.hget(keys.job(job_id), "name") == b"changed since"
+
+
+def test_a_pipeline_whose_first_stages_record_left_redis_reads_it_from_the_archive(
+        conn, model_server, archive_url, token_app):
+    """An earlier stage's record expires before its pipeline's (each later stage's start and end
+    keeps the pipeline alive): the pipeline reads that stage as the stage's address does, not as
+    expired, so it still reads succeeded and ended (its webhook's body is this status too)."""
+    client = token_app.test_client()
+    body = {"name": "two steps", "stages": [
+        {"name": "answers", "kind": "prompt", "items": ["x", "y"], "template": "{item}"},
+        {"name": "again", "kind": "prompt", "items_from": {"stage": "answers", "results": True}, "template": "{item}"}]}
+    submitted = client.post("/pipelines", json=body, headers=bearer(OWNER))
+    assert submitted.status_code == 202, submitted.get_json()
+    pipeline_id = submitted.get_json()["pipeline_id"]
+    first = submitted.get_json()["stages"][0]["job_id"]
+    run_burst()
+    before = client.get(f"/pipelines/{pipeline_id}", headers=bearer(OWNER)).get_json()
+    assert (before["state"], before["ended"]) == ("succeeded", True)
+    assert [stage["source"] for stage in before["stages"]] == ["redis", "redis"]
+    assert sweep.sweep(conn) == 2
+    conn.delete(keys.job(first))  # its record's expiry came first; the pipeline's record is still there
+    after = client.get(f"/pipelines/{pipeline_id}", headers=bearer(OWNER)).get_json()
+    print(after["state"], after["ended"], [(stage["state"], stage["source"], stage["words"]) for stage in after["stages"]])
+    assert (after["state"], after["ended"], after["deciding_stage"]) == ("succeeded", True, None)
+    assert after["stages"][0] == before["stages"][0] | {"source": "archive"}
+    assert client.get(f"/jobs/{first}", headers=bearer(OWNER)).get_json()["state"] == after["stages"][0]["state"]
+    code, text = cli("pipeline", "status", pipeline_id)
+    assert code == 0 and "expired" not in text and "two steps: succeeded" in text, text

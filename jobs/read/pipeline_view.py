@@ -1,7 +1,10 @@
 """A pipeline's status (``GET /pipelines/<id>``, its page, ``leash pipeline status``): each
 stage's job read as ``GET /jobs/<id>`` reads it, cut to what a pipeline's reader wants, and the
 pipeline's own state: the first stage that has not succeeded decides it (all succeeded:
-succeeded). A stage whose job record has expired shows as ``expired``."""
+succeeded). A stage whose job record left Redis is read from the archive, as its job's address
+reads it (``source: "archive"``): an earlier stage's record expires before the pipeline's, which
+each later stage's start and end keeps alive. Without an archive (or not in it) it shows as
+``expired``."""
 
 from __future__ import annotations
 
@@ -15,11 +18,12 @@ from jobs.core import clock, states
 from jobs.core.outcome import words
 from jobs.core.text import decoded
 from jobs.errors import NoSuchJob
+from jobs.read import job_status
 from jobs.usage import prices
 
 #: Each stage's fields, taken from its job's status.
 STAGE_FIELDS = ("state", "outcome", "canceled", "done", "total", "item_errors", "error", "cost_usd", "usage",
-                "waiting", "started_at", "finished_at", "after")
+                "waiting", "started_at", "finished_at", "after", "source")
 
 
 def read_record(connection: Redis, pipeline_id: str) -> dict[str, Any] | None:
@@ -89,7 +93,7 @@ def _stage(connection: Redis, entry: dict) -> dict[str, Any]:
     if not entry["job_id"]:
         return out | {"state": "not submitted", "words": "not submitted"}
     try:
-        fields = states.status(connection, entry["job_id"])
+        fields = job_status.status(connection, entry["job_id"])
     except NoSuchJob:
         return out | {"state": "expired", "words": "expired (its record is kept for a limited time)"}
     return out | {name: fields.get(name) for name in STAGE_FIELDS} | {"words": words(fields)}
