@@ -337,3 +337,25 @@ def test_a_pipeline_whose_first_stages_record_left_redis_reads_it_from_the_archi
     assert client.get(f"/jobs/{first}", headers=bearer(OWNER)).get_json()["state"] == after["stages"][0]["state"]
     code, text = cli("pipeline", "status", pipeline_id)
     assert code == 0 and "expired" not in text and "two steps: succeeded" in text, text
+
+
+#: Ids no job has: one with a NUL character (which PostgreSQL's text cannot hold, so a query for
+#: it is refused), one far longer than any id, one of odd characters.
+ODD_IDS = ("no\x00such", "x" * 5000, "a b'; --é😀")
+
+
+def test_an_id_no_job_can_have_is_the_404_an_unknown_id_gets_never_the_archives_503(conn, archive_url, token_app):
+    from urllib.parse import quote
+
+    client = token_app.test_client()
+    for job_id in ODD_IDS:
+        quoted = quote(job_id, safe="")
+        for method, path in (("get", f"/jobs/{quoted}"), ("get", f"/jobs/{quoted}/result"),
+                             ("get", f"/jobs/{quoted}/result.csv"), ("post", f"/jobs/{quoted}/replay"),
+                             ("post", f"/jobs/{quoted}/cancel"), ("post", f"/jobs/{quoted}/look")):
+            answer = getattr(client, method)(path, headers=bearer(OWNER))
+            assert (answer.status_code, answer.get_json()) == (404, {"error": "no such job"}), (job_id[:20], path[:40])
+        for args in (("status", job_id), ("results", job_id), ("cancel", job_id), ("replay", job_id, "--yes")):
+            code, text = cli(*args)
+            assert code == exit_codes.BAD_INPUT and "no such job" in text, (job_id[:20], args[0], code, text)
+    print("404 for", len(ODD_IDS), "odd ids on every door; archive", archive_url.split(":")[0])

@@ -32,10 +32,17 @@ def usage_days_kept(connection=None, archive_url: str | None = None) -> int:
     return min(USAGE_DAYS_KEPT, days_kept()) if archived else days_kept()
 
 
+def could_hold(job_id: str) -> bool:
+    """Whether the archive could hold a job of this id: PostgreSQL's text cannot hold a NUL
+    character, and refuses a query naming one, which would read as the archive not answering
+    (a 503 to retry) where the answer is the 404 an unknown id gets."""
+    return "\x00" not in job_id
+
+
 def page(job_id: str, offset: int, limit: int, connection=None) -> list[tuple[int, Any, str | None, str | None]]:
     """(index, input item, raw result JSON or None, raw usage or None) of ``[offset, offset+limit)``."""
     engine = engine_for(connection)
-    if engine is None:
+    if engine is None or not could_hold(job_id):
         return []
     c = tables.items.c
     query = (select(c.idx, c.item, c.result, c.usage).where(c.job_id == job_id)
@@ -48,7 +55,7 @@ def page(job_id: str, offset: int, limit: int, connection=None) -> list[tuple[in
 def job(job_id: str, connection=None) -> dict | None:
     """The job's archived row (None when the archive does not hold it)."""
     engine = engine_for(connection)
-    if engine is None:
+    if engine is None or not could_hold(job_id):
         return None
     with engine.connect() as connection:
         row = connection.execute(select(tables.jobs).where(tables.jobs.c.job_id == job_id)).mappings().first()
