@@ -17,8 +17,8 @@ from jobs import keys
 from jobs.core import clock, states
 from jobs.core.outcome import words
 from jobs.core.text import decoded
+from jobs.archive import reading
 from jobs.errors import NoSuchJob
-from jobs.read import job_status
 from jobs.usage import prices
 
 #: Each stage's fields, taken from its job's status.
@@ -93,9 +93,15 @@ def _stage(connection: Redis, entry: dict) -> dict[str, Any]:
     if not entry["job_id"]:
         return out | {"state": "not submitted", "words": "not submitted"}
     try:
-        fields = job_status.status(connection, entry["job_id"])
+        fields = states.status(connection, entry["job_id"])
     except NoSuchJob:
-        return out | {"state": "expired", "words": "expired (its record is kept for a limited time)"}
+        # Read as its address reads it (jobs.read.job_status.archived_fields, whose webhook
+        # reading a stage's fields leave out): the same record through the same builder.
+        found = reading.ended_job(entry["job_id"], connection)
+        if found is None:
+            return out | {"state": "expired", "words": "expired (its record is kept for a limited time)"}
+        fields = states.from_raw(found.job_id, found.record, None, errors=found.errors, history=found.history)
+        fields["source"] = states.FROM_ARCHIVE
     return out | {name: fields.get(name) for name in STAGE_FIELDS} | {"words": words(fields)}
 
 
