@@ -16,7 +16,7 @@ from jobs.batch.run import cancel_at_provider
 from jobs.core import control, states
 from jobs.errors import InvalidJob, NoSuchJob
 from jobs.intake import files, pipelines, submission
-from jobs.intake.estimate import text as stage_text
+from jobs.intake.estimate_words import text as stage_text
 from jobs.intake.submission import Refused
 from jobs.models.backends import get_backend
 from jobs.read import pipeline_view

@@ -14,7 +14,7 @@ from jobs import kinds
 from jobs.core.running.items import CONCURRENCY_FIELD
 from jobs.errors import InvalidJob
 from jobs.intake import files, submission
-from jobs.intake.estimate import text as estimate_text
+from jobs.intake.estimate_words import text as estimate_text
 from jobs.intake.modes import MODE_FIELD, MODES
 from jobs.models.cache import CACHE_FIELD
 from jobs.read import selection

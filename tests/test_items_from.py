@@ -191,7 +191,7 @@ def test_a_reduce_over_a_result_longer_than_its_price_assumed_fails_before_its_f
     priced = pipelines.submit(conn, pipelines.read(body, "dana"), submission, dry_run=True).estimate
     summary = priced["stages"][1]
     print(summary["priced_at"], summary["estimate"]["calls"], summary["estimate"]["input_tokens"])
-    assert "each as long as an item may be" in summary["priced_at"]  # the bound the run must keep
+    assert f"each up to LEASH_MAX_ITEM_CHARS ({SMALL}) characters" in summary["priced_at"]  # the bound the run keeps
     submitted = pipelines.submit(conn, pipelines.read(body, "dana"), submission)
     first, reduce_job = (job_id for _, job_id in submitted.stages)
     burst()

@@ -11,7 +11,7 @@ import pytest
 
 from jobs import keys
 from jobs.enqueue import enqueue
-from jobs.intake.estimate import text as estimate_text
+from jobs.intake.estimate_words import text as estimate_text
 from jobs.intake.submission import Refused, Submission, dry_run, submit
 from jobs.read.money import money
 from jobs.usage import budget

@@ -227,7 +227,9 @@ def test_a_reduce_whose_items_are_another_jobs_is_priced_for_an_assumed_count(co
     assert unknown["calls"] == 0 and unknown["items"] == 0  # priced as 0 items, as items_from is
     assumed = estimate_reduce(conn, payload, "dana", item_count=100, item_chars=200)
     assert assumed["items"] == 100 and assumed["items_assumed"]
-    assert assumed["levels"][0] == 6  # 19 items of 51 estimated tokens a chunk
+    # Each assumed item 200 characters of four bytes, 201 estimated tokens (a character that is
+    # not ASCII counts one): 4 items a chunk.
+    assert assumed["levels"][0] == 25
     assert assumed["calls"] == sum(assumed["levels"]) and assumed["cost_usd_max"] > 0
     worst = estimate_reduce(conn, payload, "dana", item_count=100)  # each as long as LEASH_MAX_ITEM_CHARS
     assert worst["cost_usd_max"] > assumed["cost_usd_max"]

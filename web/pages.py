@@ -34,7 +34,7 @@ from jobs.deadletter import errored
 from jobs.enqueue import check_name
 from jobs.errors import InvalidJob
 from jobs.intake import admission, submission
-from jobs.intake.estimate import text as estimate_text
+from jobs.intake.estimate_words import text as estimate_text
 from jobs.intake.modes import MODE_FIELD
 from jobs.models.cache import CACHE_FIELD
 from jobs.read import failure_groups, humane, job_status, job_view, listing, money, poll_schedule, results

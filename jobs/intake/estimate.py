@@ -41,7 +41,6 @@ from jobs.models.provider import TOKENS_PER_MESSAGE, CallRequest, estimate_text_
 from jobs.models.spending import TIGHTEN_MARGIN
 from jobs.usage import batch_parts, budget, prices
 from jobs.usage.meter import follow_ups_field, utc_day
-from jobs.usage.prices import money
 from jobs.usage.report import days_back
 
 DRY_RUN_FIELD = "dry_run"
@@ -52,30 +51,107 @@ def _usd(nusd: int | None) -> float | None:
     return None if nusd is None else prices.usd(nusd)
 
 
-def estimate(connection: Redis, kind_name: str, payload: dict, owner: str, now: float | None = None) -> dict[str, Any]:
+#: What a price assumes of an item it cannot know (an earlier job's result, read as the job
+#: starts): LEASH_MAX_ITEM_CHARS characters of this one, four UTF-8 bytes each -- the most a
+#: character has, and what the worker's input bound counts -- so any text the job may take
+#: (held to that many characters as it starts) costs at most as much.
+WIDEST_CHARACTER = "\U00010000"
+
+
+def assumed_item(chars: int | None = None) -> str:
+    """The item a price assumes when it cannot know it: ``chars`` (default LEASH_MAX_ITEM_CHARS)
+    of ``WIDEST_CHARACTER``."""
+    return WIDEST_CHARACTER * (config.limits().max_item_chars if chars is None else chars)
+
+
+def estimate(connection: Redis, kind_name: str, payload: dict, owner: str, now: float | None = None,
+             item_count: int | None = None) -> dict[str, Any]:
     """What the job would cost (see the module's docstring). The payload must have passed the
-    door's checks (jobs.enqueue.validate)."""
+    door's checks (jobs.enqueue.validate). ``item_count``: a job whose items are another job's
+    results, not known before it starts (a pipeline's stage fed by an earlier one's), priced for
+    that many items, each ``assumed_item()`` and none answered from the request cache: the worst
+    case (``items_assumed``; no expected cost)."""
     definition = kinds.get(kind_name)
     if kind_name == REDUCE:
-        return estimate_reduce(connection, payload, owner, now=now)
-    items = list(payload.get("items") or [])
-    out: dict[str, Any] = {"items": len(items), "calls": None, "cached_items": 0, "input_tokens": None,
+        return estimate_reduce(connection, payload, owner, item_count=item_count, now=now)
+    assumed = item_count is not None and not payload.get("items")
+    count = item_count if assumed else len(payload.get("items") or [])
+    out: dict[str, Any] = {"items": count, "calls": None, "cached_items": 0, "input_tokens": None,
                            "output_tokens_max": None, "cost_usd_max": None, "cost_usd_batch_max": None,
                            "cost_usd_expected": None, "budget_covers_worst_case": None,
                            "owner_day_covers_worst_case": None, "follow_ups_per_item": None,
-                           "one_call_tokens_min": None, "one_call_usd_min": None}
+                           "one_call_tokens_min": None, "one_call_usd_min": None} \
+        | ({"items_assumed": True} if assumed else {})
     spec = definition.batch
     if spec is None:
         out["note"] = f"kind {kind_name!r} does not make one model call per item: no estimate"
         return out
     backend = _deployed_backend()
     if not hasattr(backend, "default_url"):  # the offline backend: no provider, no cost
-        out.update(calls=len(items), input_tokens=0, output_tokens_max=0, cost_usd_max=0.0, cost_usd_batch_max=0.0,
+        out.update(calls=count, input_tokens=0, output_tokens_max=0, cost_usd_max=0.0, cost_usd_batch_max=0.0,
                    cost_usd_expected=0.0, note="the offline `local` backend calls no provider")
         return out
     settings, price = _deployed_price(backend)
-    requests = [spec.request(payload, item, settings.max_tokens) for item in items]
     batch = mode_of(payload) == "batch"
+    if assumed:  # one request, the same for every item; no cached answer can be known for it
+        todo = [spec.request(payload, assumed_item(), settings.max_tokens)] * count
+    else:
+        requests = [spec.request(payload, item, settings.max_tokens) for item in payload.get("items") or []]
+        todo = _not_cached(connection, backend, settings, owner, payload, requests, out)
+    bounds = _measured(todo, CallRequest.input_bound)
+    day_fields = ("input_tokens", "output_tokens", "cost_nusd", "reserved_tokens", "reserved_nusd")
+    with connection.pipeline(transaction=False) as pipe:
+        pipe.hmget(keys.usage_owner_day(owner, utc_day(now)), day_fields)
+        for day in days_back(EXPECTED_FROM_DAYS, now):
+            pipe.hmget(keys.usage_owner_day(owner, day), [f"by|{settings.name}|{kind_name}|calls",
+                                                          f"by|{settings.name}|{kind_name}|output_tokens",
+                                                          f"by|{settings.name}|{kind_name}|estimated_calls",
+                                                          follow_ups_field(settings.name, kind_name)])
+        today, *history = pipe.execute()
+    input_tokens = sum(bounds)
+    output_max = sum(r.max_tokens for r in todo)
+    out.update(calls=len(todo), cached_items=count - len(todo), input_tokens=input_tokens,
+               output_tokens_max=output_max)
+    seen_calls = sum(int(c or 0) - int(e or 0) for c, _, e, _ in history)
+    seen_output = sum(int(o or 0) for _, o, _, _ in history)
+    seen_follow_ups = min(sum(int(f or 0) for *_, f in history), max(0, seen_calls - 1))
+    follow_ups = seen_follow_ups / (seen_calls - seen_follow_ups) if seen_calls > seen_follow_ups else 0.0
+    worst_nusd = None if price is None else sum(price.nano_usd(b, r.max_tokens)
+                                                for b, r in zip(bounds, todo, strict=True))
+    if todo:
+        # Unknown items may be as short as nothing: the least call is an empty item's.
+        smallest = spec.request(payload, "", settings.max_tokens).input_bound() if assumed else min(bounds)
+        least_output = min(budget.MIN_OUTPUT_TOKENS, min(r.max_tokens for r in todo))
+        out["one_call_tokens_min"] = smallest + least_output
+        if price is not None:
+            out["one_call_usd_min"] = _usd(price.nano_usd(smallest, least_output))
+    if price is not None:
+        out["cost_usd_max"] = _usd(worst_nusd)
+        out["cost_usd_batch_max"] = _usd(sum(price.nano_usd(b, r.max_tokens, batch=True)
+                                             for b, r in zip(bounds, todo, strict=True)))
+        if seen_calls > 0 and not assumed:  # nothing honest to expect of items not known yet
+            per_call = math.ceil(seen_output / seen_calls)
+            out["follow_ups_per_item"] = round(follow_ups, 3)
+            out["cost_usd_expected"] = _usd(sum(_expected_nusd(price, r, per_call, follow_ups, batch) for r in todo))
+    else:
+        out["note"] = "cost unknown: " + prices.why_no_price(settings.name)
+    worst_tokens = input_tokens + output_max
+    job_budget = budget.parse(payload.get(budget.BUDGET_FIELD))
+    out["budget_covers_worst_case"] = _covers(job_budget, worst_tokens, worst_nusd)
+    if batch:  # how many parts the budget allows (expected: not of assumed items), and what budget sends it as one
+        out.update(batch_parts.dry_run(
+            bounds, _measured(todo, _likely_input), settings.max_tokens,
+            math.ceil(seen_output / seen_calls) if seen_calls > 0 and not assumed else None,
+            job_budget and job_budget.tokens, job_budget and job_budget.usd and prices.nano(job_budget.usd), price,
+            TIGHTEN_MARGIN))
+        out["batch_one_part_budget_usd"] = _usd(out.pop("batch_one_part_budget_nusd"))
+    out["owner_day_covers_worst_case"] = _day_covers(today, worst_tokens, worst_nusd)
+    return out
+
+
+def _not_cached(connection: Redis, backend, settings: ModelSettings, owner: str, payload: dict,
+                requests: list[CallRequest], out: dict[str, Any]) -> list[CallRequest]:
+    """The requests the request cache does not answer (one MGET)."""
     digests = [cache.request_digest(backend.name, settings.url or backend.default_url, settings.name,
                                     settings.temperature, r) for r in requests]
     try:
@@ -87,51 +163,13 @@ def estimate(connection: Redis, kind_name: str, payload: dict, owner: str, now: 
         # guesses of their inputs for free. The worst case counts every item as a call.
         hits = [None] * len(digests)
         out["note"] = "the request cache is shared (LEASH_CACHE_SCOPE=shared): an estimate counts no cached answers"
-    todo = [r for r, hit in zip(requests, hits, strict=True) if hit is None]
-    day_fields = ("input_tokens", "output_tokens", "cost_nusd", "reserved_tokens", "reserved_nusd")
-    with connection.pipeline(transaction=False) as pipe:
-        pipe.hmget(keys.usage_owner_day(owner, utc_day(now)), day_fields)
-        for day in days_back(EXPECTED_FROM_DAYS, now):
-            pipe.hmget(keys.usage_owner_day(owner, day), [f"by|{settings.name}|{kind_name}|calls",
-                                                          f"by|{settings.name}|{kind_name}|output_tokens",
-                                                          f"by|{settings.name}|{kind_name}|estimated_calls",
-                                                          follow_ups_field(settings.name, kind_name)])
-        today, *history = pipe.execute()
-    input_tokens = sum(r.input_bound() for r in todo)
-    output_max = sum(r.max_tokens for r in todo)
-    out.update(calls=len(todo), cached_items=len(items) - len(todo), input_tokens=input_tokens,
-               output_tokens_max=output_max)
-    seen_calls = sum(int(c or 0) - int(e or 0) for c, _, e, _ in history)
-    seen_output = sum(int(o or 0) for _, o, _, _ in history)
-    seen_follow_ups = min(sum(int(f or 0) for *_, f in history), max(0, seen_calls - 1))
-    follow_ups = seen_follow_ups / (seen_calls - seen_follow_ups) if seen_calls > seen_follow_ups else 0.0
-    worst_nusd = None if price is None else sum(price.nano_usd(r.input_bound(), r.max_tokens) for r in todo)
-    if todo:
-        smallest = min(r.input_bound() for r in todo)
-        least_output = min(budget.MIN_OUTPUT_TOKENS, min(r.max_tokens for r in todo))
-        out["one_call_tokens_min"] = smallest + least_output
-        if price is not None:
-            out["one_call_usd_min"] = _usd(price.nano_usd(smallest, least_output))
-    if price is not None:
-        out["cost_usd_max"] = _usd(worst_nusd)
-        out["cost_usd_batch_max"] = _usd(sum(price.nano_usd(r.input_bound(), r.max_tokens, batch=True) for r in todo))
-        if seen_calls > 0:
-            per_call = math.ceil(seen_output / seen_calls)
-            out["follow_ups_per_item"] = round(follow_ups, 3)
-            out["cost_usd_expected"] = _usd(sum(_expected_nusd(price, r, per_call, follow_ups, batch) for r in todo))
-    else:
-        out["note"] = "cost unknown: " + prices.why_no_price(settings.name)
-    worst_tokens = input_tokens + output_max
-    job_budget = budget.parse(payload.get(budget.BUDGET_FIELD))
-    out["budget_covers_worst_case"] = _covers(job_budget, worst_tokens, worst_nusd)
-    if batch:  # how many parts the budget allows, and what budget sends the job as one batch
-        out.update(batch_parts.dry_run(
-            [r.input_bound() for r in todo], [_likely_input(r) for r in todo], settings.max_tokens,
-            math.ceil(seen_output / seen_calls) if seen_calls > 0 else None, job_budget and job_budget.tokens,
-            job_budget and job_budget.usd and prices.nano(job_budget.usd), price, TIGHTEN_MARGIN))
-        out["batch_one_part_budget_usd"] = _usd(out.pop("batch_one_part_budget_nusd"))
-    out["owner_day_covers_worst_case"] = _day_covers(today, worst_tokens, worst_nusd)
-    return out
+    return [r for r, hit in zip(requests, hits, strict=True) if hit is None]
+
+
+def _measured(requests: list[CallRequest], measure) -> list[int]:
+    """``measure`` of each request, once per request object: an assumed item's repeats."""
+    seen: dict[int, int] = {}
+    return [seen[id(r)] if id(r) in seen else seen.setdefault(id(r), measure(r)) for r in requests]
 
 
 REDUCE = "reduce"
@@ -144,16 +182,15 @@ def estimate_reduce(connection: Redis, payload: dict, owner: str, item_count: in
 
     Its items are the payload's; a job whose items are another job's (``items_from``) has none
     before it starts and prices 0 items, unless ``item_count`` says how many to assume (a
-    pipeline's dry run gives its parent stage's count), each ``item_chars`` characters long
-    (default LEASH_MAX_ITEM_CHARS: the worst case). Levels whose texts are known (the items; the
+    pipeline's dry run gives its parent stage's count), each ``assumed_item(item_chars)`` (default
+    LEASH_MAX_ITEM_CHARS characters of four bytes each: the worst case). Levels whose texts are known (the items; the
     partials the request cache holds for them) are priced request by request, cached ones free;
     the levels above, from their count: each partial ``max_tokens`` long for the worst case, as
     long as this owner's reduce calls answered for the expected cost."""
-    limits = config.limits()
     texts = list(payload.get("items") or [])
     assumed = not texts and item_count is not None
     if assumed:
-        texts = ["x" * (item_chars or limits.max_item_chars)] * item_count
+        texts = [assumed_item(item_chars)] * item_count
     out: dict[str, Any] = {"items": len(texts), "calls": 0, "cached_items": 0, "input_tokens": 0,
                            "output_tokens_max": 0, "cost_usd_max": 0.0, "cost_usd_batch_max": 0.0,
                            "cost_usd_expected": None, "budget_covers_worst_case": None,
@@ -314,51 +351,6 @@ def _day_covers(today, worst_tokens: int, worst_nusd: int | None) -> bool | None
             return None
         return worst_nusd <= limit_nusd - used_nusd - held_nusd
     return True
-
-
-def _batch_line(figures: dict[str, Any]) -> str:
-    one = f"{figures['batch_one_part_budget_tokens']:,} tokens"
-    if figures.get("batch_one_part_budget_usd") is not None:
-        one += f" or {_money(figures['batch_one_part_budget_usd'])}"
-    line = f"batch mode: a budget of {one} sends the job as one batch"
-    if figures.get("batch_parts") is not None:
-        line += (f"; under this job's budget it goes in {figures['batch_parts']:,} part(s), answering "
-                 f"{figures['batch_items_in_budget']:,} of {figures['calls']:,} items (expected)")
-    return line
-
-
-def _money(usd: float | None) -> str:
-    return money(usd)
-
-
-def text(figures: dict[str, Any]) -> str:
-    """An estimate for people, a few lines (``leash submit --dry-run``, the form)."""
-    if figures.get("calls") is None:
-        return f"{figures['items']:,} items: {figures.get('note', 'no estimate')}" + (
-            f"\n{figures['model_settings']}" if figures.get("model_settings") else "")
-    lines = [f"{figures['items']:,} items: {figures['calls']:,} calls, {figures['cached_items']:,} answered from "
-             f"the request cache (free)",
-             f"worst case: {figures['input_tokens']:,} input + {figures['output_tokens_max']:,} output tokens, "
-             f"{_money(figures['cost_usd_max'])} (batch mode {_money(figures['cost_usd_batch_max'])})"]
-    if figures.get("cost_usd_expected") is not None:
-        repairs = figures.get("follow_ups_per_item") or 0
-        also = f", with {repairs:.2f} repairs or corrections an item as they needed" if repairs else ""
-        lines.append(f"expected (from the answers your jobs of this kind got{also}): "
-                     f"{_money(figures['cost_usd_expected'])}")
-    if figures.get("levels"):
-        lines.append(f"reduce: {' + '.join(f'{n:,}' for n in figures['levels'])} calls, level by level, the answer last"
-                     + (" (items assumed, not yet known)" if figures.get("items_assumed") else ""))
-    if figures.get("batch_one_part_budget_tokens") is not None:
-        lines.append(_batch_line(figures))
-    for field, what in (("budget_covers_worst_case", "the job's budget"),
-                        ("owner_day_covers_worst_case", "what is left of your daily budget")):
-        if figures.get(field) is not None:
-            lines.append(f"{what} {'covers' if figures[field] else 'does NOT cover'} the worst case")
-    if figures.get("note"):
-        lines.append(figures["note"])
-    if figures.get("model_settings"):  # whose model settings priced it (jobs.intake.deployed_model)
-        lines.append(figures["model_settings"])
-    return "\n".join(lines)
 
 
 def _deployed_backend():

@@ -179,18 +179,15 @@ def checked(submission: Submission) -> Checked:
 
 
 def price_assuming(connection: Redis, submission: Submission, item_count: int) -> dict[str, Any]:
-    """The dry run of a submission whose items are another job's *results* (``items_from`` with
-    ``"results": true``), assuming ``item_count`` of them, as a pipeline's dry run prices a stage
-    fed by an earlier one: the ``reduce`` kind prices its chunk tree for that many items, each
-    LEASH_MAX_ITEM_CHARS long (the worst case: ``estimate.estimate_reduce``); another kind as its
-    own dry run does (without items: they are not known before the earlier stage has run)."""
+    """The dry run of a submission whose items are not known before it starts (``items_from``
+    another job's *results*, or the items of one fed so), assuming at most ``item_count`` of them,
+    as a pipeline's dry run prices a stage fed by an earlier one: each as long as an item may be
+    (LEASH_MAX_ITEM_CHARS, which the job holds them to as it starts), priced with the job's own
+    kind, fields and model (``estimate.estimate``; a ``reduce``, its chunk tree) -- the worst case."""
     job = _check(submission)
     with deployed_model.priced_with(connection, job.queue) as source:
         try:
-            if job.kind == "reduce":
-                figures = estimate.estimate_reduce(connection, job.payload, job.owner, item_count=item_count)
-            else:
-                figures = _estimate(connection, job)
+            figures = estimate.estimate(connection, job.kind, job.payload, job.owner, item_count=item_count)
         except InvalidJob as exc:  # no estimate here (no model configured): said as a refusal of the payload
             raise Invalid(str(exc), [(None, str(exc))]) from None
         return figures | {"model_settings": source}

@@ -206,7 +206,7 @@ def iter_results(connection: Redis, job_id: str, page_size: int = MAX_PAGE):
 
 def answer_item(connection: Redis, job_id: str) -> str | None:
     """What a ``reduce`` job's one row shows as its item: the instruction it answered."""
-    payload = _stored_payload(connection, job_id)
+    payload = stored_payload(connection, job_id)
     instruction = payload.get("instruction") if isinstance(payload, dict) else None
     return instruction if isinstance(instruction, str) else None
 
@@ -266,7 +266,7 @@ def schema_columns(schema: dict | None) -> list[str]:
 def job_schema(connection: Redis, job_id: str) -> dict | None:
     """The JSON Schema an ``extract`` job was submitted with (from its payload copy, or the
     archive's once that copy has left Redis); None for a job without one."""
-    return payload_schema(_stored_payload(connection, job_id))
+    return payload_schema(stored_payload(connection, job_id))
 
 
 def payload_schema(payload: Any) -> dict | None:
@@ -323,7 +323,7 @@ def chosen_items(connection: Redis, selection: dict) -> list[str]:
     return [text for text in taken if text is not None]
 
 
-def _stored_payload(connection: Redis, job_id: str) -> dict | None:
+def stored_payload(connection: Redis, job_id: str) -> dict | None:
     """A job's payload as submitted, without reading its items twice: its copy in Redis, else the
     archive's once that copy has left (None when neither holds it, or the copy cannot be read)."""
     raw = connection.get(keys.payload(job_id))
