@@ -152,9 +152,17 @@ def replay_command(job_ids, kind, error_contains, since, dry_run, yes, actor, bu
     if errored_items and not job_ids:
         raise BadInput("--errored-items asks the errored items of the jobs given: give their ids")
     conn = connect_checked()
+    # A dry run writes nothing: a job Redis lost is read from the archive (what a replay would put
+    # back first), and said as one Redis holds.
+    archived = archive_restore.records_to_restore(conn, list(job_ids)) if job_ids and dry_run else {}
     if errored_items and dry_run:
+        try:
+            deadletter.select(conn, job_ids, archived=archived)  # unknown ids: as the replay says
+        except deadletter.UnknownJobs as exc:
+            raise BadInput(f"{exc}; nothing was replayed") from None
         for job_id in job_ids:
-            n = len(errored.errored_items(conn, job_id))
+            kept = archive_restore.errored_to_restore(conn, job_id)
+            n = len(errored.errored_items(conn, job_id) if kept is None else kept)
             click.echo(f"would ask {n} errored item{'s' if n != 1 else ''} of {job_id} again")
         return
     budget = None
@@ -181,13 +189,14 @@ def replay_command(job_ids, kind, error_contains, since, dry_run, yes, actor, bu
             sys.exit(exit_codes.FAILED)
         return
     try:
-        selection = deadletter.select(conn, job_ids, kind=kind, error_contains=error_contains, since=since)
+        selection = deadletter.select(conn, job_ids, kind=kind, error_contains=error_contains, since=since,
+                                      archived=archived)
     except deadletter.UnknownJobs as exc:
         raise BadInput(f"{exc}; nothing was replayed") from None
     matched = selection.matched
     if dry_run:
         _print_replay(as_json, "would replay", matched, selection.skipped, dry_run=True,
-                      errored_asked=item_errors.failed_by_them(conn, [c.job_id for c in matched]))
+                      errored_asked=item_errors.failed_by_them(conn, [c.job_id for c in matched], archived))
         return
     if len(matched) > CONFIRM_ABOVE and not yes:
         try:

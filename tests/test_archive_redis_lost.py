@@ -3,7 +3,8 @@
 and were archived, every surface reads the same as before — the page, the status JSON, the
 results pages and downloads, `leash status` and `leash results` — marked as read from the
 archive; another owner still gets the 404 an unknown id gets; cancel and look now answer 409;
-a replay puts the record back and runs; an archive that does not answer is a 503, never a 404; a
+a replay puts the record back and runs, and its dry run, writing nothing, says what it would do
+as for a job Redis holds; an archive that does not answer is a 503, never a 404; a
 webhook delivered after the job was archived reads as delivered. Against SQLite and a real
 PostgreSQL."""
 
@@ -359,3 +360,42 @@ def test_an_id_no_job_can_have_is_the_404_an_unknown_id_gets_never_the_archives_
             code, text = cli(*args)
             assert code == exit_codes.BAD_INPUT and "no such job" in text, (job_id[:20], args[0], code, text)
     print("404 for", len(ODD_IDS), "odd ids on every door; archive", archive_url.split(":")[0])
+
+
+def test_a_replays_dry_run_reads_a_job_redis_lost_from_the_archive_and_says_what_the_replay_would(
+        conn, archive_url):
+    jobs = ended_jobs(conn)
+    by_items = enqueue(conn, "answers", {"items": ["one", "bad two", "three", "bad four"], "max_item_errors": 1},
+                       owner=OWNER)[0]  # fails by its item errors
+    run_burst()
+    asked = [("replay", "--dry-run", jobs["failed"]), ("replay", "--dry-run", "--json", jobs["failed"]),
+             ("replay", "--dry-run", by_items), ("replay", "--dry-run", "--json", by_items),
+             ("replay", "--errored-items", "--dry-run", jobs["item_errors"]),
+             ("replay", "--errored-items", "--dry-run", by_items)]
+    held = {args: cli(*args) for args in asked}  # what it says while Redis holds them
+    assert sweep.sweep(conn) == 6
+    lose_redis(conn)
+    for args in asked:
+        print(" ".join(args[1:-1]), "->", held[args][1].strip().replace("\n", " | "))
+        assert cli(*args) == held[args], args
+    assert held[asked[0]][0] == 0 and held[asked[0]][1].startswith("would replay 1 job\n")
+    assert "would ask its 2 errored items again" in held[asked[2]][1]
+    assert json.loads(held[asked[3]][1])["would_replay"][0]["errored_items_asked"] == 2
+    assert held[asked[4]][1] == f"would ask 2 errored items of {jobs['item_errors']} again\n"
+    code, text = cli("replay", "--dry-run", jobs["failed"], "no-such-job")
+    assert code == exit_codes.BAD_INPUT and "no such job: no-such-job" in text, text
+    code, text = cli("replay", "--errored-items", "--dry-run", "no-such-job")
+    assert code == exit_codes.BAD_INPUT and "no such job: no-such-job" in text, text
+    assert conn.dbsize() == 0  # nothing written to Redis
+
+    # What the replay then does is what its dry run said.
+    code, text = cli("replay", "--yes", jobs["failed"])
+    assert code == 0 and text == held[asked[0]][1].replace("would replay", "replayed"), text
+    # A job Redis holds whose items left it (LEASH_REDIS_KEEP after it was archived): they are
+    # counted from the archive, as the replay puts them back.
+    conn.delete(keys.payload(jobs["failed"]), keys.items(jobs["failed"]))
+    code, text = cli("replay", "--errored-items", "--dry-run", jobs["item_errors"])
+    assert (code, text) == held[asked[4]]
+    restore.records(conn, [jobs["item_errors"]])  # its record back, its items still only archived
+    assert not conn.exists(keys.items(jobs["item_errors"]))
+    assert cli("replay", "--errored-items", "--dry-run", jobs["item_errors"]) == held[asked[4]]

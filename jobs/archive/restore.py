@@ -7,7 +7,10 @@ answered are not asked again. The keys come back with the keep time as their exp
 replay itself makes them persistent (replay_v4), so a replay that is refused (its owner at the
 queued cap) leaves nothing behind for longer than the keep time. A record comes back as its end
 left it (restore_record_v1: history, estimate, its owner's indexes), kept for what it had left
-of LEASH_RESULT_TTL: a refused replay leaves the job as Redis held it before it lost it."""
+of LEASH_RESULT_TTL: a refused replay leaves the job as Redis held it before it lost it.
+
+A replay's dry run writes nothing: it reads what a replay would put back
+(``records_to_restore``, ``errored_to_restore``) and says what the replay would do with it."""
 
 from __future__ import annotations
 
@@ -20,8 +23,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from jobs import keys
 from jobs.archive import reading
 from jobs.config import settings, stores
-from jobs.core import payload_copy
+from jobs.core import outcome, payload_copy
 from jobs.core.text import decoded
+from jobs.errors import ArchiveUnreachable
 from jobs.lifecycle import transitions
 
 
@@ -47,6 +51,41 @@ def records(connection: Redis, job_ids: list[str], now: float | None = None) -> 
             json.dumps(found.errors), json.dumps(found.history), found.estimate or "", found.archived_at])
         restored[job_id] = decoded(how)  # "present": a replay or a restore got there first
     return restored
+
+
+def records_to_restore(connection: Redis, job_ids: list[str]) -> dict[str, dict[str, str]]:
+    """What ``records`` would put back, read and nothing written (a replay's dry run): {job id: its
+    archived record, the job hash as its end left it} for those of ``job_ids`` Redis no longer holds
+    and the archive does. ``ArchiveUnreachable`` while the archive does not answer."""
+    with connection.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.exists(keys.job(job_id))
+        held = pipe.execute()
+    found = {job_id: reading.ended_job(job_id, connection)
+             for job_id, there in zip(job_ids, held, strict=True) if not there}
+    return {job_id: ended.record for job_id, ended in found.items() if ended is not None}
+
+
+def errored_to_restore(connection: Redis, job_id: str) -> list[int] | None:
+    """The indexes of the job's items whose result is an item error as ``restore`` would put them
+    back, read and nothing written (a dry run of ``--errored-items``): from the archive when Redis no
+    longer holds the job's items (its payload copy left, or its record too) and the archive holds
+    the job; None when Redis' are the ones a replay reads."""
+    with connection.pipeline(transaction=False) as pipe:
+        pipe.exists(keys.job(job_id))
+        pipe.hexists(keys.job(job_id), "archived_at")
+        pipe.exists(keys.payload(job_id))
+        held, archived, items_held = pipe.execute()
+    if items_held or (held and not archived):
+        return None
+    try:
+        if reading.job(job_id, connection) is None:
+            return None
+        rows = reading.page(job_id, 0, 1 << 30, connection)
+    except SQLAlchemyError:  # its words (addresses, the engine's) are the operator's: `leash archive status`
+        raise ArchiveUnreachable(f"job {job_id}'s items are in the archive, which did not answer; "
+                                 "try again once it is back") from None
+    return [index for index, _, result, _ in rows if result is not None and outcome.is_item_error(json.loads(result))]
 
 
 def restore(connection: Redis, job_ids: list[str]) -> dict[str, str]:

@@ -31,14 +31,19 @@ def errored_items(connection: Redis, job_id: str) -> list[int]:
     return sorted(found)
 
 
-def failed_by_them(connection: Redis, job_ids: list[str]) -> dict[str, int]:
+def failed_by_them(connection: Redis, job_ids: list[str], archived: dict[str, dict] | None = None) -> dict[str, int]:
     """Of ``job_ids``, the failed jobs whose error is their item errors, each with how many of
     its items ended in an error (the count recorded as it ended: read from the job hash alone,
-    so it answers for an archived job whose items left Redis, and for a dry run)."""
+    so it answers for an archived job whose items left Redis, and for a dry run). ``archived``:
+    the records of jobs Redis no longer holds, as the archive has them (a dry run's)."""
     with connection.pipeline(transaction=False) as pipe:
         for job_id in job_ids:
             pipe.hmget(keys.job(job_id), "state", "error", outcome.FIELD)
         rows = pipe.execute()
+    archived = archived or {}
+    rows = [[record.get(field) for field in ("state", "error", outcome.FIELD)]
+            if state is None and (record := archived.get(job_id)) else (state, error, count)
+            for job_id, (state, error, count) in zip(job_ids, rows, strict=True)]
     found = {}
     for job_id, (state, error, count) in zip(job_ids, rows, strict=True):
         if decoded(state) == "failed" and outcome.failed_by_item_errors(decoded(error)) and int(count or 0):

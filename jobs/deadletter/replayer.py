@@ -33,7 +33,7 @@ from jobs.config.front import command_line
 from jobs.core import clock, state_index
 from jobs.core.rq_side import rq_jobs_from_copy
 from jobs.core.text import decoded, summary_of_ids
-from jobs.deadletter.failures import failed_ids, heads
+from jobs.deadletter.failures import HEAD_CHARS, failed_ids, heads
 from jobs.deadletter.item_errors import errored_items, failed_by_them
 from jobs.errors import NoSuchJob
 from jobs.intake import door
@@ -88,20 +88,25 @@ class ReplayOutcome:
 
 def select(connection: Redis, job_ids: Iterable[str] | None = None, kind: str | None = None,
            error_contains: str | None = None, since: float | None = None,
-           now: float | None = None) -> Selection:
+           now: float | None = None, archived: dict[str, dict] | None = None) -> Selection:
     """The failed jobs a replay would take. Explicit ids that do not exist raise
     ``UnknownJobs`` (nothing is replayed then); ids that exist but are not failed, or do not
-    match the other selectors, are returned as skipped with the reason."""
+    match the other selectors, are returned as skipped with the reason. ``archived``: the
+    records of jobs given by id that Redis no longer holds, read from the archive (a dry run's:
+    jobs.archive.restore.records_to_restore; a replay puts them back first), taken as Redis'."""
     now = clock.wall() if now is None else now
     selection = Selection()
+    archived = archived or {}
     if job_ids:
-        ids = _explicit(connection, list(dict.fromkeys(job_ids)), selection)
+        ids = _explicit(connection, list(dict.fromkeys(job_ids)), selection, archived)
     else:
         ids = failed_ids(connection, since, now=now)
-    candidates = [Candidate(h.job_id, h.kind, h.failed_at, h.first_line)
-                  for h in heads(connection, ids) if h is not None]
+    held = {h.job_id: Candidate(h.job_id, h.kind, h.failed_at, h.first_line)
+            for h in heads(connection, [i for i in ids if i not in archived]) if h is not None}
+    candidates = [held[i] if i in held else _archived_candidate(i, archived[i])
+                  for i in ids if i in held or i in archived]
     if error_contains:
-        full = _errors(connection, [c.job_id for c in candidates])
+        full = _errors(connection, [c.job_id for c in candidates], archived)
     for n, candidate in enumerate(candidates):
         reason = None
         if kind is not None and candidate.kind != kind:
@@ -117,11 +122,20 @@ def select(connection: Redis, job_ids: Iterable[str] | None = None, kind: str | 
     return selection
 
 
-def _explicit(connection: Redis, job_ids: list[str], selection: Selection) -> list[str]:
+def _archived_candidate(job_id: str, record: dict) -> Candidate:
+    """A failed job as its archived record has it, as the failed index and its error's head would
+    once the record is put back (failed at its end: restore_record_v1)."""
+    ended_at = record.get("ended_at")
+    return Candidate(job_id, record.get("kind") or "", float(ended_at) if ended_at else None,
+                     (record.get("error") or "").split("\n", 1)[0][:HEAD_CHARS])
+
+
+def _explicit(connection: Redis, job_ids: list[str], selection: Selection, archived: dict[str, dict]) -> list[str]:
     with connection.pipeline(transaction=False) as pipe:
         for job_id in job_ids:
             pipe.hget(keys.job(job_id), "state")
-        states = [decoded(s) for s in pipe.execute()]
+        states = [decoded(s) if s is not None else (archived.get(job_id) or {}).get("state")
+                  for job_id, s in zip(job_ids, pipe.execute(), strict=True)]
     unknown = [job_id for job_id, state in zip(job_ids, states, strict=True) if state is None]
     if unknown:
         raise UnknownJobs(unknown)
@@ -134,13 +148,14 @@ def _explicit(connection: Redis, job_ids: list[str], selection: Selection) -> li
     return failed
 
 
-def _errors(connection: Redis, job_ids: list[str]) -> list[str]:
+def _errors(connection: Redis, job_ids: list[str], archived: dict[str, dict]) -> list[str]:
     out: list[str] = []
     for start in range(0, len(job_ids), BATCH):
         with connection.pipeline(transaction=False) as pipe:
             for job_id in job_ids[start:start + BATCH]:
                 pipe.hget(keys.job(job_id), "error")
-            out.extend((decoded(v) or "") for v in pipe.execute())
+            out.extend((decoded(v) or (archived.get(job_id) or {}).get("error") or "")
+                       for job_id, v in zip(job_ids[start:start + BATCH], pipe.execute(), strict=True))
     return out
 
 
