@@ -14,10 +14,10 @@ from typing import Any
 from redis import Redis
 
 from jobs import keys
+from jobs.archive import reading
 from jobs.core import clock, states
 from jobs.core.outcome import words
 from jobs.core.text import decoded
-from jobs.archive import reading
 from jobs.errors import NoSuchJob
 from jobs.usage import prices
 
